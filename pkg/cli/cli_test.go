@@ -1,0 +1,57 @@
+package cli
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"testing"
+)
+
+func TestCode(t *testing.T) {
+	cases := []struct {
+		err  error
+		want int
+	}{
+		{nil, 0},
+		{errors.New("x"), 1},
+		{Usagef("bad %s", "flag"), 2},
+		{Failf("denied"), 1},
+		{fmt.Errorf("wrapped: %w", WithCode(125, errors.New("sandbox"))), 125},
+		{Quiet(3), 3},
+		{WithCode(7, nil), 0},
+	}
+	for i, c := range cases {
+		if got := Code(c.err); got != c.want {
+			t.Errorf("case %d: Code(%v) = %d, want %d", i, c.err, got, c.want)
+		}
+	}
+}
+
+func TestTruthy(t *testing.T) {
+	for _, v := range []string{"1", "true", "TRUE", " yes ", "on"} {
+		if !Truthy(v) {
+			t.Errorf("Truthy(%q) = false", v)
+		}
+	}
+	for _, v := range []string{"", "0", "false", "off", "no", "2"} {
+		if Truthy(v) {
+			t.Errorf("Truthy(%q) = true", v)
+		}
+	}
+}
+
+func TestNewLogger(t *testing.T) {
+	var buf bytes.Buffer
+	l, err := NewLogger("json", &buf, slog.LevelInfo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Info("hello", "k", "v")
+	if !bytes.Contains(buf.Bytes(), []byte(`"msg":"hello"`)) {
+		t.Fatalf("json logger wrote %q", buf.String())
+	}
+	if _, err := NewLogger("xml", &buf, slog.LevelInfo); Code(err) != ExitUsage {
+		t.Fatalf("unknown format: got %v, want usage error", err)
+	}
+}

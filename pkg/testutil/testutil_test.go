@@ -1,0 +1,66 @@
+package testutil
+
+import (
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// The gate must fail, not skip, when PALISADE_REQUIRE_PRIVILEGED=1. Run a
+// child test that calls RequireFeature on a feature that cannot exist and
+// check how it ends in both modes.
+func TestRequireFeatureStrictFails(t *testing.T) {
+	if IsChild("strict-gate") {
+		RequireFeature(t, "test:never")
+		t.Log("REACHED-AFTER-GATE")
+		return
+	}
+	run := func(strict string) (string, error) {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestRequireFeatureStrictFails$", "-test.v", "-test.count=1")
+		cmd.Env = append(os.Environ(), ChildEnv+"=strict-gate", RequirePrivilegedEnv+"="+strict)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	out, err := run("1")
+	if err == nil || !strings.Contains(out, "--- FAIL") || strings.Contains(out, "REACHED-AFTER-GATE") {
+		t.Fatalf("strict mode: err=%v out=%s", err, out)
+	}
+	out, err = run("")
+	if err != nil || !strings.Contains(out, "--- SKIP") || !strings.Contains(out, "test:never") {
+		t.Fatalf("lenient mode: err=%v out=%s", err, out)
+	}
+}
+
+func TestUniqueName(t *testing.T) {
+	a, b := UniqueName("pal"), UniqueName("pal")
+	if a == b || len(a) != 11 || !strings.HasPrefix(a, "pal") {
+		t.Fatalf("UniqueName gave %q and %q", a, b)
+	}
+}
+
+func TestCheckFDLeaksDetects(t *testing.T) {
+	ft := &fakeT{TB: t}
+	CheckFDLeaks(ft)
+	f, err := os.Open("/dev/null")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range ft.cleanups {
+		c()
+	}
+	f.Close()
+	if !ft.failed {
+		t.Fatal("an open fd was not reported as leaked")
+	}
+}
+
+type fakeT struct {
+	testing.TB
+	cleanups []func()
+	failed   bool
+}
+
+func (f *fakeT) Cleanup(fn func())     { f.cleanups = append(f.cleanups, fn) }
+func (f *fakeT) Errorf(string, ...any) { f.failed = true }
+func (f *fakeT) Helper()               {}
