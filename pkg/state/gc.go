@@ -1,0 +1,221 @@
+package state
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// DefaultStaleAfter is seed 000's default grace period for sandbox-gc.
+const DefaultStaleAfter = 24 * time.Hour
+
+// StaleAfterEnv is the seed 000 knob for the minimum gc age, in seconds.
+const StaleAfterEnv = "MAC_OPENSHELL_STALE_AFTER_SECONDS"
+
+// StaleAfterFromEnv reads StaleAfterEnv through getenv (os.Getenv in a
+// binary). Unset or empty yields DefaultStaleAfter; anything but a
+// non-negative integer number of seconds is an error naming the variable.
+func StaleAfterFromEnv(getenv func(string) string) (time.Duration, error) {
+	v := strings.TrimSpace(getenv(StaleAfterEnv))
+	if v == "" {
+		return DefaultStaleAfter, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 || n > int64(1<<62)/int64(time.Second) {
+		return 0, fmt.Errorf("%s=%q: want a non-negative whole number of seconds", StaleAfterEnv, v)
+	}
+	return time.Duration(n) * time.Second, nil
+}
+
+// Decision is sandbox-gc's verdict on one sandbox. Reason says why it is
+// collected, or names every condition that protects it ("creator pid 1234
+// alive", "keep=true", "age 3m0s < 24h0m0s", "unreadable labels: ...").
+type Decision struct {
+	Name    string        `json:"name"`
+	Collect bool          `json:"collect"`
+	Reason  string        `json:"reason"`
+	Age     time.Duration `json:"-"`
+	// Labels are the labels read at planning time; for unreadable labels
+	// only Name is set. The remove hook receives them.
+	Labels     Labels `json:"-"`
+	Unreadable bool   `json:"unreadable,omitempty"`
+}
+
+// Plan is the outcome of a gc dry run.
+type Plan struct {
+	Now        time.Time
+	StaleAfter time.Duration
+	Decisions  []Decision // sorted by name
+}
+
+// Plan decides, for every sandbox under the root, whether gc would collect
+// it at time now with the given minimum age. It changes nothing.
+func (s *Store) Plan(now time.Time, staleAfter time.Duration) (Plan, error) {
+	if staleAfter < 0 {
+		return Plan{}, fmt.Errorf("stale-after %s: must not be negative", staleAfter)
+	}
+	ents, err := s.List()
+	if err != nil {
+		return Plan{}, err
+	}
+	p := Plan{Now: now, StaleAfter: staleAfter}
+	for _, e := range ents {
+		p.Decisions = append(p.Decisions, s.decide(e, now, staleAfter))
+	}
+	return p, nil
+}
+
+func (s *Store) decide(e Entry, now time.Time, staleAfter time.Duration) Decision {
+	d := Decision{Name: e.Name, Labels: e.Labels}
+	if e.Err != nil {
+		// Nothing says who made it or whether to keep it: only its age
+		// protects it.
+		d.Unreadable = true
+		d.Age = now.Sub(e.ModTime)
+		if d.Age >= staleAfter {
+			d.Collect = true
+			d.Reason = fmt.Sprintf("unreadable labels (%v); directory age %s >= %s", e.Err, roundAge(d.Age), staleAfter)
+		} else {
+			d.Reason = fmt.Sprintf("unreadable labels (%v); directory age %s < %s", e.Err, roundAge(d.Age), staleAfter)
+		}
+		return d
+	}
+	l := e.Labels
+	created := l.Created
+	if created.IsZero() {
+		created = e.ModTime
+	}
+	d.Age = now.Sub(created)
+
+	var protect, why []string
+	if d.Age < staleAfter {
+		protect = append(protect, fmt.Sprintf("age %s < %s", roundAge(d.Age), staleAfter))
+	} else {
+		why = append(why, fmt.Sprintf("age %s >= %s", roundAge(d.Age), staleAfter))
+	}
+	alive, creator := s.creatorState(l)
+	if alive {
+		protect = append(protect, creator)
+	} else {
+		why = append(why, creator)
+	}
+	if l.Keep {
+		protect = append(protect, "keep=true")
+	} else {
+		why = append(why, "keep=false")
+	}
+	if len(protect) > 0 {
+		d.Reason = strings.Join(protect, "; ")
+		return d
+	}
+	d.Collect = true
+	d.Reason = strings.Join(why, "; ")
+	return d
+}
+
+// creatorState reports whether the sandbox's creator still runs, and a
+// phrase saying so. A pid with a different start time is a recycled pid,
+// not the creator. Without a recorded start time a live pid counts as the
+// creator (the safe reading).
+func (s *Store) creatorState(l Labels) (bool, string) {
+	if l.CreatorPID <= 0 {
+		return false, "creator pid unknown"
+	}
+	st, err := procStartTime(s.procRoot, l.CreatorPID)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return false, fmt.Sprintf("creator pid %d gone", l.CreatorPID)
+	case err != nil:
+		// Cannot tell: fail safe and keep the sandbox.
+		return true, fmt.Sprintf("creator pid %d state unknown (%v)", l.CreatorPID, err)
+	case l.CreatorStartTime == 0 || st == l.CreatorStartTime:
+		return true, fmt.Sprintf("creator pid %d alive", l.CreatorPID)
+	default:
+		return false, fmt.Sprintf("creator pid %d recycled (start time %d, creator's was %d)", l.CreatorPID, st, l.CreatorStartTime)
+	}
+}
+
+func roundAge(d time.Duration) time.Duration {
+	if d > time.Minute || d < -time.Minute {
+		return d.Round(time.Second)
+	}
+	return d.Round(time.Millisecond)
+}
+
+// Outcome is what Apply did with one collectable sandbox.
+type Outcome struct {
+	Name    string `json:"name"`
+	Removed bool   `json:"removed"`
+	Reason  string `json:"reason"`
+	Err     error  `json:"-"`
+}
+
+// Apply removes every sandbox the plan marks for collection. Each one is
+// re-checked under its lock first with the plan's stale age (a sandbox
+// that gained keep=true or a live creator since the dry run is left
+// alone). remove tears down what the sandbox owns outside the state dir
+// (processes, cgroup, netns); when it fails the state is kept so a later
+// gc retries. The returned error joins every failure.
+func (s *Store) Apply(p Plan, remove func(Labels) error) ([]Outcome, error) {
+	var out []Outcome
+	var errs []error
+	for _, d := range p.Decisions {
+		if !d.Collect {
+			continue
+		}
+		o := s.collect(d.Name, p.StaleAfter, remove)
+		if o.Err != nil {
+			errs = append(errs, o.Err)
+		}
+		out = append(out, o)
+	}
+	return out, errors.Join(errs...)
+}
+
+func (s *Store) collect(name string, staleAfter time.Duration, remove func(Labels) error) Outcome {
+	o := Outcome{Name: name}
+	dir, err := s.Dir(name)
+	if err != nil {
+		o.Err = err
+		return o
+	}
+	unlock, err := lockDir(dir)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			o.Reason = "already gone"
+			return o
+		}
+		o.Err = fmt.Errorf("gc sandbox %q: lock: %w", name, err)
+		return o
+	}
+	defer unlock()
+	e := Entry{Name: name}
+	if fi, err := os.Lstat(dir); err == nil {
+		e.ModTime = fi.ModTime()
+	}
+	e.Labels, e.Err = readLabels(dir, name)
+	if e.Err != nil {
+		e.Labels = Labels{Name: name}
+	}
+	d := s.decide(e, time.Now(), staleAfter)
+	o.Reason = d.Reason
+	if !d.Collect {
+		return o
+	}
+	if remove != nil {
+		if err := remove(d.Labels); err != nil {
+			o.Err = fmt.Errorf("gc sandbox %q: tear down: %w", name, err)
+			return o
+		}
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		o.Err = fmt.Errorf("gc sandbox %q: %w", name, err)
+		return o
+	}
+	o.Removed = true
+	return o
+}
