@@ -1,0 +1,16 @@
+package policy
+
+import (
+	"io/fs"
+	"os"
+	"testing"
+)
+
+var errNotExist = fs.ErrNotExist
+
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
