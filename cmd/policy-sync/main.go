@@ -1,0 +1,160 @@
+// Command policy-sync resolves, checks and renders Palisade sandbox
+// policies (OpenShell policy schema version 1). This is its offline part:
+// check validates a file, resolve shows which policy a sandbox would use
+// and why, render fills an operator template. All logic is in pkg/policy.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/palisade-sandbox/palisade/pkg/cli"
+)
+
+const prog = "policy-sync"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	cli.Exit(prog, err, os.Stderr)
+}
+
+// app is what every subcommand gets: its streams, the environment and a
+// logger for human messages (stderr).
+type app struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	getenv         func(string) string
+	log            *slog.Logger
+}
+
+// command is one subcommand. To add one (once, watch, expand, ...), write
+// it in its own file and append it to commands.
+type command struct {
+	name    string
+	summary string
+	// usage is the full help text: synopsis, flags are appended, then examples.
+	usage    string
+	examples string
+	// flags declares the subcommand's flags on fs and returns the runner,
+	// which receives the positional arguments.
+	flags func(fs *flag.FlagSet) func(ctx context.Context, a *app, args []string) error
+}
+
+var commands = []*command{checkCmd, resolveCmd, renderCmd}
+
+func findCommand(name string) *command {
+	for _, c := range commands {
+		if c.name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	global := flag.NewFlagSet(prog, flag.ContinueOnError)
+	global.SetOutput(io.Discard)
+	logFormat := global.String("log-format", "text", "human log format on stderr: text or json")
+	if err := global.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			mainUsage(stdout, global)
+			return nil
+		}
+		mainUsage(stderr, global)
+		return cli.Usagef("%v", err)
+	}
+	logger, err := cli.NewLogger(*logFormat, stderr, slog.LevelInfo)
+	if err != nil {
+		return err
+	}
+	rest := global.Args()
+	if len(rest) == 0 {
+		mainUsage(stderr, global)
+		return cli.Usagef("missing command")
+	}
+	name, rest := rest[0], rest[1:]
+	if name == "help" {
+		if len(rest) == 0 {
+			mainUsage(stdout, global)
+			return nil
+		}
+		name, rest = rest[0], []string{"--help"}
+	}
+	c := findCommand(name)
+	if c == nil {
+		mainUsage(stderr, global)
+		return cli.Usagef("unknown command %q", name)
+	}
+	a := &app{stdin: stdin, stdout: stdout, stderr: stderr, getenv: os.Getenv, log: logger}
+	fs := flag.NewFlagSet(prog+" "+c.name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	runner := c.flags(fs)
+	pos, err := parseInterspersed(fs, rest)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			commandUsage(stdout, c, fs)
+			return nil
+		}
+		commandUsage(stderr, c, fs)
+		return cli.Usagef("%s: %v", c.name, err)
+	}
+	return runner(ctx, a, pos)
+}
+
+// parseInterspersed parses flags that may come before, between or after
+// positional arguments ("check FILE --json"); "--" ends flag parsing.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+			return append(pos, rest...), nil // everything after "--" is positional
+		}
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		// flag stopped at a positional argument; keep it and go on.
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+func mainUsage(w io.Writer, global *flag.FlagSet) {
+	fmt.Fprintf(w, "Usage: %s [--log-format text|json] <command> [arguments]\n\n", prog)
+	fmt.Fprintf(w, "Resolve, check and render Palisade sandbox policies (OpenShell policy schema v1).\n\nCommands:\n")
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintf(w, "\nGlobal flags:\n")
+	global.SetOutput(w)
+	global.PrintDefaults()
+	global.SetOutput(io.Discard)
+	fmt.Fprintf(w, "\nExamples:\n")
+	fmt.Fprintf(w, "  %s check /etc/mac/openshell-policy.yaml\n", prog)
+	fmt.Fprintf(w, "  %s resolve --json\n", prog)
+	fmt.Fprintf(w, "  %s render --set AGENT_USER=hermes --set MAC_HUB_HOST=hub.example.internal \\\n      --set MAC_HUB_PORT=8080 --set MODEL_GATEWAY_HOST=models.example.com -o ~/.mac/openshell-policy.yaml\n", prog)
+	fmt.Fprintf(w, "\nRun '%s help <command>' for a command's flags and examples.\n", prog)
+	fmt.Fprintf(w, "Exit status: 0 ok, 1 invalid policy or failure, 2 usage error.\n")
+}
+
+func commandUsage(w io.Writer, c *command, fs *flag.FlagSet) {
+	fmt.Fprintf(w, "Usage: %s %s\n\n", prog, strings.TrimSpace(c.usage))
+	fmt.Fprintf(w, "Flags:\n")
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
+	fmt.Fprintf(w, "\nExamples:\n%s", c.examples)
+}

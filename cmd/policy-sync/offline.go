@@ -1,0 +1,229 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/palisade-sandbox/palisade/pkg/cli"
+	"github.com/palisade-sandbox/palisade/pkg/fsutil"
+	"github.com/palisade-sandbox/palisade/pkg/policy"
+	"github.com/palisade-sandbox/palisade/policies"
+)
+
+// checkResult is check's JSON output (one object on stdout).
+type checkResult struct {
+	File     string               `json:"file"`
+	Valid    bool                 `json:"valid"`
+	Checksum string               `json:"checksum,omitempty"`
+	Policy   *policy.Policy       `json:"policy,omitempty"`
+	Problems []*policy.FieldError `json:"problems,omitempty"`
+	Error    string               `json:"error,omitempty"`
+}
+
+var checkCmd = &command{
+	name:    "check",
+	summary: "validate a policy file; print its checksum and normalised form",
+	usage: `check FILE [--json] [--workdir DIR]
+
+Validates FILE ("-" reads stdin) against the OpenShell policy schema v1 as
+Palisade enforces it. A valid policy prints its checksum (hex sha256 of the
+canonical form) and the normalised policy, and exits 0. An invalid one
+lists every problem with its field path and line, and exits 1.
+--workdir also checks that no allowed binary lies under that working
+directory when include_workdir is true.`,
+	examples: `  policy-sync check /etc/mac/openshell-policy.yaml
+  policy-sync check --json ~/.mac/openshell-policy.yaml | jq .checksum
+  policy-sync check policy.yaml --workdir /home/hermes/work
+`,
+	flags: func(fs *flag.FlagSet) func(context.Context, *app, []string) error {
+		asJSON := fs.Bool("json", false, "print one JSON object instead of text")
+		workdir := fs.String("workdir", "", "also check binaries against this working directory (include_workdir)")
+		return func(_ context.Context, a *app, args []string) error {
+			if len(args) != 1 {
+				return cli.Usagef("check: want exactly one FILE, got %d arguments", len(args))
+			}
+			file := args[0]
+			res := checkResult{File: file}
+			p, err := loadForCheck(a, file)
+			if err == nil && *workdir != "" {
+				err = p.CheckWorkdir(*workdir)
+			}
+			if err != nil {
+				if errs, ok := policy.AsErrors(err); ok {
+					res.Problems = errs.List()
+				} else {
+					res.Error = err.Error()
+				}
+			} else {
+				res.Valid = true
+				res.Checksum = p.Checksum()
+				res.Policy = p
+			}
+			if *asJSON {
+				if err := writeJSON(a.stdout, res); err != nil {
+					return err
+				}
+			} else {
+				printCheck(a.stdout, res, p)
+			}
+			switch {
+			case res.Valid:
+				return nil
+			case res.Error != "" && !*asJSON:
+				return cli.Failf("check: %s", res.Error)
+			default:
+				return cli.Quiet(cli.ExitFailed)
+			}
+		}
+	},
+}
+
+func loadForCheck(a *app, file string) (*policy.Policy, error) {
+	if file != "-" {
+		return policy.LoadFile(file)
+	}
+	data, err := io.ReadAll(io.LimitReader(a.stdin, policy.MaxPolicySize+1))
+	if err != nil {
+		return nil, fmt.Errorf("read stdin: %w", err)
+	}
+	return policy.Parse(data)
+}
+
+func printCheck(w io.Writer, res checkResult, p *policy.Policy) {
+	switch {
+	case res.Valid:
+		fmt.Fprintf(w, "# %s: valid\n# checksum: %s\n", res.File, res.Checksum)
+		w.Write(p.YAML())
+	case len(res.Problems) > 0:
+		n := len(res.Problems)
+		fmt.Fprintf(w, "%s: invalid, %d problem%s:\n", res.File, n, map[bool]string{true: "", false: "s"}[n == 1])
+		for _, fe := range res.Problems {
+			fmt.Fprintf(w, "  %s\n", fe.Error())
+		}
+	}
+}
+
+// resolveResult is resolve's JSON output.
+type resolveResult struct {
+	Source   policy.Source `json:"source"`
+	Path     string        `json:"path"`
+	Reason   string        `json:"reason"`
+	Checksum string        `json:"checksum"`
+}
+
+var resolveCmd = &command{
+	name:    "resolve",
+	summary: "show which policy a sandbox would use, and why",
+	usage: `resolve [--policy FILE] [--json]
+
+Applies the resolution order: --policy, then $MAC_OPENSHELL_POLICY (which
+must exist), then ~/.mac/openshell-policy.yaml, then the bundled
+fail-closed default. Prints the source, the file, the reason it won and
+the policy checksum. A missing explicit file or an invalid policy at the
+winning source is an error (exit 1): resolution never falls back to a
+weaker source.`,
+	examples: `  policy-sync resolve
+  MAC_OPENSHELL_POLICY=/etc/mac/openshell-policy.yaml policy-sync resolve --json
+  policy-sync resolve --policy ./candidate.yaml
+`,
+	flags: func(fs *flag.FlagSet) func(context.Context, *app, []string) error {
+		flagPath := fs.String("policy", "", "explicit policy file (as the supervisor's --policy)")
+		asJSON := fs.Bool("json", false, "print one JSON object instead of text")
+		return func(_ context.Context, a *app, args []string) error {
+			if len(args) != 0 {
+				return cli.Usagef("resolve: unexpected arguments %q", args)
+			}
+			r, err := policy.Resolve(policy.ResolveOptions{Flag: *flagPath, Getenv: a.getenv})
+			if err != nil {
+				return cli.WithCode(cli.ExitFailed, err)
+			}
+			res := resolveResult{Source: r.Source, Path: r.Path, Reason: r.Reason, Checksum: r.Policy.Checksum()}
+			if *asJSON {
+				return writeJSON(a.stdout, res)
+			}
+			fmt.Fprintf(a.stdout, "source:   %s\npath:     %s\nchecksum: %s\nreason:   %s\n", res.Source, res.Path, res.Checksum, res.Reason)
+			return nil
+		}
+	},
+}
+
+// setFlag collects repeated --set KEY=VALUE flags.
+type setFlag []string
+
+func (s *setFlag) String() string     { return strings.Join(*s, ",") }
+func (s *setFlag) Set(v string) error { *s = append(*s, v); return nil }
+
+var renderCmd = &command{
+	name:    "render",
+	summary: "fill an operator template's __PLACEHOLDER__ tokens",
+	usage: `render [--template FILE] --set KEY=VALUE... [-o OUT]
+
+Replaces each __KEY__ token in the template with VALUE (--set
+MAC_HUB_HOST=hub.example.com fills __MAC_HUB_HOST__). Refuses a key the
+template does not contain, a token left without a value, a value that
+could alter the YAML structure, and a result that is not a valid policy.
+Without --template the bundled mac-hermes-policy.yaml is used. The result
+goes to stdout, or to OUT written atomically with mode 0600.`,
+	examples: `  policy-sync render --set AGENT_USER=hermes --set MAC_HUB_HOST=hub.example.internal \
+      --set MAC_HUB_PORT=8080 --set MODEL_GATEWAY_HOST=models.example.com \
+      -o ~/.mac/openshell-policy.yaml
+  policy-sync render --template fleet-template.yaml --set MAC_HUB_HOST=10.0.0.5 > policy.yaml
+`,
+	flags: func(fs *flag.FlagSet) func(context.Context, *app, []string) error {
+		tmplPath := fs.String("template", "", "template file (default: the bundled "+policies.MacHermesTemplateFile+")")
+		out := fs.String("o", "", "write the rendered policy to this file (atomically, mode 0600) instead of stdout")
+		var sets setFlag
+		fs.Var(&sets, "set", "KEY=VALUE filling __KEY__ (repeatable)")
+		return func(_ context.Context, a *app, args []string) error {
+			if len(args) != 0 {
+				return cli.Usagef("render: unexpected arguments %q", args)
+			}
+			if len(sets) == 0 {
+				return cli.Usagef("render: at least one --set KEY=VALUE is required")
+			}
+			values, err := policy.ParseSetFlags(sets)
+			if err != nil {
+				return cli.Usagef("render: %v", err)
+			}
+			tmpl, source := policies.MacHermesTemplate, "bundled:"+policies.MacHermesTemplateFile
+			if *tmplPath != "" {
+				if tmpl, err = os.ReadFile(*tmplPath); err != nil {
+					return cli.Failf("render: template: %v", err)
+				}
+				source = *tmplPath
+			}
+			rendered, err := policy.Render(tmpl, values)
+			if err != nil {
+				return cli.WithCode(cli.ExitFailed, err)
+			}
+			p, err := policy.Parse(rendered)
+			if err != nil { // Render already validated; belt and braces
+				return cli.WithCode(cli.ExitFailed, err)
+			}
+			if *out == "" {
+				_, err := a.stdout.Write(rendered)
+				return err
+			}
+			if err := fsutil.WriteFileAtomic(*out, rendered, 0o600); err != nil {
+				return cli.Failf("render: %v", err)
+			}
+			a.log.Info("rendered policy", "template", source, "output", *out, "checksum", p.Checksum())
+			return nil
+		}
+	},
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return errors.Join(errors.New("write JSON"), err)
+	}
+	return nil
+}
