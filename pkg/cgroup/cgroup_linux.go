@@ -279,7 +279,10 @@ func newGroup(name string, lim Limits, forceFreezer bool) (*Group, error) {
 		}
 		useKill = has
 	}
-	withFreezer := !useKill && l.v1[Freezer] != "" && (forceFreezer || l.unified == "")
+	// The v1 freezer is needed when the unified hierarchy can neither
+	// kill nor freeze (before Linux 5.2), or is absent.
+	withFreezer := !useKill && l.v1[Freezer] != "" &&
+		(forceFreezer || l.unified == "" || !exists(filepath.Join(l.unified, ParentName, "cgroup.freeze")))
 	g := &Group{name: name, limits: lim, hiers: l.plan(name, want, withFreezer), procsFD: -1, dirFD: -1}
 
 	var created []*hier
