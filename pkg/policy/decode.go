@@ -96,7 +96,9 @@ func keyPath(base, key string) string {
 
 func indexPath(base string, i int) string { return fmt.Sprintf("%s[%d]", base, i) }
 
-var identRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
+// identRE is a map key that can be written as .key in a field path;
+// anything else (including keys with dots) is written ["key"].
+var identRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_-]*$`)
 
 // nameRE is what a network_policies key must look like.
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
@@ -309,6 +311,13 @@ func (d *decoder) policy(doc *yaml.Node) *Policy {
 			d.errf(f.val, "version", "must be 1, not %d (only OpenShell policy schema version 1 is supported)", v)
 		}
 		p.Version = int(v)
+	}
+	// An optional section written with no value ("landlock:") is the same
+	// as omitting it.
+	for _, k := range []string{"filesystem_policy", "landlock", "process"} {
+		if f, ok := fields[k]; ok && f.val.Kind == yaml.ScalarNode && f.val.Tag == "!!null" {
+			delete(fields, k)
+		}
 	}
 	var rw []pathEntry
 	if f, ok := fields["filesystem_policy"]; ok {

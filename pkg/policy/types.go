@@ -109,6 +109,28 @@ type Endpoint struct {
 	AllowedIPs []string `json:"allowed_ips,omitempty" yaml:"allowed_ips,omitempty"`
 }
 
+// AccessAllows reports whether an access preset admits an HTTP method:
+// read-only allows GET, HEAD and OPTIONS; read-write adds POST, PUT and
+// PATCH; full allows every method. Unknown presets allow nothing.
+func AccessAllows(access, method string) bool {
+	switch access {
+	case AccessFull:
+		return true
+	case AccessReadWrite:
+		switch method {
+		case "POST", "PUT", "PATCH":
+			return true
+		}
+		fallthrough
+	case AccessReadOnly:
+		switch method {
+		case "GET", "HEAD", "OPTIONS":
+			return true
+		}
+	}
+	return false
+}
+
 // Rule is one entry of an endpoint's rules list.
 type Rule struct {
 	Allow RequestMatch `json:"allow" yaml:"allow"`

@@ -393,3 +393,35 @@ func TestLoadFileNamesFileAndKeepsErrors(t *testing.T) {
 		t.Fatalf("missing: err = %v", err)
 	}
 }
+
+func TestAccessAllows(t *testing.T) {
+	for _, tc := range []struct {
+		access, method string
+		want           bool
+	}{
+		{AccessReadOnly, "GET", true}, {AccessReadOnly, "HEAD", true}, {AccessReadOnly, "OPTIONS", true},
+		{AccessReadOnly, "POST", false}, {AccessReadOnly, "DELETE", false},
+		{AccessReadWrite, "GET", true}, {AccessReadWrite, "POST", true}, {AccessReadWrite, "PUT", true},
+		{AccessReadWrite, "PATCH", true}, {AccessReadWrite, "DELETE", false}, {AccessReadWrite, "CONNECT", false},
+		{AccessFull, "DELETE", true}, {AccessFull, "PROPFIND", true},
+		{"", "GET", false}, {"bogus", "GET", false}, {AccessReadOnly, "get", false},
+	} {
+		if got := AccessAllows(tc.access, tc.method); got != tc.want {
+			t.Errorf("AccessAllows(%q, %q) = %v", tc.access, tc.method, got)
+		}
+	}
+}
+
+func TestNullSectionsMeanOmitted(t *testing.T) {
+	p := mustParse(t, "version: 1\nfilesystem_policy:\nlandlock:\nprocess:\nnetwork_policies:\n")
+	if p.Checksum() != mustParse(t, "version: 1\n").Checksum() {
+		t.Errorf("null sections differ from omitted: %s", p.Canonical())
+	}
+}
+
+func TestDottedEntryNameIsQuotedInPaths(t *testing.T) {
+	_, err := Parse([]byte("version: 1\nnetwork_policies:\n  a.b:\n    endpoints: [{host: example.com, port: 0}]\n    binaries: [{path: /usr/bin/x}]\n"))
+	if errs, ok := AsErrors(err); !ok || !errs.Has(`network_policies["a.b"].endpoints[0].port`) {
+		t.Errorf("err = %v", err)
+	}
+}
