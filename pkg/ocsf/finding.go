@@ -1,0 +1,96 @@
+package ocsf
+
+import "fmt"
+
+// finding_info.types Palisade uses.
+const (
+	FindingTypeDegraded         = "Degraded Confinement"
+	FindingTypeBypass           = "Egress Bypass Attempt"
+	FindingTypeIdentityMismatch = "Binary Identity Mismatch"
+)
+
+// Finding is a Detection Finding (2004) Create, status New, flagged as an
+// alert with High confidence. A random finding_info.uid is generated when
+// info.UID is empty; created_time defaults to now.
+func (s *Source) Finding(info FindingInfo, severity int, evidences ...Evidence) *DetectionFinding {
+	e := &DetectionFinding{
+		Base:         s.Base(ClassDetectionFinding, FindingCreate, severity),
+		FindingInfo:  info,
+		Evidences:    evidences,
+		ConfidenceID: ConfidenceHigh,
+		IsAlert:      true,
+	}
+	e.StatusID = FindingStatusNew
+	if e.FindingInfo.UID == "" {
+		e.FindingInfo.UID = s.newUID("finding")
+	}
+	if e.FindingInfo.CreatedTime == 0 {
+		e.FindingInfo.CreatedTime = e.Time
+	}
+	e.Message = info.Title
+	return e
+}
+
+// DegradedRun is a finding that the sandbox runs with less confinement
+// than full: feature names what is missing (e.g. "seccomp", "landlock"),
+// reason why it was allowed (best_effort, --allow-degraded). Severity
+// Medium; action Allowed because the run went ahead.
+func (s *Source) DegradedRun(feature, reason string) *DetectionFinding {
+	info := FindingInfo{
+		UID:   s.newUID("degraded"),
+		Title: fmt.Sprintf("sandbox %s runs without %s", s.Sandbox, feature),
+		Desc:  reason,
+		Types: []string{FindingTypeDegraded},
+	}
+	e := s.Finding(info, SeverityMedium, Evidence{
+		Name:   feature,
+		Device: s.Device(),
+		Data:   map[string]any{"feature": feature, "reason": reason},
+	})
+	e.ActionID = ActionAllowed
+	e.DispositionID = DispositionAllowed
+	return e
+}
+
+// BypassAttempt is a finding that a sandbox process tried to reach the
+// network around the proxy (captured by the fence). Severity High; action
+// Denied, disposition Blocked.
+func (s *Source) BypassAttempt(c Conn, reason string) *DetectionFinding {
+	dst := "unknown destination"
+	if c.Dst != nil {
+		dst = endpointLabel(c.Dst)
+	}
+	info := FindingInfo{
+		UID:   s.newUID("bypass"),
+		Title: fmt.Sprintf("direct connection to %s bypassing the proxy", dst),
+		Desc:  reason,
+		Types: []string{FindingTypeBypass},
+	}
+	ev := Evidence{Actor: c.Actor, SrcEndpoint: c.Src, DstEndpoint: c.Dst, ConnectionInfo: c.connInfo()}
+	e := s.Finding(info, SeverityHigh, ev)
+	e.Actor = c.Actor
+	e.ActionID = ActionDenied
+	e.DispositionID = DispositionBlocked
+	return e
+}
+
+// IdentityMismatch is a finding that a binary's sha256 differs from the
+// hash pinned on first use for its path. Severity High; action Denied.
+func (s *Source) IdentityMismatch(actor *Actor, exePath, pinnedSHA256, seenSHA256 string) *DetectionFinding {
+	info := FindingInfo{
+		UID:   s.newUID("identity"),
+		Title: fmt.Sprintf("binary %s changed since first use", exePath),
+		Desc:  fmt.Sprintf("pinned sha256 %s, now %s", pinnedSHA256, seenSHA256),
+		Types: []string{FindingTypeIdentityMismatch},
+	}
+	ev := Evidence{
+		Actor: actor,
+		File:  ExeFile(exePath, seenSHA256),
+		Data:  map[string]any{"pinned_sha256": pinnedSHA256, "seen_sha256": seenSHA256},
+	}
+	e := s.Finding(info, SeverityHigh, ev)
+	e.Actor = actor
+	e.ActionID = ActionDenied
+	e.DispositionID = DispositionBlocked
+	return e
+}
