@@ -14,7 +14,20 @@ import (
 // content survives a crash once WriteFileAtomic returns nil. The file is
 // created with mode perm regardless of umask. On error the target is
 // untouched and the temporary file is removed.
-func WriteFileAtomic(path string, data []byte, perm os.FileMode) (err error) {
+func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
+	return writeAtomic(path, data, perm, true)
+}
+
+// ReplaceFile is WriteFileAtomic without the fsyncs: a reader still sees
+// the old content or the new, never a mix, but a power loss may lose the
+// new content. It is for volatile runtime state (under /run) that does
+// not outlive a reboot anyway, where an fsync on a disk-backed /run can
+// cost tens of milliseconds on every sandbox start.
+func ReplaceFile(path string, data []byte, perm os.FileMode) error {
+	return writeAtomic(path, data, perm, false)
+}
+
+func writeAtomic(path string, data []byte, perm os.FileMode, durable bool) (err error) {
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
@@ -33,14 +46,19 @@ func WriteFileAtomic(path string, data []byte, perm os.FileMode) (err error) {
 	if _, err = f.Write(data); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	if err = f.Sync(); err != nil {
-		return fmt.Errorf("write %s: fsync: %w", path, err)
+	if durable {
+		if err = f.Sync(); err != nil {
+			return fmt.Errorf("write %s: fsync: %w", path, err)
+		}
 	}
 	if err = f.Close(); err != nil {
 		return fmt.Errorf("write %s: close: %w", path, err)
 	}
 	if err = os.Rename(tmp, path); err != nil {
 		return fmt.Errorf("write %s: rename: %w", path, err)
+	}
+	if !durable {
+		return nil
 	}
 	return SyncDir(dir)
 }

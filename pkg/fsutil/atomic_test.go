@@ -75,3 +75,18 @@ func TestWriteFileAtomicConcurrentReader(t *testing.T) {
 		t.Fatalf("reader saw %d partial or missing files", bad.Load())
 	}
 }
+
+func TestReplaceFile(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "labels.json")
+	if err := ReplaceFile(p, []byte("a"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := ReplaceFile(p, []byte("b"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := os.ReadFile(p)
+	st, _ := os.Stat(p)
+	if string(got) != "b" || st.Mode().Perm() != 0o600 {
+		t.Fatalf("content %q mode %v", got, st.Mode().Perm())
+	}
+}

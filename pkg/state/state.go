@@ -6,7 +6,8 @@
 //
 // Directory creation is the name reservation: Create fails with "sandbox
 // name %q is taken" when the directory exists. labels.json is always
-// written with fsutil.WriteFileAtomic (mode 0600), and read-modify-write
+// written with fsutil.ReplaceFile (atomic rename, mode 0600; not fsynced:
+// runtime state does not outlive a reboot), and read-modify-write
 // updates hold an flock on the sandbox directory, so readers never see a
 // half-written file and concurrent updates are not lost.
 //
@@ -297,7 +298,8 @@ func writeLabels(dir string, l Labels) error {
 	if err != nil {
 		return fmt.Errorf("encode labels of sandbox %q: %w", l.Name, err)
 	}
-	return fsutil.WriteFileAtomic(filepath.Join(dir, LabelsFile), append(b, '\n'), 0o600)
+	// Runtime state: atomic, but not fsynced (it dies with the boot).
+	return fsutil.ReplaceFile(filepath.Join(dir, LabelsFile), append(b, '\n'), 0o600)
 }
 
 // ErrNotFound is wrapped by errors for sandboxes that do not exist.
@@ -397,7 +399,7 @@ func (s *Store) Remove(name string) error {
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("remove sandbox state %s: %w", dir, err)
 	}
-	return fsutil.SyncDir(s.root)
+	return nil
 }
 
 // Entry is one sandbox as List sees it. Err is set (and Labels holds only

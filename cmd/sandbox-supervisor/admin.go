@@ -1,0 +1,294 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/palisade-sandbox/palisade/pkg/cli"
+	"github.com/palisade-sandbox/palisade/pkg/sandbox"
+	"github.com/palisade-sandbox/palisade/pkg/state"
+)
+
+func newFlagSet(name, usage string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, usage)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return cli.Quiet(cli.ExitOK)
+		}
+		return cli.Quiet(cli.ExitUsage)
+	}
+	return nil
+}
+
+const listUsage = `usage: sandbox-supervisor list [--json] [--state-dir DIR]
+
+Lists the sandboxes recorded in the state directory.
+
+Examples:
+  sudo sandbox-supervisor list
+  sudo sandbox-supervisor list --json | jq -r 'select(.kind=="task") | .name'
+
+Flags:
+`
+
+func listCmd(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("list", listUsage, stderr)
+	asJSON := fs.Bool("json", false, "one JSON object per sandbox per line")
+	dir := fs.String("state-dir", state.DefaultRoot, "state root")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 0 {
+		return cli.Usagef("list: unexpected argument %q", fs.Arg(0))
+	}
+	store, err := state.Open(*dir)
+	if err != nil {
+		return err
+	}
+	ents, err := store.List()
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		for _, e := range ents {
+			if e.Err != nil {
+				enc.Encode(map[string]string{"name": e.Name, "error": e.Err.Error()})
+				continue
+			}
+			enc.Encode(e.Labels)
+		}
+		return nil
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tKIND\tSTATUS\tOWNER\tCREATED\tKEEP\tPOLICY")
+	for _, e := range ents {
+		if e.Err != nil {
+			fmt.Fprintf(tw, "%s\t?\tunreadable\t\t\t\t%v\n", e.Name, e.Err)
+			continue
+		}
+		l := e.Labels
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%v\t%.12s\n", l.Name, l.Kind, l.Status, l.Owner, l.Created.Format(time.RFC3339), l.Keep, l.PolicySHA256)
+	}
+	return tw.Flush()
+}
+
+const statusUsage = `usage: sandbox-supervisor status NAME [--json] [--state-dir DIR]
+
+Shows one sandbox's labels. Exit status 1 when it does not exist.
+
+Examples:
+  sudo sandbox-supervisor status task-42
+  sudo sandbox-supervisor status task-42 --json | jq .policy_sha256
+
+Flags:
+`
+
+func statusCmd(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("status", statusUsage, stderr)
+	asJSON := fs.Bool("json", false, "print the labels as one JSON object")
+	dir := fs.String("state-dir", state.DefaultRoot, "state root")
+	// Accept the name before or after the flags.
+	var name string
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		name, args = args[0], args[1:]
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if name == "" && fs.NArg() == 1 {
+		name = fs.Arg(0)
+	} else if fs.NArg() != 0 || name == "" {
+		fs.Usage()
+		return cli.Usagef("status: want exactly one sandbox NAME")
+	}
+	if err := state.ValidateName(name); err != nil {
+		return cli.Usagef("status: %v", err)
+	}
+	store, err := state.Open(*dir)
+	if err != nil {
+		return err
+	}
+	l, err := store.Get(name)
+	if err != nil {
+		return cli.Failf("status: %v", err)
+	}
+	if *asJSON {
+		return json.NewEncoder(stdout).Encode(l)
+	}
+	fmt.Fprintf(stdout, "name:          %s\nkind:          %s\nstatus:        %s\nowner:         %s\ncreated:       %s\nkeep:          %v\ncreator pid:   %d\nagent id:      %s\npolicy sha256: %s (%s)\ncgroup:        %s\n",
+		l.Name, l.Kind, l.Status, l.Owner, l.Created.Format(time.RFC3339), l.Keep, l.CreatorPID, l.AgentID, l.PolicySHA256, l.PolicySource, l.Cgroup)
+	if l.ExitCode != nil {
+		fmt.Fprintf(stdout, "exit code:     %d\n", *l.ExitCode)
+	}
+	return nil
+}
+
+const gcUsage = `usage: sandbox-supervisor gc [--apply] [--stale-after DUR] [--json] [--state-dir DIR]
+
+Finds orphaned sandboxes (seed "sandbox-gc"): a sandbox is collected only
+when it is older than the stale age, its creator process is dead, and it
+is not marked keep. Without --apply nothing is changed; every sandbox is
+listed with the reason it would or would not be collected. --apply kills
+what is left of it, removes its cgroup and network state, then its state
+directory.
+
+The stale age defaults to MAC_OPENSHELL_STALE_AFTER_SECONDS or 86400 s.
+
+Examples:
+  sudo sandbox-supervisor gc
+  sudo sandbox-supervisor gc --apply
+  sudo sandbox-supervisor gc --stale-after 1h --json
+
+Flags:
+`
+
+func gcCmd(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("gc", gcUsage, stderr)
+	apply := fs.Bool("apply", false, "collect (default: dry run)")
+	asJSON := fs.Bool("json", false, "one JSON object per sandbox per line")
+	staleFlag := fs.Duration("stale-after", 0, "minimum age (default: MAC_OPENSHELL_STALE_AFTER_SECONDS or 24h)")
+	dir := fs.String("state-dir", state.DefaultRoot, "state root")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 0 {
+		return cli.Usagef("gc: unexpected argument %q", fs.Arg(0))
+	}
+	stale, err := state.StaleAfterFromEnv(os.Getenv)
+	if err != nil {
+		return cli.Usagef("%v", err)
+	}
+	if *staleFlag != 0 {
+		if *staleFlag < 0 {
+			return cli.Usagef("--stale-after %s: must not be negative", *staleFlag)
+		}
+		stale = *staleFlag
+	}
+	store, err := state.Open(*dir)
+	if err != nil {
+		return err
+	}
+	plan, err := store.Plan(time.Now(), stale)
+	if err != nil {
+		return err
+	}
+	enc := json.NewEncoder(stdout)
+	type row struct {
+		Name    string `json:"name"`
+		Collect bool   `json:"collect"`
+		Reason  string `json:"reason"`
+		Removed *bool  `json:"removed,omitempty"`
+		Error   string `json:"error,omitempty"`
+	}
+	if !*apply {
+		for _, d := range plan.Decisions {
+			verb := "keep   "
+			if d.Collect {
+				verb = "collect"
+			}
+			if *asJSON {
+				enc.Encode(row{Name: d.Name, Collect: d.Collect, Reason: d.Reason})
+			} else {
+				fmt.Fprintf(stdout, "%s %s: %s\n", verb, d.Name, d.Reason)
+			}
+		}
+		if !*asJSON {
+			fmt.Fprintln(stdout, "dry run: nothing changed; add --apply to collect")
+		}
+		return nil
+	}
+	outs, err := store.Apply(plan, sandbox.Collect)
+	for _, o := range outs {
+		removed := o.Removed
+		r := row{Name: o.Name, Collect: true, Reason: o.Reason, Removed: &removed}
+		if o.Err != nil {
+			r.Error = o.Err.Error()
+		}
+		if *asJSON {
+			enc.Encode(r)
+		} else if o.Err != nil {
+			fmt.Fprintf(stdout, "failed  %s: %v\n", o.Name, o.Err)
+		} else {
+			fmt.Fprintf(stdout, "removed %s: %s\n", o.Name, o.Reason)
+		}
+	}
+	if err != nil {
+		return cli.Failf("gc: %v", err)
+	}
+	return nil
+}
+
+const preflightUsage = `usage: sandbox-supervisor preflight [--json]
+
+Probes every kernel feature the sandbox uses and prints one typed result
+per feature, naming the minimum kernel. Exit status 1 when a confinement
+feature is missing.
+
+Examples:
+  sudo sandbox-supervisor preflight
+  sudo sandbox-supervisor preflight --json | jq -c '.features[] | select(.ok|not)'
+
+Flags:
+`
+
+func preflightCmd(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("preflight", preflightUsage, stderr)
+	asJSON := fs.Bool("json", false, "print one JSON object")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 0 {
+		return cli.Usagef("preflight: unexpected argument %q", fs.Arg(0))
+	}
+	pf := sandbox.RunPreflight(probe)
+	var missing []string
+	for _, r := range pf.Results {
+		if !r.OK && r.Confinement {
+			missing = append(missing, r.Name)
+		}
+	}
+	if *asJSON {
+		if err := json.NewEncoder(stdout).Encode(pf); err != nil {
+			return err
+		}
+	} else {
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "FEATURE\tSTATUS\tMIN KERNEL\tDETAIL")
+		for _, r := range pf.Results {
+			st := "ok"
+			if !r.OK {
+				st = "MISSING"
+				if !r.Confinement {
+					st = "missing (optional)"
+				}
+			}
+			detail := r.Detail
+			if r.Name == "landlock" && r.OK {
+				detail = fmt.Sprintf("ABI %d", pf.LandlockABI)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Name, st, r.MinKernel, detail)
+		}
+		tw.Flush()
+	}
+	if len(missing) > 0 {
+		return cli.Failf("preflight: missing confinement features: %s", strings.Join(missing, ", "))
+	}
+	return nil
+}

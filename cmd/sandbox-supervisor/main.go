@@ -1,0 +1,88 @@
+// Command sandbox-supervisor creates a named sandbox from the resolved
+// policy and runs one command in it: namespaces, cgroup limits, private
+// mounts, Landlock, seccomp and a verified privilege drop. It reaps,
+// forwards signals, relays a PTY or pipes, reports the command's exit
+// status, and emits OCSF events. `list`, `status`, `gc`, `preflight` and
+// `spec` inspect and maintain sandboxes.
+//
+// The binary also serves as the in-sandbox init: when started with the
+// hidden first argument sandbox.InitCommand it runs sandbox.RunInit and
+// nothing else.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/palisade-sandbox/palisade/pkg/cli"
+	"github.com/palisade-sandbox/palisade/pkg/sandbox"
+)
+
+func main() {
+	// The init stage is dispatched before anything else is parsed.
+	if len(os.Args) > 1 && os.Args[1] == sandbox.InitCommand {
+		sandbox.RunInit()
+		return
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGPIPE)
+	defer stop()
+	err := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	sandbox.RestoreTerminals()
+	cli.Exit("sandbox-supervisor", err, os.Stderr)
+}
+
+const usage = `usage: sandbox-supervisor COMMAND [flags]
+
+Commands:
+  run [flags] -- CMD [ARG...]   create a sandbox from the resolved policy and run CMD in it
+  spec [run flags] -- CMD       print the OCI config.json run would use, without running
+  list [--json]                 list sandboxes in the state directory
+  status NAME [--json]          show one sandbox's labels
+  gc [--apply] [--stale-after DUR] [--json]
+                                collect orphaned sandboxes (dry run unless --apply)
+  preflight [--json]            probe the kernel features confinement needs
+
+Run 'sandbox-supervisor COMMAND --help' for a command's flags.
+
+Examples:
+  sudo sandbox-supervisor run -- sh -c 'id; cat /etc/shadow; echo done'
+  sudo sandbox-supervisor run --policy /etc/mac/openshell-policy.yaml --name task-42 \
+       --kind task --workdir /srv/work/task-42 --events /var/log/openshell-ocsf.task-42.log -- make test
+  sudo sandbox-supervisor preflight --json
+  sudo sandbox-supervisor gc            # what would be collected, and why
+  sudo sandbox-supervisor gc --apply
+
+Exit status of run: the command's own; 128+N when it died of signal N;
+125 when the sandbox could not be created; 126/127 when the command is not
+executable / not found. Other commands: 0 ok, 1 check failed, 2 usage.
+`
+
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return cli.Quiet(cli.ExitUsage)
+	}
+	switch args[0] {
+	case "run":
+		return runCmd(ctx, args[1:], stdin, stdout, stderr, false)
+	case "spec":
+		return runCmd(ctx, args[1:], stdin, stdout, stderr, true)
+	case "list":
+		return listCmd(args[1:], stdout, stderr)
+	case "status":
+		return statusCmd(args[1:], stdout, stderr)
+	case "gc":
+		return gcCmd(args[1:], stdout, stderr)
+	case "preflight":
+		return preflightCmd(args[1:], stdout, stderr)
+	case "-h", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	fmt.Fprint(stderr, usage)
+	return cli.Usagef("unknown command %q", args[0])
+}

@@ -1,0 +1,319 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/palisade-sandbox/palisade/pkg/cli"
+	"github.com/palisade-sandbox/palisade/pkg/feature"
+	"github.com/palisade-sandbox/palisade/pkg/sandbox"
+	"github.com/palisade-sandbox/palisade/pkg/state"
+	"github.com/palisade-sandbox/palisade/pkg/testutil"
+)
+
+// The test binary is also the in-sandbox init when run() re-executes
+// /proc/self/exe in-process.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == sandbox.InitCommand {
+		sandbox.RunInit()
+		return
+	}
+	os.Exit(m.Run())
+}
+
+func runCLI(t *testing.T, args ...string) (string, string, error) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	err := run(context.Background(), args, strings.NewReader(""), &out, &errb)
+	return out.String(), errb.String(), err
+}
+
+func TestHelpHasExamples(t *testing.T) {
+	for _, args := range [][]string{{"--help"}, {"run", "--help"}, {"list", "--help"}, {"status", "--help"}, {"gc", "--help"}, {"preflight", "--help"}} {
+		out, errs, err := runCLI(t, args...)
+		if cli.Code(err) != 0 {
+			t.Errorf("%v: exit %d", args, cli.Code(err))
+		}
+		if !strings.Contains(out+errs, "Examples:") {
+			t.Errorf("%v: help has no examples:\n%s%s", args, out, errs)
+		}
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{},
+		{"frobnicate"},
+		{"run"},
+		{"run", "--tty", "--no-tty", "--", "true"},
+		{"run", "--profile", "huge", "--", "true"},
+		{"run", "--profile", "bounded-tmpfs", "--memory", "1g", "--", "true"},
+		{"run", "--profile", "bounded-tmpfs", "--cpus", "2", "--", "true"},
+		{"run", "--memory", "lots", "--", "true"},
+		{"run", "--pids", "0", "--", "true"},
+		{"run", "--kind", "weird", "--", "true"},
+		{"run", "--name", "../etc", "--", "true"},
+		{"run", "--env", "HTTP_PROXY=http://evil", "--", "true"},
+		{"status"},
+		{"gc", "--stale-after", "-1h"},
+	} {
+		_, errs, err := runCLI(t, args...)
+		if cli.Code(err) != cli.ExitUsage {
+			t.Errorf("%v: exit %d (%v), want 2; stderr %s", args, cli.Code(err), err, errs)
+		}
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	for in, want := range map[string]int64{"512m": 512 << 20, "4g": 4 << 30, "4GiB": 4 << 30, "8388608": 8 << 20, "4096k": 4 << 20} {
+		if got, err := parseSize(in); err != nil || got != want {
+			t.Errorf("parseSize(%q) = %d, %v", in, got, err)
+		}
+	}
+	for _, bad := range []string{"x", "-1g", "1m", "0", "1.5g"} {
+		if _, err := parseSize(bad); err == nil {
+			t.Errorf("parseSize(%q) accepted", bad)
+		}
+	}
+}
+
+func TestSpecPrintsConfig(t *testing.T) {
+	wd := t.TempDir()
+	out, errs, err := runCLI(t, "spec", "--workdir", wd, "--memory", "1g", "--", "/bin/true")
+	if err != nil {
+		t.Fatalf("%v: %s", err, errs)
+	}
+	var s struct {
+		Process struct {
+			User struct{ UID int } `json:"user"`
+			Args []string
+		}
+		Linux struct {
+			Namespaces []struct{ Type string }
+			Resources  struct{ Memory struct{ Limit int64 } }
+		}
+		Annotations map[string]string
+	}
+	if err := json.Unmarshal([]byte(out), &s); err != nil {
+		t.Fatal(err)
+	}
+	if s.Process.User.UID == 0 || len(s.Linux.Namespaces) != 6 || s.Linux.Resources.Memory.Limit != 1<<30 || s.Annotations["io.palisade.policy.sha256"] == "" {
+		t.Fatalf("spec %+v", s)
+	}
+}
+
+// The hard_requirement abort path, through the preflight seam.
+func TestHardRequirementAbortExit125(t *testing.T) {
+	testutil.RequireRoot(t)
+	probe = func(n string) error {
+		if n == "landlock" {
+			return &feature.MissingError{Feature: n, MinKernel: "5.13", Reason: "simulated"}
+		}
+		return feature.Check(n)
+	}
+	defer func() { probe = nil }()
+	dir := t.TempDir()
+	_, _, err := runCLI(t, "run", "--state-dir", dir, "--workdir", dir, "--", "/bin/true")
+	if cli.Code(err) != 125 || !strings.Contains(err.Error(), "landlock") || !strings.Contains(err.Error(), "hard_requirement") {
+		t.Fatalf("exit %d: %v", cli.Code(err), err)
+	}
+}
+
+// sandboxDirs makes a workdir the sandbox user can write and a state root.
+func sandboxDirs(t *testing.T) (string, string) {
+	wd := t.TempDir()
+	os.Chown(wd, 10001, 10001)
+	return wd, filepath.Join(t.TempDir(), "state")
+}
+
+func TestBinaryExitCodesAndSignals(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.RequireFeature(t, "landlock")
+	bin := testutil.Binary(t, "sandbox-supervisor")
+	wd, st := sandboxDirs(t)
+	for _, c := range []struct {
+		cmd  string
+		want int
+	}{
+		{"exit 0", 0}, {"exit 7", 7}, {"kill -KILL $$", 137}, {"kill -TERM $$", 143},
+	} {
+		cmd := exec.Command(bin, "run", "--state-dir", st, "--workdir", wd, "--", "/bin/sh", "-c", c.cmd)
+		err := cmd.Run()
+		if got := cmd.ProcessState.ExitCode(); got != c.want {
+			t.Errorf("%q: exit %d (%v), want %d", c.cmd, got, err, c.want)
+		}
+	}
+	for _, c := range []struct {
+		args []string
+		want int
+	}{
+		{[]string{"/nonexistent"}, 127}, {[]string{"/etc/passwd"}, 126},
+	} {
+		cmd := exec.Command(bin, append([]string{"run", "--state-dir", st, "--workdir", wd, "--"}, c.args...)...)
+		var errb bytes.Buffer
+		cmd.Stderr = &errb
+		cmd.Run()
+		if got := cmd.ProcessState.ExitCode(); got != c.want {
+			t.Errorf("%v: exit %d, want %d (%s)", c.args, got, c.want, errb.String())
+		}
+	}
+
+	// Signal forwarding: SIGTERM to the supervisor reaches the command.
+	cmd := exec.Command(bin, "run", "--state-dir", st, "--workdir", wd, "--", "/bin/sh", "-c",
+		`trap 'exit 42' TERM; echo ready; i=0; while [ $i -lt 200 ]; do sleep 0.1; i=$((i+1)); done; exit 1`)
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if line, _ := bufio.NewReader(stdout).ReadString('\n'); line != "ready\n" {
+		t.Fatalf("got %q", line)
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	cmd.Wait()
+	if got := cmd.ProcessState.ExitCode(); got != 42 {
+		t.Fatalf("after SIGTERM: exit %d, want 42 (trap ran)", got)
+	}
+}
+
+// A supervisor killed with SIGKILL leaves no running sandbox process, and
+// gc --apply removes what it left.
+func TestSupervisorSIGKILLLeavesNoSurvivors(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.RequireFeature(t, "landlock")
+	bin := testutil.Binary(t, "sandbox-supervisor")
+	wd, st := sandboxDirs(t)
+	name := testutil.UniqueName("kill-")
+	cmd := exec.Command(bin, "run", "--state-dir", st, "--workdir", wd, "--name", name, "--", "/bin/sh", "-c", "echo ready; exec sleep 60")
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	if line, _ := bufio.NewReader(stdout).ReadString('\n'); line != "ready\n" {
+		t.Fatalf("got %q", line)
+	}
+	store, err := state.Open(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := store.Get(name)
+	if err != nil || l.InitPID == 0 || l.Status != state.StatusRunning {
+		t.Fatalf("labels %+v, %v", l, err)
+	}
+	procsFile := "/sys/fs/cgroup/pids/palisade/" + name + "/cgroup.procs"
+	if b, _ := os.ReadFile(procsFile); len(strings.Fields(string(b))) < 2 {
+		t.Fatalf("sandbox cgroup holds %q, want init and sleep", b)
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		b, _ := os.ReadFile(procsFile)
+		if len(strings.TrimSpace(string(b))) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("processes survived the supervisor: %q", b)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// The init is gone (or a zombie waiting for the host's reaper).
+	for {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(l.InitPID) + "/stat")
+		st2, _ := state.ProcStartTime(l.InitPID)
+		if err != nil || st2 != l.InitStartTime || strings.Contains(string(b), ") Z ") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("init survived the supervisor")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// gc: dry run keeps it (too young), --stale-after 0 collects it.
+	out, _, err := runCLI(t, "gc", "--state-dir", st)
+	if err != nil || !strings.Contains(out, "keep    "+name) {
+		t.Fatalf("dry run: %v\n%s", err, out)
+	}
+	out, _, err = runCLI(t, "gc", "--state-dir", st, "--stale-after", "1ns", "--apply")
+	if err != nil || !strings.Contains(out, "removed "+name) {
+		t.Fatalf("gc --apply: %v\n%s", err, out)
+	}
+	if _, err := os.Stat("/sys/fs/cgroup/pids/palisade/" + name); !os.IsNotExist(err) {
+		t.Fatalf("cgroup left after gc: %v", err)
+	}
+	if _, err := store.Get(name); err == nil {
+		t.Fatal("state left after gc")
+	}
+}
+
+func TestKeepListStatus(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.RequireFeature(t, "landlock")
+	wd, st := sandboxDirs(t)
+	name := testutil.UniqueName("keep-")
+	_, errs, err := runCLI(t, "run", "--state-dir", st, "--workdir", wd, "--name", name, "--keep", "--kind", "task", "--agent-id", "agent_x", "--", "/bin/sh", "-c", "exit 5")
+	if cli.Code(err) != 5 {
+		t.Fatalf("exit %d: %v %s", cli.Code(err), err, errs)
+	}
+	out, _, err := runCLI(t, "list", "--state-dir", st, "--json")
+	var l state.Labels
+	if err != nil || json.Unmarshal([]byte(out), &l) != nil || l.Name != name || l.Kind != "task" || !l.Keep || l.ExitCode == nil || *l.ExitCode != 5 || l.AgentID != "agent_x" {
+		t.Fatalf("list: %v %s", err, out)
+	}
+	out, _, err = runCLI(t, "status", name, "--state-dir", st)
+	if err != nil || !strings.Contains(out, "exit code:     5") {
+		t.Fatalf("status: %v %s", err, out)
+	}
+	if _, _, err := runCLI(t, "status", "nope", "--state-dir", st); cli.Code(err) != 1 {
+		t.Fatalf("status of a missing sandbox: %v", err)
+	}
+	// A taken name is an error.
+	_, _, err = runCLI(t, "run", "--state-dir", st, "--workdir", wd, "--name", name, "--", "/bin/true")
+	if cli.Code(err) != 125 || !strings.Contains(err.Error(), "taken") {
+		t.Fatalf("taken name: %v", err)
+	}
+	// keep=true protects it from gc even when stale.
+	out, _, _ = runCLI(t, "gc", "--state-dir", st, "--stale-after", "1ns", "--apply")
+	if strings.Contains(out, "removed "+name) {
+		t.Fatal("gc collected a keep=true sandbox")
+	}
+}
+
+func TestPreflightJSON(t *testing.T) {
+	testutil.RequireRoot(t)
+	out, _, err := runCLI(t, "preflight", "--json")
+	if err != nil {
+		t.Fatalf("preflight on this machine: %v\n%s", err, out)
+	}
+	var pf struct {
+		Features []struct {
+			Name string
+			OK   bool
+		}
+		LandlockABI int `json:"landlock_abi"`
+	}
+	if err := json.Unmarshal([]byte(out), &pf); err != nil || len(pf.Features) < 10 || pf.LandlockABI < 1 {
+		t.Fatalf("%v %s", err, out)
+	}
+	probe = func(n string) error {
+		if n == "seccomp" {
+			return &feature.MissingError{Feature: n, MinKernel: "3.17", Reason: "simulated"}
+		}
+		return nil
+	}
+	defer func() { probe = nil }()
+	out, _, err = runCLI(t, "preflight")
+	if cli.Code(err) != 1 || !strings.Contains(out, "seccomp") || !strings.Contains(out, "MISSING") {
+		t.Fatalf("missing seccomp: %v\n%s", err, out)
+	}
+}

@@ -1,0 +1,270 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/palisade-sandbox/palisade/pkg/cli"
+	"github.com/palisade-sandbox/palisade/pkg/policy"
+	"github.com/palisade-sandbox/palisade/pkg/sandbox"
+	"github.com/palisade-sandbox/palisade/pkg/state"
+)
+
+// probe is the preflight seam: tests replace it to simulate a missing
+// kernel feature without breaking the kernel.
+var probe sandbox.Prober
+
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+const runUsage = `usage: sandbox-supervisor run [flags] -- CMD [ARG...]
+
+Creates a sandbox from the resolved policy (--policy, else
+$MAC_OPENSHELL_POLICY, else ~/.mac/openshell-policy.yaml, else the bundled
+fail-closed default) and runs CMD in it as the policy's unprivileged user.
+
+Flags:
+`
+
+const runExamples = `
+Environment: MAC_OPENSHELL_POLICY, MAC_OPENSHELL_SANDBOX_NAME,
+MAC_OPENSHELL_KEEP, MAC_OPENSHELL_EVENTS_FILE, MAC_OPENSHELL_ENV_PASSTHROUGH,
+MAC_OPENSHELL_REQUIRED (truthy: every missing feature aborts),
+MAC_HUB_VERIFY_PROFILE (default | bounded-tmpfs).
+
+Examples:
+  sudo sandbox-supervisor run -- sh -c 'id; cat /etc/shadow; echo done'
+  sudo sandbox-supervisor run --tty -- bash
+  sudo sandbox-supervisor run --workdir /srv/task --env CI=1 --memory 4g --cpus 2 -- make test
+  sudo sandbox-supervisor run --profile bounded-tmpfs --kind verify -- ./scripts/run-tests.sh
+  sudo sandbox-supervisor spec -- /bin/true | jq .linux.namespaces
+`
+
+type runFlags struct {
+	policy, name, kind, agentID, workdir, passthrough, events string
+	profile, memory, stateDir, logFormat                      string
+	cpus                                                      float64
+	pids                                                      int64
+	tty, noTTY, keep, allowDegraded                           bool
+	env                                                       multiFlag
+}
+
+func parseRunFlags(args []string, stderr io.Writer, specOnly bool) (*runFlags, []string, error) {
+	f := &runFlags{}
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, runUsage)
+		fs.PrintDefaults()
+		fmt.Fprint(stderr, runExamples)
+	}
+	fs.StringVar(&f.policy, "policy", "", "policy file (overrides MAC_OPENSHELL_POLICY)")
+	fs.StringVar(&f.name, "name", os.Getenv("MAC_OPENSHELL_SANDBOX_NAME"), "sandbox name (default: generated sbx-<hex>; env MAC_OPENSHELL_SANDBOX_NAME)")
+	fs.StringVar(&f.kind, "kind", "adhoc", "lifecycle kind: task, verify, probe or adhoc")
+	fs.StringVar(&f.agentID, "agent-id", "", "agent id recorded in labels and events")
+	fs.StringVar(&f.workdir, "workdir", "", "working directory, bound read-write when the policy includes it (default: current directory)")
+	fs.Var(&f.env, "env", "set K=V in the sandbox (repeatable)")
+	fs.StringVar(&f.passthrough, "env-passthrough", envOr("MAC_OPENSHELL_ENV_PASSTHROUGH", strings.Join(sandbox.DefaultPassthrough, ",")), "comma list of variables copied from this environment")
+	fs.StringVar(&f.events, "events", os.Getenv("MAC_OPENSHELL_EVENTS_FILE"), "OCSF JSONL destination: a file (appended) or - for stdout")
+	fs.StringVar(&f.profile, "profile", "", "resource profile: default or bounded-tmpfs (default: MAC_HUB_VERIFY_PROFILE)")
+	fs.Float64Var(&f.cpus, "cpus", 0, "CPU limit in cores (0: none)")
+	fs.StringVar(&f.memory, "memory", "", "memory limit, e.g. 512m, 4g (default: none)")
+	fs.Int64Var(&f.pids, "pids", sandbox.DefaultPidsLimit, "maximum number of processes")
+	fs.BoolVar(&f.tty, "tty", false, "give the command a terminal from the sandbox's own devpts")
+	fs.BoolVar(&f.noTTY, "no-tty", false, "use pipes (the default); the command has no controlling terminal")
+	fs.BoolVar(&f.keep, "keep", cli.Truthy(os.Getenv("MAC_OPENSHELL_KEEP")), "keep the state directory after exit (env MAC_OPENSHELL_KEEP)")
+	fs.StringVar(&f.stateDir, "state-dir", state.DefaultRoot, "root of the per-sandbox state directories")
+	fs.BoolVar(&f.allowDegraded, "allow-degraded", false, "run without seccomp if the kernel lacks it (recorded as a Detection Finding; refused under hard_requirement)")
+	fs.StringVar(&f.logFormat, "log-format", "text", "stderr log format: text or json")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, nil, cli.Quiet(cli.ExitOK)
+		}
+		return nil, nil, cli.Quiet(cli.ExitUsage)
+	}
+	cmd := fs.Args()
+	if len(cmd) == 0 {
+		fs.Usage()
+		return nil, nil, cli.Usagef("run: no command given (put it after --)")
+	}
+	if f.tty && f.noTTY {
+		return nil, nil, cli.Usagef("--tty and --no-tty are mutually exclusive")
+	}
+	if _, err := state.ParseKind(f.kind); err != nil {
+		return nil, nil, cli.Usagef("--kind: %v", err)
+	}
+	if f.name != "" {
+		if err := state.ValidateName(f.name); err != nil {
+			return nil, nil, cli.Usagef("--name: %v", err)
+		}
+	}
+	if f.profile == "" {
+		f.profile = os.Getenv("MAC_HUB_VERIFY_PROFILE")
+	}
+	switch f.profile {
+	case "", sandbox.ProfileDefault:
+		f.profile = sandbox.ProfileDefault
+	case sandbox.ProfileBoundedTmpfs:
+		if f.cpus != 0 || f.memory != "" {
+			return nil, nil, cli.Usagef("--cpus/--memory cannot be combined with the bounded-tmpfs profile (it sets 12 CPUs and 32 GiB)")
+		}
+	default:
+		return nil, nil, cli.Usagef("--profile %q: unknown profile (want default or bounded-tmpfs)", f.profile)
+	}
+	if f.cpus < 0 {
+		return nil, nil, cli.Usagef("--cpus %v: must not be negative", f.cpus)
+	}
+	if f.pids < 1 {
+		return nil, nil, cli.Usagef("--pids %d: must be at least 1", f.pids)
+	}
+	if _, err := parseSize(f.memory); err != nil {
+		return nil, nil, cli.Usagef("--memory: %v", err)
+	}
+	return f, cmd, nil
+}
+
+func envOr(k, d string) string {
+	if v, ok := os.LookupEnv(k); ok {
+		return v
+	}
+	return d
+}
+
+// parseSize parses 1234, 512k, 512m, 4g, 4G, 4GiB into bytes.
+func parseSize(s string) (int64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	t := strings.ToLower(strings.TrimSpace(s))
+	t = strings.TrimSuffix(strings.TrimSuffix(t, "ib"), "b")
+	mult := int64(1)
+	switch {
+	case strings.HasSuffix(t, "k"):
+		mult, t = 1<<10, t[:len(t)-1]
+	case strings.HasSuffix(t, "m"):
+		mult, t = 1<<20, t[:len(t)-1]
+	case strings.HasSuffix(t, "g"):
+		mult, t = 1<<30, t[:len(t)-1]
+	case strings.HasSuffix(t, "t"):
+		mult, t = 1<<40, t[:len(t)-1]
+	}
+	n, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || n <= 0 || n > (1<<62)/mult {
+		return 0, fmt.Errorf("%q is not a positive size such as 512m or 4g", s)
+	}
+	if n*mult < 4<<20 {
+		return 0, fmt.Errorf("%q is below the 4 MiB minimum", s)
+	}
+	return n * mult, nil
+}
+
+func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, specOnly bool) error {
+	f, cmdArgs, err := parseRunFlags(args, stderr, specOnly)
+	if err != nil {
+		return err
+	}
+	logger, err := cli.NewLogger(f.logFormat, stderr, slog.LevelInfo)
+	if err != nil {
+		return err
+	}
+	sandboxFailed := func(err error) error {
+		return cli.WithCode(sandbox.ExitSandboxFailed, fmt.Errorf("sandbox not created: %w", err))
+	}
+	resolved, err := policy.Resolve(policy.ResolveOptions{Flag: f.policy})
+	if err != nil {
+		return sandboxFailed(fmt.Errorf("policy: %w", err))
+	}
+	workdir := f.workdir
+	if workdir == "" {
+		if workdir, err = os.Getwd(); err != nil {
+			return sandboxFailed(err)
+		}
+	}
+	if workdir, err = filepath.Abs(workdir); err != nil {
+		return sandboxFailed(err)
+	}
+	if err := resolved.Policy.CheckWorkdir(workdir); err != nil {
+		return sandboxFailed(fmt.Errorf("policy %s: %w", resolved.Path, err))
+	}
+	mem, _ := parseSize(f.memory)
+	pinfo := policyInfo(resolved)
+	env, err := sandbox.BuildEnv(sandbox.EnvInput{
+		Host: os.Environ(), Set: f.env, Passthrough: strings.Split(f.passthrough, ","),
+		Workdir: workdir, Name: f.name, TTY: f.tty, Profile: f.profile,
+	})
+	if err != nil {
+		return cli.Usagef("%v", err)
+	}
+	if specOnly {
+		uid, gid, err := sandbox.ResolveIdentity(pinfo.RunAsUser, pinfo.RunAsGroup)
+		if err != nil {
+			return sandboxFailed(err)
+		}
+		name := f.name
+		if name == "" {
+			name = "sbx-000000000000"
+		}
+		s, err := sandbox.BuildSpec(sandbox.SpecInput{
+			Name: name, Kind: f.kind, Args: cmdArgs, Env: env, Workdir: workdir, UID: uid, GID: gid,
+			TTY: f.tty, Hostname: name, PolicySHA: pinfo.SHA256, Compat: compat(pinfo), Profile: f.profile,
+			PidsLimit: f.pids, MemoryBytes: mem, CPUs: f.cpus, HidePaths: []string{f.stateDir},
+		})
+		if err != nil {
+			return sandboxFailed(err)
+		}
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(s)
+	}
+	emitter, closeEvents, err := openEvents(f.events, stdout)
+	if err != nil {
+		return cli.Usagef("--events: %v", err)
+	}
+	defer closeEvents()
+	events := newEventSink(emitter, f.agentID, cmdArgs)
+	res, err := sandbox.Run(ctx, sandbox.Options{
+		Name: f.name, Kind: state.Kind(f.kind), AgentID: f.agentID, Args: cmdArgs, Env: env,
+		Workdir: workdir, TTY: f.tty, Keep: f.keep, StateRoot: f.stateDir, Policy: pinfo,
+		Profile: f.profile, PidsLimit: f.pids, Memory: mem, CPUs: f.cpus,
+		AllowDegraded: f.allowDegraded, Required: cli.Truthy(os.Getenv("MAC_OPENSHELL_REQUIRED")),
+		Probe: probe, Events: events, Logger: logger,
+		Stdin: stdin, Stdout: stdout, Stderr: stderr,
+	})
+	if err != nil {
+		return sandboxFailed(err)
+	}
+	if res.ExitCode != 0 {
+		return cli.Quiet(res.ExitCode)
+	}
+	return nil
+}
+
+func compat(p sandbox.PolicyInfo) string {
+	if p.HardRequirement {
+		return "hard_requirement"
+	}
+	return "best_effort"
+}
+
+func policyInfo(r *policy.Resolved) sandbox.PolicyInfo {
+	p := r.Policy
+	return sandbox.PolicyInfo{
+		SHA256: p.Checksum(), Source: string(r.Source), Path: r.Path, Reason: r.Reason,
+		ReadOnly: p.Filesystem.ReadOnly, ReadWrite: p.Filesystem.ReadWrite,
+		IncludeWorkdir:  p.Filesystem.IncludeWorkdir,
+		HardRequirement: p.Landlock.Compatibility != policy.CompatibilityBestEffort,
+		RunAsUser:       p.Process.RunAsUser, RunAsGroup: p.Process.RunAsGroup,
+		NetworkPolicies: len(p.NetworkPolicies),
+	}
+}

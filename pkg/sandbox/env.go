@@ -1,0 +1,120 @@
+package sandbox
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// DefaultPath is the PATH every sandboxed command starts with.
+const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// DefaultPassthrough is the MAC_OPENSHELL_ENV_PASSTHROUGH default (seed
+// 000: "hub+gateway vars").
+var DefaultPassthrough = []string{"MAC_HUB_URL", "MAC_GATEWAY_URL", "MAC_AGENT_ID", "MAC_TASK_ID"}
+
+// ReservedEnv are variables the supervisor owns. Neither --env nor the
+// passthrough list can set them: a later layer points the proxy variables
+// at the sandbox's egress proxy, and the agent must not redirect them.
+var ReservedEnv = map[string]bool{
+	"HTTP_PROXY": true, "HTTPS_PROXY": true, "ALL_PROXY": true, "NO_PROXY": true,
+	"http_proxy": true, "https_proxy": true, "all_proxy": true, "no_proxy": true,
+	"PALISADE_SANDBOX": true,
+}
+
+// EnvInput is what the sandbox environment is rebuilt from.
+type EnvInput struct {
+	Host        []string // the supervisor's own environment (os.Environ())
+	Set         []string // --env K=V, in order; later wins
+	Passthrough []string // names copied from Host when set there
+	Workdir     string
+	Name        string
+	TTY         bool
+	Profile     string
+	Reserved    []string // K=V pairs the supervisor sets (proxy variables)
+}
+
+// BuildEnv clears the environment and rebuilds it: a safe base, then the
+// passthrough names, then --env, then the reserved supervisor variables.
+// Nothing else from the supervisor's environment reaches the sandbox.
+func BuildEnv(in EnvInput) ([]string, error) {
+	host := map[string]string{}
+	for _, kv := range in.Host {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			host[k] = v
+		}
+	}
+	env := map[string]string{
+		"PATH":             DefaultPath,
+		"HOME":             in.Workdir,
+		"USER":             "sandbox",
+		"LOGNAME":          "sandbox",
+		"SHELL":            "/bin/sh",
+		"LANG":             "C.UTF-8",
+		"TMPDIR":           "/tmp",
+		"PALISADE_SANDBOX": in.Name,
+	}
+	if in.TTY {
+		env["TERM"] = "xterm"
+		if t := host["TERM"]; t != "" && validEnvValue(t) {
+			env["TERM"] = t
+		}
+	}
+	if in.Profile == ProfileBoundedTmpfs {
+		env["MAC_TEST_PG_DATADIR"] = BoundedStoragePath + "/mac-test-pgdata"
+		env["MAC_TEST_JOBS"] = BoundedJobs
+		env["TMPDIR"] = strings.TrimSuffix(in.Workdir, "/") + "/test-scratch"
+	}
+	for _, k := range in.Passthrough {
+		k = strings.TrimSpace(k)
+		if k == "" {
+			continue
+		}
+		if !validEnvName(k) {
+			return nil, fmt.Errorf("--env-passthrough: %q is not a valid variable name", k)
+		}
+		if ReservedEnv[k] {
+			return nil, fmt.Errorf("--env-passthrough: %s is reserved by the supervisor", k)
+		}
+		if v, ok := host[k]; ok {
+			env[k] = v
+		}
+	}
+	for _, kv := range in.Set {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || !validEnvName(k) {
+			return nil, fmt.Errorf("--env %q: want NAME=VALUE with a valid NAME", kv)
+		}
+		if ReservedEnv[k] {
+			return nil, fmt.Errorf("--env %s: reserved by the supervisor and cannot be overridden", k)
+		}
+		if strings.ContainsRune(v, 0) {
+			return nil, fmt.Errorf("--env %s: value contains a NUL byte", k)
+		}
+		env[k] = v
+	}
+	for _, kv := range in.Reserved {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	out := make([]string, 0, len(env))
+	for k, v := range env {
+		out = append(out, k+"="+v)
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+func validEnvName(k string) bool {
+	if k == "" {
+		return false
+	}
+	for i, c := range k {
+		if !(c == '_' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || i > 0 && c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+func validEnvValue(v string) bool { return !strings.ContainsAny(v, "\x00\n") }

@@ -1,0 +1,250 @@
+//go:build linux
+
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+)
+
+var mountFlags = map[string]struct {
+	clear bool
+	flag  uintptr
+}{
+	"ro": {false, unix.MS_RDONLY}, "rw": {true, unix.MS_RDONLY},
+	"nosuid": {false, unix.MS_NOSUID}, "suid": {true, unix.MS_NOSUID},
+	"nodev": {false, unix.MS_NODEV}, "dev": {true, unix.MS_NODEV},
+	"noexec": {false, unix.MS_NOEXEC}, "exec": {true, unix.MS_NOEXEC},
+	"strictatime": {false, unix.MS_STRICTATIME}, "relatime": {false, unix.MS_RELATIME},
+	"noatime": {false, unix.MS_NOATIME},
+	"bind":    {false, unix.MS_BIND}, "rbind": {false, unix.MS_BIND | unix.MS_REC},
+}
+
+// parseMountOptions splits OCI mount options into flags and the data string.
+func parseMountOptions(opts []string) (flags uintptr, data string) {
+	var d []string
+	for _, o := range opts {
+		if f, ok := mountFlags[o]; ok {
+			if f.clear {
+				flags &^= f.flag
+			} else {
+				flags |= f.flag
+			}
+			continue
+		}
+		d = append(d, o)
+	}
+	return flags, strings.Join(d, ",")
+}
+
+// setupMounts applies the spec's filesystem view inside the new mount
+// namespace. It runs as root in the init, before any confinement.
+func setupMounts(s *specs.Spec) (int, error) {
+	// Nothing we mount may propagate back to the host.
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return 0, fmt.Errorf("make / private: %w", err)
+	}
+	// Bind sources are opened before anything is mounted over them, so a
+	// workdir under /tmp shows through the fresh /tmp.
+	srcFDs := map[string]int{}
+	defer func() {
+		for _, fd := range srcFDs {
+			unix.Close(fd)
+		}
+	}()
+	for _, m := range s.Mounts {
+		if m.Type != "bind" {
+			continue
+		}
+		fd, err := unix.Open(m.Source, unix.O_PATH|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return 0, fmt.Errorf("open bind source %s: %w", m.Source, err)
+		}
+		srcFDs[m.Destination] = fd
+	}
+	n := 0
+	for _, m := range s.Mounts {
+		flags, data := parseMountOptions(m.Options)
+		if m.Type == "bind" {
+			if err := os.MkdirAll(m.Destination, 0o755); err != nil {
+				return n, fmt.Errorf("mount %s: %w", m.Destination, err)
+			}
+			src := fmt.Sprintf("/proc/self/fd/%d", srcFDs[m.Destination])
+			if err := unix.Mount(src, m.Destination, "", flags&(unix.MS_BIND|unix.MS_REC), ""); err != nil {
+				return n, fmt.Errorf("bind %s: %w", m.Destination, err)
+			}
+			if rest := flags &^ (unix.MS_BIND | unix.MS_REC); rest != 0 {
+				if err := remount(m.Destination, rest); err != nil {
+					return n, err
+				}
+			}
+			n++
+			continue
+		}
+		if err := os.MkdirAll(m.Destination, 0o755); err != nil {
+			return n, fmt.Errorf("mount %s: %w", m.Destination, err)
+		}
+		if err := unix.Mount(m.Source, m.Destination, m.Type, flags, data); err != nil {
+			return n, fmt.Errorf("mount %s on %s: %w", m.Type, m.Destination, err)
+		}
+		n++
+		if m.Destination == "/dev" {
+			if err := populateDev(s); err != nil {
+				return n, err
+			}
+		}
+	}
+	if err := finishDev(); err != nil {
+		return n, err
+	}
+	for _, p := range s.Linux.MaskedPaths {
+		if err := maskPath(p); err != nil {
+			return n, err
+		}
+	}
+	for _, p := range s.Linux.ReadonlyPaths {
+		if err := readonlyPath(p); err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+func remount(dst string, flags uintptr) error {
+	// A bind remount must keep the locked flags of the underlying mount.
+	var st unix.Statfs_t
+	if err := unix.Statfs(dst, &st); err == nil {
+		for _, f := range []uintptr{unix.MS_NOSUID, unix.MS_NODEV, unix.MS_NOEXEC, unix.MS_RDONLY} {
+			if uintptr(st.Flags)&f != 0 {
+				flags |= f
+			}
+		}
+	}
+	if err := unix.Mount("", dst, "", unix.MS_REMOUNT|unix.MS_BIND|flags, ""); err != nil {
+		return fmt.Errorf("remount %s: %w", dst, err)
+	}
+	return nil
+}
+
+// populateDev creates the spec's device nodes in the fresh /dev tmpfs.
+func populateDev(s *specs.Spec) error {
+	old := unix.Umask(0)
+	defer unix.Umask(old)
+	for _, d := range s.Linux.Devices {
+		mode := uint32(0o666)
+		if d.FileMode != nil {
+			mode = uint32(*d.FileMode)
+		}
+		var typ uint32
+		switch d.Type {
+		case "c", "u":
+			typ = unix.S_IFCHR
+		case "b":
+			return fmt.Errorf("device %s: block devices are never created in a sandbox", d.Path)
+		default:
+			return fmt.Errorf("device %s: unsupported type %q", d.Path, d.Type)
+		}
+		if err := unix.Mknod(d.Path, typ|mode, int(unix.Mkdev(uint32(d.Major), uint32(d.Minor)))); err != nil {
+			return fmt.Errorf("mknod %s: %w", d.Path, err)
+		}
+	}
+	links := map[string]string{
+		"/dev/fd": "/proc/self/fd", "/dev/stdin": "/proc/self/fd/0",
+		"/dev/stdout": "/proc/self/fd/1", "/dev/stderr": "/proc/self/fd/2",
+		"/dev/ptmx": "pts/ptmx",
+	}
+	for l, t := range links {
+		if err := os.Symlink(t, l); err != nil {
+			return fmt.Errorf("symlink %s: %w", l, err)
+		}
+	}
+	return nil
+}
+
+// finishDev makes the /dev tmpfs read-only once its nodes and submounts
+// exist: nothing in the sandbox can add a node or a file there.
+func finishDev() error {
+	if err := unix.Mount("", "/dev", "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("remount /dev read-only: %w", err)
+	}
+	return nil
+}
+
+func maskPath(p string) error {
+	fi, err := os.Stat(p)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("mask %s: %w", p, err)
+	}
+	if fi.IsDir() {
+		err = unix.Mount("tmpfs", p, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=0,mode=000")
+	} else {
+		err = unix.Mount("/dev/null", p, "", unix.MS_BIND, "")
+	}
+	if err != nil {
+		return fmt.Errorf("mask %s: %w", p, err)
+	}
+	return nil
+}
+
+func readonlyPath(p string) error {
+	if _, err := os.Stat(p); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err := unix.Mount(p, p, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("bind %s read-only: %w", p, err)
+	}
+	return remount(p, unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC)
+}
+
+// checkStorage proves that path is a tmpfs the sandbox user can write:
+// Linux (we are), tmpfs magic, sticky world-writable mode, and a probe
+// file created and removed with the sandbox's filesystem identity.
+func checkStorage(path string, uid, gid uint32) error {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil || unix.ByteSliceToString(u.Sysname[:]) != "Linux" {
+		return fmt.Errorf("storage preflight: not running on Linux")
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil {
+		return fmt.Errorf("storage preflight: %s: %w", path, err)
+	}
+	if st.Type != unix.TMPFS_MAGIC {
+		return fmt.Errorf("storage preflight: %s is not a tmpfs (magic %#x)", path, st.Type)
+	}
+	fi, err := os.Stat(path)
+	if err != nil || fi.Mode().Perm() != 0o777 || fi.Mode()&os.ModeSticky == 0 {
+		return fmt.Errorf("storage preflight: %s must be mode 1777", path)
+	}
+	if err := os.MkdirAll(filepath.Join(path, "mac-test-pgdata"), 0o700); err != nil {
+		return fmt.Errorf("storage preflight: %w", err)
+	}
+	if err := os.Chown(filepath.Join(path, "mac-test-pgdata"), int(uid), int(gid)); err != nil {
+		return fmt.Errorf("storage preflight: %w", err)
+	}
+	// Write as the sandbox user: fsuid/fsgid are per-thread, so this runs
+	// on a locked thread that is thrown away afterwards.
+	errc := make(chan error, 1)
+	go func() {
+		lockThreadForever()
+		unix.Setfsgid(int(gid))
+		unix.Setfsuid(int(uid))
+		probe := filepath.Join(path, ".palisade-preflight")
+		f, err := os.OpenFile(probe, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+		if err != nil {
+			errc <- fmt.Errorf("storage preflight: %s not writable by uid %d: %w", path, uid, err)
+			return
+		}
+		f.Close()
+		errc <- os.Remove(probe)
+	}()
+	return <-errc
+}

@@ -1,0 +1,78 @@
+package sandbox
+
+import (
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/palisade-sandbox/palisade/pkg/landlock"
+)
+
+// InitCommand is the hidden first argument that makes the supervisor
+// binary act as the in-sandbox init. main dispatches it before parsing
+// anything else.
+const InitCommand = "__palisade_init"
+
+// initFD is the number of the control socket in the init process.
+const initFD = 3
+
+// Exit statuses shared with the CLI (docker-run style).
+const (
+	ExitSandboxFailed = 125 // the sandbox itself could not be created
+	ExitNotExecutable = 126
+	ExitNotFound      = 127
+)
+
+// InitConfig is what the supervisor hands to the init.
+type InitConfig struct {
+	Spec *specs.Spec `json:"spec"`
+	// Landlock is nil when Landlock is skipped (best_effort on a kernel
+	// without it); the supervisor has already reported the degraded run.
+	Landlock *landlock.Rules `json:"landlock,omitempty"`
+	Seccomp  bool            `json:"seccomp"`
+	// StorageCheck, when set, is a path that must be a writable tmpfs
+	// before the command runs (bounded-tmpfs profile preflight).
+	StorageCheck string `json:"storage_check,omitempty"`
+}
+
+// Message is one JSON message on the control socket.
+type Message struct {
+	Type string `json:"type"` // see the Msg* constants
+
+	Config *InitConfig `json:"config,omitempty"` // MsgConfig
+
+	// MsgConfined: what the init applied.
+	Confinement *Confinement `json:"confinement,omitempty"`
+
+	PID int `json:"pid,omitempty"` // MsgStarted: the command's pid in the sandbox
+
+	// MsgExit
+	Code   int `json:"code,omitempty"`
+	Signal int `json:"signal,omitempty"`
+
+	// MsgError / MsgLog
+	Stage string `json:"stage,omitempty"`
+	Msg   string `json:"msg,omitempty"`
+	Level string `json:"level,omitempty"`
+}
+
+// Message types.
+const (
+	MsgConfig   = "config"   // supervisor -> init: the InitConfig
+	MsgGo       = "go"       // supervisor -> init: cgroup and network are in place
+	MsgLog      = "log"      // init -> supervisor: a log line
+	MsgPTY      = "pty"      // init -> supervisor: carries the PTY master (SCM_RIGHTS)
+	MsgConfined = "confined" // init -> supervisor: confinement applied
+	MsgStarted  = "started"  // init -> supervisor: the command runs
+	MsgExit     = "exit"     // init -> supervisor: the command ended
+	MsgError    = "error"    // init -> supervisor: setup failed; Code is the exit status
+)
+
+// Confinement describes what the init applied, for the 5019 event.
+type Confinement struct {
+	Landlock     landlock.Result `json:"landlock"`
+	Seccomp      bool            `json:"seccomp"`
+	SeccompRules int             `json:"seccomp_rules,omitempty"`
+	Namespaces   []string        `json:"namespaces"`
+	UID          uint32          `json:"uid"`
+	GID          uint32          `json:"gid"`
+	Mounts       int             `json:"mounts"`
+}

@@ -1,0 +1,368 @@
+//go:build linux
+
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/palisade-sandbox/palisade/pkg/ocsf"
+	"github.com/palisade-sandbox/palisade/pkg/state"
+	"github.com/palisade-sandbox/palisade/pkg/testutil"
+)
+
+// fixture is one sandbox test environment: a read-only directory outside
+// /tmp holding a copy of the test binary (the attacker), a workdir owned
+// by the sandbox user, a state root and an events buffer.
+type fixture struct {
+	t        *testing.T
+	roDir    string
+	exe      string
+	workdir  string
+	stateDir string
+	events   bytes.Buffer
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	testutil.RequireRoot(t)
+	for _, f := range []string{"landlock", "seccomp", "ns:pid", "ns:net", "ns:mnt", "cgroup"} {
+		testutil.RequireFeature(t, f)
+	}
+	f := &fixture{t: t}
+	ro, err := os.MkdirTemp("/var/tmp", "palisade-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(ro) })
+	os.Chmod(ro, 0o755)
+	f.roDir = ro
+	f.exe = filepath.Join(ro, "attacker")
+	copyFile(t, os.Args[0], f.exe, 0o755)
+	// A setuid-root copy: under no_new_privs it must not raise the euid.
+	suid := filepath.Join(ro, "suid")
+	copyFile(t, os.Args[0], suid, 0o755)
+	os.Chown(suid, 0, 0)
+	os.Chmod(suid, 0o4755)
+	// A file the sandbox user owns and may write by DAC: only Landlock
+	// stops the write and the truncate.
+	victim := filepath.Join(ro, "f")
+	os.WriteFile(victim, []byte("keep me"), 0o666)
+	os.Chown(victim, SandboxID, SandboxID)
+	os.Chmod(victim, 0o666)
+
+	f.workdir = t.TempDir()
+	os.Chown(f.workdir, SandboxID, SandboxID)
+	f.stateDir = filepath.Join(t.TempDir(), "state")
+	return f
+}
+
+func copyFile(t *testing.T, src, dst string, mode os.FileMode) {
+	t.Helper()
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dst, b, mode); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (f *fixture) policy() PolicyInfo {
+	return PolicyInfo{
+		SHA256: strings.Repeat("ab", 32), Source: "flag", Path: "/test/policy.yaml",
+		ReadOnly:       []string{"/usr", "/bin", "/lib", "/lib64", "/etc", f.roDir},
+		ReadWrite:      []string{"/tmp"},
+		IncludeWorkdir: true, HardRequirement: true, RunAsUser: "sandbox", RunAsGroup: "sandbox",
+	}
+}
+
+func (f *fixture) options(args []string, env []string) Options {
+	return Options{
+		Kind: state.KindAdhoc, Args: args, Env: env, Workdir: f.workdir,
+		StateRoot: f.stateDir, Policy: f.policy(), InitExe: os.Args[0],
+		Events: NewOCSFEvents(ocsf.NewWriter(&f.events), "agent-test", "test", args),
+	}
+}
+
+// run runs args in a fresh sandbox and returns stdout, stderr and result.
+func (f *fixture) run(o Options) (string, string, Result) {
+	f.t.Helper()
+	var out, errb bytes.Buffer
+	o.Stdout, o.Stderr = &out, &errb
+	if o.Stdin == nil {
+		o.Stdin = strings.NewReader("")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res, err := Run(ctx, o)
+	if err != nil {
+		f.t.Fatalf("Run: %v\nstderr: %s", err, errb.String())
+	}
+	return out.String(), errb.String(), res
+}
+
+func (f *fixture) attack(extraEnv []string, names ...string) map[string]string {
+	f.t.Helper()
+	env, err := BuildEnv(EnvInput{Host: os.Environ(), Workdir: f.workdir, Name: "t", Passthrough: nil})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	env = append(env, "PALISADE_T_RO="+f.roDir)
+	env = append(env, extraEnv...)
+	out, errs, res := f.run(f.options(append([]string{f.exe, "attack"}, names...), env))
+	if res.ExitCode != 0 {
+		f.t.Fatalf("attacker exited %d\nstdout: %s\nstderr: %s", res.ExitCode, out, errs)
+	}
+	got := map[string]string{}
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		f.t.Fatalf("attacker output %q: %v (stderr %s)", out, err, errs)
+	}
+	return got
+}
+
+func (f *fixture) validateEvents() []map[string]any {
+	f.t.Helper()
+	var evs []map[string]any
+	for _, line := range bytes.Split(bytes.TrimSpace(f.events.Bytes()), []byte("\n")) {
+		if len(line) == 0 {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal(line, &m); err != nil {
+			f.t.Fatalf("event is not JSON: %v: %s", err, line)
+		}
+		cls, _ := m["class_uid"].(float64)
+		act, _ := m["activity_id"].(float64)
+		if tu, _ := m["type_uid"].(float64); tu != cls*100+act || m["metadata"].(map[string]any)["version"] != "1.8.0" {
+			f.t.Fatalf("event type_uid/version wrong: %s", line)
+		}
+		evs = append(evs, m)
+	}
+	return evs
+}
+
+func expect(t *testing.T, got map[string]string, want map[string]string) {
+	t.Helper()
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s: got %q, want %q", k, got[k], v)
+		}
+	}
+}
+
+func TestFilesystemAttacksDenied(t *testing.T) {
+	f := newFixture(t)
+	got := f.attack(nil, "write_etc", "write_usr", "write_ro_dir", "read_root", "read_home", "read_var",
+		"read_shadow", "read_etc", "truncate_ro", "openwrite_ro", "write_workdir", "write_tmp",
+		"symlink_read", "symlink_write_etc", "hardlink_ro", "mknod_char", "mknod_block",
+		"proc_sys", "sys_write", "block_device", "dev_create", "mount_tmpfs")
+	expect(t, got, map[string]string{
+		"write_etc": "EACCES", "write_usr": "EACCES", "write_ro_dir": "EACCES",
+		"read_root": "EACCES", "read_home": "EACCES", "read_var": "EACCES",
+		"read_shadow": "EACCES", "read_etc": "ok",
+		"truncate_ro": "EACCES", "openwrite_ro": "EACCES",
+		"write_workdir": "ok", "write_tmp": "ok",
+		"symlink_read": "EACCES", "symlink_write_etc": "EACCES", "hardlink_ro": "EXDEV",
+		"mknod_char": "EPERM", "mknod_block": "EPERM",
+		"proc_sys": "EROFS", "sys_write": "EROFS", "block_device": "ENOENT", "dev_create": "EROFS",
+		"mount_tmpfs": "EPERM",
+	})
+	if b, _ := os.ReadFile(filepath.Join(f.roDir, "f")); string(b) != "keep me" {
+		t.Fatalf("read-only file changed: %q", b)
+	}
+	if _, err := os.Stat(filepath.Join(f.workdir, "wd-file")); err != nil {
+		t.Fatalf("workdir write did not reach the host: %v", err)
+	}
+}
+
+func TestPrivilegesDropped(t *testing.T) {
+	f := newFixture(t)
+	got := f.attack(nil, "status", "setuid0", "setgid0", "suid_bin", "hostname", "signal_init")
+	want := "Uid: 10001 10001 10001 10001|Gid: 10001 10001 10001 10001|Groups:|CapInh: 0000000000000000|CapPrm: 0000000000000000|CapEff: 0000000000000000|CapBnd: 0000000000000000|CapAmb: 0000000000000000|NoNewPrivs: 1|Seccomp: 2"
+	if got["status"] != want {
+		t.Errorf("status:\n got %s\nwant %s", got["status"], want)
+	}
+	expect(t, got, map[string]string{"setuid0": "EPERM", "setgid0": "EPERM", "suid_bin": "10001", "signal_init": "EPERM"})
+	if !strings.HasPrefix(got["hostname"], "sbx-") {
+		t.Errorf("hostname %q is not the sandbox name", got["hostname"])
+	}
+}
+
+func TestSyscallAttacksDenied(t *testing.T) {
+	f := newFixture(t)
+	got := f.attack(nil, "unshare_user", "unshare_net", "unshare_mount", "clone_newuser", "clone3",
+		"ptrace_init", "ptrace_sibling", "bpf", "io_uring", "keyctl", "tiocsti_hibits",
+		"mptcp", "raw_socket", "packet_socket", "packet_hibits")
+	expect(t, got, map[string]string{
+		"unshare_user": "EPERM", "unshare_net": "EPERM", "unshare_mount": "EPERM", "clone_newuser": "EPERM",
+		"clone3": "ENOSYS", "ptrace_init": "EPERM", "ptrace_sibling": "EPERM", "bpf": "EPERM",
+		"io_uring": "EPERM", "keyctl": "EPERM", "tiocsti_hibits": "EPERM", "mptcp": "EPERM",
+		"raw_socket": "EPERM", "packet_socket": "EPERM", "packet_hibits": "EPERM",
+	})
+}
+
+func TestIsolationFromHost(t *testing.T) {
+	f := newFixture(t)
+	// A host loopback service and a host unix socket under /run.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	sockDir, err := os.MkdirTemp("/run", "palisade-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(sockDir)
+	os.Chmod(sockDir, 0o777)
+	sock := filepath.Join(sockDir, "host.sock")
+	ul, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ul.Close()
+	os.Chmod(sock, 0o777)
+	// A secret in the supervisor's environment and an fd it leaks
+	// without close-on-exec.
+	t.Setenv("PALISADE_TEST_SECRET", "s3cr3t-palisade")
+	leak, err := syscall.Open("/etc/hostname", syscall.O_RDONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(leak)
+
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	got := f.attack([]string{"PALISADE_T_HOSTPORT=" + port, "PALISADE_T_HOSTSOCK=" + sock},
+		"fds", "procs", "host_tcp", "host_unix", "env_secret", "interfaces", "ctty")
+	expect(t, got, map[string]string{
+		"host_tcp": "ECONNREFUSED", "host_unix": "ENOENT", "env_secret": "absent",
+		"interfaces": "lo", "ctty": "ENXIO",
+	})
+	// Only the init and the attacker (and its threads' process) are visible.
+	pids := strings.Split(got["procs"], ",")
+	if len(pids) > 3 || pids[0] != "1" {
+		t.Errorf("visible pids %v: want the sandbox's own only", pids)
+	}
+	// fds (checked first, before the attacker opens sockets): 0, 1, 2 and
+	// the /proc/self/fd directory being read; never the leaked one.
+	fds := strings.Split(got["fds"], ",")
+	if len(fds) != 4 || !strings.HasPrefix(fds[3], "3=") || strings.Contains(got["fds"], "hostname") {
+		t.Errorf("open fds in the sandbox: %v, want 0,1,2 and the directory being read", fds)
+	}
+	// Reverse check: the fixture's secret is in this process's env, so
+	// "absent" is a real observation.
+	if os.Getenv("PALISADE_TEST_SECRET") == "" {
+		t.Fatal("secret not set in the supervisor's environment")
+	}
+}
+
+func TestExitStatusAndEvents(t *testing.T) {
+	f := newFixture(t)
+	env, _ := BuildEnv(EnvInput{Workdir: f.workdir, Name: "t"})
+	for _, c := range []struct {
+		args []string
+		want int
+	}{
+		{[]string{f.exe, "exit", "0"}, 0},
+		{[]string{f.exe, "exit", "3"}, 3},
+		{[]string{f.exe, "selfkill"}, 128 + 15},
+		{[]string{"/nonexistent/palisade-cmd"}, ExitNotFound},
+		{[]string{"no-such-command-palisade"}, ExitNotFound},
+		{[]string{filepath.Join(f.roDir, "f")}, ExitNotExecutable},
+	} {
+		_, errs, res := f.run(f.options(c.args, env))
+		if res.ExitCode != c.want {
+			t.Errorf("%v: exit %d, want %d (stderr %s)", c.args, res.ExitCode, c.want, errs)
+		}
+	}
+	evs := f.validateEvents()
+	classes := map[float64]int{}
+	for _, e := range evs {
+		classes[e["class_uid"].(float64)]++
+	}
+	// Per run: policy load + confinement (5019), launch (+ terminate) (1007).
+	if classes[5019] < 6 || classes[1007] < 6 {
+		t.Fatalf("event classes %v", classes)
+	}
+	var sawExit3 bool
+	for _, e := range evs {
+		if e["class_uid"].(float64) == 1007 && e["activity_id"].(float64) == 2 && e["exit_code"] == float64(3) {
+			sawExit3 = true
+		}
+	}
+	if !sawExit3 {
+		t.Error("no Process Activity Terminate with exit_code 3")
+	}
+	// Teardown: no state left behind.
+	if ents, _ := os.ReadDir(f.stateDir); len(ents) != 0 {
+		t.Errorf("state left after runs: %v", ents)
+	}
+}
+
+func TestResourceLimits(t *testing.T) {
+	f := newFixture(t)
+	env, _ := BuildEnv(EnvInput{Workdir: f.workdir, Name: "t"})
+	o := f.options([]string{f.exe, "forkbomb", "500"}, env)
+	o.PidsLimit = 40
+	start := time.Now()
+	stop := make(chan struct{})
+	worst := make(chan time.Duration, 1)
+	go func() {
+		// The host stays responsive: a tiny host-side operation keeps
+		// completing quickly while the bomb runs.
+		var max time.Duration
+		for {
+			select {
+			case <-stop:
+				worst <- max
+				return
+			default:
+			}
+			t0 := time.Now()
+			os.ReadFile("/proc/self/stat")
+			if d := time.Since(t0); d > max {
+				max = d
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	out, errs, res := f.run(o)
+	close(stop)
+	if res.ExitCode != 0 {
+		t.Fatalf("forkbomb exit %d: %s", res.ExitCode, errs)
+	}
+	var n int
+	if _, err := fmt.Sscan(out, &n); err != nil || n >= 40 || n < 5 {
+		t.Fatalf("forkbomb started %q children with a pids limit of 40", out)
+	}
+	if w := <-worst; w > time.Second {
+		t.Errorf("host stalled for %v during the fork bomb", w)
+	}
+	t.Logf("fork bomb: %d of 500 children under pids=40, %v", n, time.Since(start))
+
+	o = f.options([]string{f.exe, "eatmem", "512"}, env)
+	o.Memory = 64 << 20
+	_, _, res = f.run(o)
+	if res.ExitCode != 128+9 {
+		t.Fatalf("allocating 512 MiB under a 64 MiB limit ended with %d, want 137 (OOM kill)", res.ExitCode)
+	}
+}

@@ -1,0 +1,467 @@
+//go:build linux
+
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/containerd/console"
+	"golang.org/x/sys/unix"
+
+	"github.com/palisade-sandbox/palisade/pkg/cgroup"
+	"github.com/palisade-sandbox/palisade/pkg/landlock"
+	"github.com/palisade-sandbox/palisade/pkg/state"
+)
+
+// NetworkAttacher is the seam where the network layer joins a sandbox: it
+// is called once the sandbox's network namespace exists (as
+// /proc/<initPID>/ns/net) and before the command starts. It returns
+// variables the sandbox environment must carry (for example the proxy
+// variables) — they are reserved and override --env — and a cleanup
+// function run at teardown. A nil attacher leaves the namespace with
+// loopback only.
+type NetworkAttacher interface {
+	Attach(ctx context.Context, sandbox string, initPID int) (env []string, cleanup func() error, err error)
+}
+
+// Options describe one sandbox run.
+type Options struct {
+	Name    string // "" generates sbx-<hex>
+	Kind    state.Kind
+	AgentID string
+	Args    []string
+	// Env is the command's complete environment (see BuildEnv). Variables
+	// returned by the NetworkAttacher are added on top.
+	Env       []string
+	Workdir   string
+	TTY       bool
+	Keep      bool
+	StateRoot string
+	Policy    PolicyInfo
+	Profile   string
+	PidsLimit int64
+	Memory    int64
+	CPUs      float64
+
+	AllowDegraded bool
+	Required      bool // MAC_OPENSHELL_REQUIRED
+
+	InitExe string // the supervisor binary to re-execute ("" = /proc/self/exe)
+	Probe   Prober // nil = real kernel probes
+	Network NetworkAttacher
+	Events  Events
+	Logger  *slog.Logger
+
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+}
+
+// Result is how the run ended.
+type Result struct {
+	Name     string
+	ExitCode int // the command's status, 128+N for signal N, 125/126/127
+	Signal   int
+}
+
+// Run creates the sandbox, runs the command in it, and tears it down. The
+// error is non-nil only when the sandbox could not be created; the
+// command's own failure is reported in Result.ExitCode.
+func Run(ctx context.Context, o Options) (Result, error) {
+	if o.Events == nil {
+		o.Events = NopEvents{}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	res := Result{Name: o.Name, ExitCode: ExitSandboxFailed}
+	failf := func(stage string, err error) (Result, error) {
+		o.Events.Failed(stage, err.Error(), ExitSandboxFailed)
+		return res, fmt.Errorf("%s: %w", stage, err)
+	}
+
+	// Preflight: fail closed before anything is created.
+	need := RunFeatures
+	if o.Policy.NetworkPolicies > 0 {
+		need = append(append([]string(nil), RunFeatures...), "nftables")
+	}
+	pf := RunPreflight(o.Probe, need...)
+	plan, err := Decide(pf, o.Policy.HardRequirement, o.Required, o.AllowDegraded, o.Policy.NetworkPolicies > 0)
+	if err != nil {
+		return failf("preflight", err)
+	}
+	uid, gid, err := ResolveIdentity(o.Policy.RunAsUser, o.Policy.RunAsGroup)
+	if err != nil {
+		return failf("identity", err)
+	}
+	workdir, err := filepath.Abs(o.Workdir)
+	if err != nil {
+		return failf("workdir", err)
+	}
+	if fi, err := os.Stat(workdir); err != nil || !fi.IsDir() {
+		return failf("workdir", fmt.Errorf("--workdir %s: not a directory", workdir))
+	}
+	if o.Profile != "" && o.Profile != ProfileDefault && o.Profile != ProfileBoundedTmpfs {
+		return failf("profile", fmt.Errorf("--profile %q: want default or bounded-tmpfs", o.Profile))
+	}
+
+	store, err := state.Open(o.StateRoot)
+	if err != nil {
+		return failf("state", err)
+	}
+	labels, err := store.Create(o.Name, state.Labels{
+		Kind: o.Kind, Keep: o.Keep, AgentID: o.AgentID,
+		PolicySHA256: o.Policy.SHA256, PolicySource: o.Policy.Source,
+	})
+	if err != nil {
+		return failf("state", err)
+	}
+	name := labels.Name
+	res.Name = name
+	o.Events.Created(name, string(labels.Kind))
+	o.Events.PolicyLoaded(o.Policy)
+	for _, d := range plan.Degraded {
+		o.Events.Degraded(d.Feature, d.Detail, d.OptIn)
+		o.Logger.Warn("running degraded", "sandbox", name, "feature", d.Feature, "detail", d.Detail, "opt_in", d.OptIn)
+	}
+
+	var cleanups []func() error
+	teardown := func(exitCode *int) {
+		for i := len(cleanups) - 1; i >= 0; i-- {
+			if err := cleanups[i](); err != nil {
+				o.Logger.Warn("teardown", "sandbox", name, "err", err)
+			}
+		}
+		if o.Keep {
+			store.Update(name, func(l *state.Labels) {
+				l.Status = state.StatusExited
+				l.ExitCode = exitCode
+				l.Exited = time.Now().UTC().Truncate(time.Second)
+			})
+			return
+		}
+		if err := store.Remove(name); err != nil {
+			o.Logger.Warn("remove state", "sandbox", name, "err", err)
+		}
+	}
+	code := ExitSandboxFailed
+	defer func() { teardown(&code) }()
+
+	// Memory and CPU limits of the bounded-tmpfs profile.
+	pids, mem, cpus := o.PidsLimit, o.Memory, o.CPUs
+	if o.Profile == ProfileBoundedTmpfs {
+		if mem != 0 || cpus != 0 {
+			return failf("profile", errors.New("--cpus/--memory cannot be combined with --profile bounded-tmpfs"))
+		}
+		mem, cpus = BoundedMemory, BoundedCPUs
+	}
+	if pids <= 0 {
+		pids = DefaultPidsLimit
+	}
+	spec, err := BuildSpec(SpecInput{
+		Name: name, Kind: string(o.Kind), Args: o.Args, Env: o.Env, Workdir: workdir,
+		UID: uid, GID: gid, TTY: o.TTY, Hostname: name, PolicySHA: o.Policy.SHA256,
+		Compat: compatName(o.Policy.HardRequirement), Profile: o.Profile,
+		PidsLimit: pids, MemoryBytes: mem, CPUs: cpus,
+		HidePaths: []string{store.Root()},
+	})
+	if err != nil {
+		return failf("spec", err)
+	}
+	icfg := &InitConfig{Spec: spec, Seccomp: plan.Seccomp}
+	if plan.Landlock {
+		icfg.Landlock = LandlockRules(o.Policy, workdir, o.Profile)
+	}
+	if o.Profile == ProfileBoundedTmpfs {
+		icfg.StorageCheck = BoundedStoragePath
+	}
+
+	cg, err := cgroup.New(name, cgroup.Limits{Pids: pids, MemoryBytes: mem, CPUs: cpus})
+	if err != nil {
+		return failf("cgroup", err)
+	}
+	cleanups = append(cleanups, cg.Destroy)
+
+	ctl, initEnd, err := socketPair()
+	if err != nil {
+		return failf("init", err)
+	}
+	defer ctl.close()
+	exe := o.InitExe
+	if exe == "" {
+		exe = "/proc/self/exe"
+	}
+	cmd := &exec.Cmd{
+		Path:       exe,
+		Args:       []string{"palisade-init", InitCommand},
+		Env:        []string{},
+		Stdin:      o.Stdin,
+		Stdout:     o.Stdout,
+		Stderr:     o.Stderr,
+		ExtraFiles: []*os.File{initEnd},
+		SysProcAttr: &syscall.SysProcAttr{
+			Cloneflags: unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWNET,
+			// The init, and with it the whole PID namespace, dies with
+			// the supervisor.
+			Pdeathsig: unix.SIGKILL,
+		},
+	}
+	if o.TTY {
+		// The command's terminal is the sandbox's own PTY; the init keeps
+		// no handle on the caller's terminal.
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, nil, o.Stderr
+	}
+	if err := cmd.Start(); err != nil {
+		initEnd.Close()
+		return failf("init", fmt.Errorf("start %s: %w", exe, err))
+	}
+	initEnd.Close()
+	initPID := cmd.Process.Pid
+	waited := false
+	cleanups = append(cleanups, func() error {
+		if !waited {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+		return nil
+	})
+	if err := cg.AddPID(initPID); err != nil {
+		return failf("cgroup", err)
+	}
+	st, _ := state.ProcStartTime(initPID)
+	store.Update(name, func(l *state.Labels) {
+		l.Status = state.StatusRunning
+		l.InitPID = initPID
+		l.InitStartTime = st
+		l.Cgroup = cg.Name()
+	})
+	if o.Network != nil {
+		env, cleanup, err := o.Network.Attach(ctx, name, initPID)
+		if err != nil {
+			return failf("network", err)
+		}
+		if cleanup != nil {
+			cleanups = append(cleanups, cleanup)
+		}
+		spec.Process.Env = mergeEnv(spec.Process.Env, env)
+	}
+	if err := ctl.send(Message{Type: MsgConfig, Config: icfg}, -1); err != nil {
+		return failf("init", err)
+	}
+	if err := ctl.send(Message{Type: MsgGo}, -1); err != nil {
+		return failf("init", err)
+	}
+
+	// Forward signals to the init, which passes them to the command.
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, forwarded...)
+	defer signal.Stop(sigs)
+	var relay sync.WaitGroup
+	var pty console.Console
+	stopSignals := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case s := <-sigs:
+				if s == unix.SIGWINCH && pty != nil {
+					resizeFromCaller(pty)
+				}
+				unix.Kill(initPID, s.(syscall.Signal))
+			case <-stopSignals:
+				return
+			}
+		}
+	}()
+	defer close(stopSignals)
+
+	var cmdPID int
+	for {
+		m, fd, err := ctl.recv()
+		if err != nil {
+			// The init died without reporting: killed from outside or
+			// crashed. The command cannot have survived it.
+			werr := cmd.Wait()
+			waited = true
+			o.Events.Failed("init", fmt.Sprintf("init ended unexpectedly: %v", werr), ExitSandboxFailed)
+			return res, fmt.Errorf("init: ended without reporting the command's status: %v", werr)
+		}
+		switch m.Type {
+		case MsgLog:
+			o.Logger.Info(m.Msg, "sandbox", name, "from", "init")
+		case MsgPTY:
+			if fd < 0 {
+				return failf("tty", errors.New("init sent no PTY master"))
+			}
+			pty, err = startRelay(fd, o, &relay)
+			if err != nil {
+				return failf("tty", err)
+			}
+		case MsgConfined:
+			if m.Confinement != nil {
+				o.Events.Confined(*m.Confinement, cg.Name())
+			}
+		case MsgStarted:
+			cmdPID = m.PID
+			o.Events.Launched(m.PID, o.Args, uid, gid)
+		case MsgError:
+			cmd.Wait()
+			waited = true
+			code = m.Code
+			res.ExitCode = m.Code
+			o.Events.Failed(m.Stage, m.Msg, m.Code)
+			if m.Code == ExitNotFound || m.Code == ExitNotExecutable {
+				// The sandbox worked; the command could not be executed.
+				fmt.Fprintf(stderrOf(o), "sandbox-supervisor: %s\n", m.Msg)
+				return res, nil
+			}
+			return res, fmt.Errorf("%s: %s", m.Stage, m.Msg)
+		case MsgExit:
+			cmd.Wait()
+			waited = true
+			if pty != nil {
+				relay.Wait()
+				pty.Close()
+			}
+			o.Events.Exited(cmdPID, m.Code, m.Signal)
+			res.Signal = m.Signal
+			res.ExitCode = m.Code
+			if m.Signal != 0 {
+				res.ExitCode = 128 + m.Signal
+			}
+			code = res.ExitCode
+			return res, nil
+		}
+	}
+}
+
+func stderrOf(o Options) io.Writer {
+	if o.Stderr != nil {
+		return o.Stderr
+	}
+	return io.Discard
+}
+
+func compatName(hard bool) string {
+	if hard {
+		return "hard_requirement"
+	}
+	return "best_effort"
+}
+
+// LandlockRules derives the Landlock grants from the policy plus the
+// sandbox's own baseline: its private /proc read-only, its devices, its
+// /dev/shm, and the workdir read-write when include_workdir is set.
+func LandlockRules(p PolicyInfo, workdir, profile string) *landlock.Rules {
+	r := &landlock.Rules{HardRequirement: p.HardRequirement}
+	r.ReadOnly = append(r.ReadOnly, p.ReadOnly...)
+	r.ReadOnly = append(r.ReadOnly, "/proc", "/dev/random", "/dev/urandom")
+	r.ReadWrite = append(r.ReadWrite, p.ReadWrite...)
+	r.ReadWrite = append(r.ReadWrite, "/dev/null", "/dev/zero", "/dev/full", "/dev/tty", "/dev/pts", "/dev/shm")
+	if p.IncludeWorkdir {
+		r.ReadWrite = append(r.ReadWrite, workdir)
+	}
+	if profile == ProfileBoundedTmpfs {
+		r.ReadWrite = append(r.ReadWrite, BoundedStoragePath)
+	}
+	return r
+}
+
+func mergeEnv(env, extra []string) []string {
+	if len(extra) == 0 {
+		return env
+	}
+	idx := map[string]int{}
+	for i, kv := range env {
+		k, _, _ := cutEnv(kv)
+		idx[k] = i
+	}
+	for _, kv := range extra {
+		k, _, _ := cutEnv(kv)
+		if i, ok := idx[k]; ok {
+			env[i] = kv
+		} else {
+			idx[k] = len(env)
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+func cutEnv(kv string) (string, string, bool) {
+	for i := 0; i < len(kv); i++ {
+		if kv[i] == '=' {
+			return kv[:i], kv[i+1:], true
+		}
+	}
+	return kv, "", false
+}
+
+// startRelay copies between the caller's stdio and the PTY master, with
+// the caller's terminal in raw mode when it is one.
+func startRelay(fd int, o Options, wg *sync.WaitGroup) (console.Console, error) {
+	f := os.NewFile(uintptr(fd), "ptmx")
+	pty, err := console.ConsoleFromFile(f)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("pty master: %w", err)
+	}
+	if in, ok := o.Stdin.(*os.File); ok {
+		if cur, err := console.ConsoleFromFile(in); err == nil {
+			if err := cur.SetRaw(); err == nil {
+				restoreOnExit(cur)
+			}
+			resizeFromCaller(pty)
+		}
+	}
+	if o.Stdin != nil {
+		go io.Copy(pty, o.Stdin)
+	}
+	if o.Stdout != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			io.Copy(o.Stdout, pty)
+		}()
+	}
+	return pty, nil
+}
+
+var restoreMu sync.Mutex
+var restoreList []console.Console
+
+func restoreOnExit(c console.Console) {
+	restoreMu.Lock()
+	restoreList = append(restoreList, c)
+	restoreMu.Unlock()
+}
+
+// RestoreTerminals puts every terminal the relay made raw back to its
+// previous mode. The CLI defers it.
+func RestoreTerminals() {
+	restoreMu.Lock()
+	defer restoreMu.Unlock()
+	for _, c := range restoreList {
+		c.Reset()
+	}
+	restoreList = nil
+}
+
+func resizeFromCaller(pty console.Console) {
+	cur, err := console.ConsoleFromFile(os.Stdin)
+	if err != nil {
+		return
+	}
+	if ws, err := cur.Size(); err == nil {
+		pty.Resize(ws)
+	}
+}

@@ -1,0 +1,68 @@
+package testutil
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+)
+
+var (
+	buildMu  sync.Mutex
+	builtBin = map[string]string{}
+)
+
+// Binary returns the path of the named cmd/ binary for integration tests:
+// $PALISADE_BIN_DIR/<name> when `make test` built it, otherwise a fresh
+// `go build` of ./cmd/<name> into a directory that lives as long as the
+// test process.
+func Binary(t testing.TB, name string) string {
+	t.Helper()
+	if dir := os.Getenv("PALISADE_BIN_DIR"); dir != "" {
+		p := filepath.Join(dir, name)
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if p, ok := builtBin[name]; ok {
+		return p
+	}
+	root, err := ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "palisade-bin-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, name)
+	cmd := exec.Command("go", "build", "-o", p, "./cmd/"+name)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/%s: %v\n%s", name, err, out)
+	}
+	builtBin[name] = p
+	return p
+}
+
+// ModuleRoot finds the directory holding go.mod, walking up from the
+// working directory.
+func ModuleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", os.ErrNotExist
+		}
+		dir = parent
+	}
+}
