@@ -126,7 +126,8 @@ type NetworkActivity struct {
 }
 
 // HTTPActivity is class 4002: one forwarded (or refused) HTTP request. It
-// always carries http_request; http_response when a response was sent.
+// always carries http_request; http_response when a response was sent
+// (the deprecated http_status is not used).
 type HTTPActivity struct {
 	Base
 	SecurityControl
@@ -136,7 +137,6 @@ type HTTPActivity struct {
 	ConnectionInfo *ConnectionInfo  `json:"connection_info,omitempty"`
 	HTTPRequest    *HTTPRequest     `json:"http_request,omitempty"`
 	HTTPResponse   *HTTPResponse    `json:"http_response,omitempty"`
-	HTTPStatus     int              `json:"http_status,omitempty"`
 }
 
 // Marshal fills the derived attributes of ev, checks its invariants and

@@ -144,7 +144,7 @@ var httpActivities = map[string]int{
 // HTTPRequest is an HTTP Activity (4002) for one forwarded or refused
 // request: activity from the method (Other, named after the method, for
 // methods OCSF does not list), http_request with a redacted URL (no query,
-// fragment or userinfo), http_response and http_status when Status is set.
+// fragment or userinfo), http_response when Status is set.
 func (s *Source) HTTPRequest(c Conn, r Request, d Decision) *HTTPActivity {
 	method := sanitizeMethod(r.Method)
 	act, known := httpActivities[method]
@@ -167,7 +167,6 @@ func (s *Source) HTTPRequest(c Conn, r Request, d Decision) *HTTPActivity {
 	d.apply(&e.Base, &e.SecurityControl)
 	if r.Status > 0 {
 		e.HTTPResponse = &HTTPResponse{Code: r.Status}
-		e.HTTPStatus = r.Status
 	}
 	target := "(no url)"
 	if e.HTTPRequest.URL != nil {

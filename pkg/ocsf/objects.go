@@ -63,7 +63,6 @@ type Process struct {
 	File             *File    `json:"file,omitempty"`
 	User             *User    `json:"user,omitempty"`
 	ParentProcess    *Process `json:"parent_process,omitempty"`
-	Lineage          []string `json:"lineage,omitempty"`
 }
 
 // File is the OCSF file object.

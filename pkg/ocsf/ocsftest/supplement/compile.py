@@ -1,0 +1,212 @@
+#!/usr/bin/env python3
+"""Compile OCSF object definitions that the shared export lacks.
+
+The shared definitions (../shared/ocsf/v1.8.0, an export of the OCSF schema
+server API) omit a few objects Palisade events carry (os, file, fingerprint,
+policy). This script compiles those objects from the OCSF schema source at the
+v1.8.0 release into the same API-export shape, so ocsftest can validate them.
+
+Usage:
+    compile.py SCHEMA_GIT_DIR COMMIT SHARED_DIR OUT_DIR name...
+
+SCHEMA_GIT_DIR is a git directory of github.com/ocsf/ocsf-schema; COMMIT is
+the v1.8.0 release commit (3dcb905d, "v1.8.0 prep", version.json = 1.8.0).
+
+Before writing anything the script compiles every object that the shared
+export does contain and compares the two (attribute names, types, object
+types, requirements, arrays, enum keys, siblings, profiles, constraints); any
+difference aborts, so the compiler is proven against the official export.
+Objects patched by an OCSF extension (linux, macos, windows) are outside what
+this compiler reproduces: they are skipped by the self-check and refused as
+supplement targets.
+"""
+import json
+import os
+import subprocess
+import sys
+
+
+def git_json(gitdir, commit, path):
+    out = subprocess.run(["git", "--git-dir", gitdir, "show", f"{commit}:{path}"],
+                         check=True, capture_output=True).stdout
+    return json.loads(out)
+
+
+def git_exists(gitdir, commit, path):
+    r = subprocess.run(["git", "--git-dir", gitdir, "cat-file", "-e", f"{commit}:{path}"],
+                       capture_output=True)
+    return r.returncode == 0
+
+
+class Compiler:
+    def __init__(self, gitdir, commit):
+        self.gitdir, self.commit = gitdir, commit
+        self.dictionary = git_json(gitdir, commit, "dictionary.json")
+        self.dattrs = self.dictionary["attributes"]
+        self.types = self.dictionary["types"]["attributes"]
+        self.raw = {}
+
+    def raw_object(self, name):
+        if name not in self.raw:
+            self.raw[name] = git_json(self.gitdir, self.commit, f"objects/{name}.json")
+        return self.raw[name]
+
+    def caption_of_object(self, name):
+        if git_exists(self.gitdir, self.commit, f"objects/{name}.json"):
+            return self.raw_object(name).get("caption", name)
+        return name
+
+    def own_attributes(self, raw):
+        """Attributes of one raw object with its $include profiles expanded."""
+        attrs = {}
+        for key, val in raw.get("attributes", {}).items():
+            if key == "$include":
+                for inc in val:
+                    prof = git_json(self.gitdir, self.commit, inc)
+                    pname = prof["name"]
+                    for pk, pv in prof.get("attributes", {}).items():
+                        pv = dict(pv)
+                        pv["profiles"] = [pname]
+                        attrs[pk] = merge(attrs.get(pk, {}), pv)
+                continue
+            attrs[key] = merge(attrs.get(key, {}), val)
+        return attrs
+
+    def patched_by_extension(self, name):
+        out = subprocess.run(["git", "--git-dir", self.gitdir, "ls-tree", "-r", "--name-only",
+                              self.commit, "extensions/"], check=True,
+                             capture_output=True, text=True).stdout.split()
+        return [p for p in out if p.endswith(f"/objects/{name}.json")]
+
+    def compile(self, name):
+        chain = []
+        n = name
+        while n:
+            raw = self.raw_object(n)
+            chain.append(raw)
+            n = raw.get("extends")
+        chain.reverse()
+        attrs, constraints, profiles = {}, {}, []
+        for raw in chain:
+            for k, v in self.own_attributes(raw).items():
+                attrs[k] = merge(attrs.get(k, {}), v)
+            if "constraints" in raw:
+                constraints = raw["constraints"]
+            for p in raw.get("profiles", []) or []:
+                if p not in profiles:
+                    profiles.append(p)
+        out = {}
+        for k, v in attrs.items():
+            base = dict(self.dattrs.get(k, {}))
+            enum = dict(base.get("enum", {}))
+            full = merge(base, v)
+            if "enum" in v:
+                enum.update(v["enum"])
+            if enum:
+                full["enum"] = enum
+            out[k] = self.finish(full)
+            if out[k]["type"] == "timestamp_t":
+                dt = k + "_dt"
+                if dt not in attrs:
+                    out[dt] = {"type": "datetime_t", "caption": out[k].get("caption", k),
+                               "requirement": "optional", "profiles": ["datetime"],
+                               "type_name": self.types["datetime_t"]["caption"],
+                               "description": out[k].get("description", "")}
+        res = {"name": name, "caption": chain[-1].get("caption", name),
+               "description": chain[-1].get("description", ""),
+               "extends": chain[-1].get("extends"), "attributes": dict(sorted(out.items()))}
+        if constraints:
+            res["constraints"] = constraints
+        if profiles:
+            res["profiles"] = profiles
+        return res
+
+    def finish(self, a):
+        a = dict(a)
+        prof = a.pop("profile", None)
+        if prof is not None and "profiles" not in a:
+            a["profiles"] = [prof]
+        t = a.get("type", "string_t")
+        if t not in self.types and t != "object_t":
+            a["object_type"] = t
+            a["object_name"] = self.caption_of_object(t)
+            a["type"] = "object_t"
+        elif t in self.types:
+            a["type_name"] = self.types[t].get("caption", t)
+        a.setdefault("requirement", "optional")
+        a.setdefault("profiles", None)
+        a.pop("group", None)
+        a.pop("references", None)
+        return a
+
+
+def merge(base, over):
+    res = dict(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(res.get(k), dict) and k != "enum":
+            res[k] = merge(res[k], v)
+        else:
+            res[k] = v
+    return res
+
+
+def shape(obj):
+    """Comparable summary of one object definition."""
+    attrs = {}
+    for k, v in obj["attributes"].items():
+        attrs[k] = (v.get("type"), v.get("object_type"), v.get("requirement"),
+                    bool(v.get("is_array")), tuple(sorted((v.get("enum") or {}).keys())),
+                    v.get("sibling"), tuple(sorted(v.get("profiles") or [])))
+    return attrs, obj.get("constraints") or {}
+
+
+def main():
+    gitdir, commit, shared, outdir, *names = sys.argv[1:]
+    commit = subprocess.run(["git", "--git-dir", gitdir, "rev-parse", commit], check=True,
+                            capture_output=True, text=True).stdout.strip()
+    version = git_json(gitdir, commit, "version.json")["version"]
+    if version != "1.8.0":
+        sys.exit(f"{commit} is OCSF {version}, not 1.8.0")
+    comp = Compiler(gitdir, commit)
+    objdir = os.path.join(shared, "objects")
+    bad = 0
+    checked = 0
+    for fn in sorted(os.listdir(objdir)):
+        ref = json.load(open(os.path.join(objdir, fn)))
+        if "attributes" not in ref:
+            continue
+        if comp.patched_by_extension(ref["name"]):
+            # Extensions (linux, macos, windows) patch these; this compiler
+            # does not apply extensions, so it cannot reproduce them.
+            print(f"skip {ref['name']}: patched by an extension")
+            continue
+        mine = comp.compile(ref["name"])
+        ra, rc = shape(ref)
+        ma, mc = shape(mine)
+        checked += 1
+        for k in sorted(set(ra) | set(ma)):
+            if ra.get(k) != ma.get(k):
+                bad += 1
+                print(f"MISMATCH {ref['name']}.{k}: export={ra.get(k)} compiled={ma.get(k)}")
+        if rc != mc:
+            bad += 1
+            print(f"MISMATCH {ref['name']} constraints: export={rc} compiled={mc}")
+    print(f"self-check: {checked} exported objects compared, {bad} mismatches")
+    if bad:
+        sys.exit(1)
+    os.makedirs(os.path.join(outdir, "objects"), exist_ok=True)
+    for n in names:
+        if os.path.exists(os.path.join(objdir, n + ".json")):
+            sys.exit(f"{n} is in the shared export; do not supplement it")
+        if comp.patched_by_extension(n):
+            sys.exit(f"{n} is patched by an extension; this compiler cannot build it")
+        obj = comp.compile(n)
+        obj["supplement"] = f"compiled from ocsf/ocsf-schema@{commit} by compile.py"
+        with open(os.path.join(outdir, "objects", n + ".json"), "w") as f:
+            json.dump(obj, f, indent=2, sort_keys=True, ensure_ascii=False)
+            f.write("\n")
+        print("wrote", n)
+
+
+if __name__ == "__main__":
+    main()
