@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/palisade-sandbox/palisade/pkg/ocsf"
+	"github.com/palisade-sandbox/palisade/pkg/ocsf/ocsftest"
 	"github.com/palisade-sandbox/palisade/pkg/state"
 	"github.com/palisade-sandbox/palisade/pkg/testutil"
 )
@@ -137,14 +138,10 @@ func (f *fixture) validateEvents() []map[string]any {
 		if len(line) == 0 {
 			continue
 		}
+		ocsftest.Validate(f.t, line)
 		var m map[string]any
 		if err := json.Unmarshal(line, &m); err != nil {
 			f.t.Fatalf("event is not JSON: %v: %s", err, line)
-		}
-		cls, _ := m["class_uid"].(float64)
-		act, _ := m["activity_id"].(float64)
-		if tu, _ := m["type_uid"].(float64); tu != cls*100+act || m["metadata"].(map[string]any)["version"] != "1.8.0" {
-			f.t.Fatalf("event type_uid/version wrong: %s", line)
 		}
 		evs = append(evs, m)
 	}
