@@ -121,8 +121,8 @@ type field struct {
 	val *yaml.Node
 }
 
-// resolve follows nothing: aliases are rejected so that a policy means
-// what it literally says and cannot expand exponentially.
+// checkNode rejects aliases, so that a policy means what it literally says
+// and cannot expand exponentially.
 func (d *decoder) checkNode(n *yaml.Node, path string) bool {
 	if n.Kind == yaml.AliasNode {
 		d.errf(n, path, "YAML aliases are not allowed in a policy")
@@ -131,8 +131,8 @@ func (d *decoder) checkNode(n *yaml.Node, path string) bool {
 	return true
 }
 
-// mapping checks that n is a mapping with only allowed, non-duplicate
-// keys and returns its fields. ctx describes the map for messages.
+// mapping checks that n is a mapping with string keys, no duplicates and,
+// when allowed is non-nil, only allowed keys, and returns its fields.
 func (d *decoder) mapping(n *yaml.Node, path string, allowed []string) (map[string]field, bool) {
 	if !d.checkNode(n, path) {
 		return nil, false
