@@ -1,0 +1,250 @@
+// Command finalizer-recover inspects and, on explicit approval, recovers a
+// preserved task workspace whose unattended finalizer refused new files or
+// was interrupted. It never runs the coding agent. See docs/finalizer.md.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"regexp"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/palisade-sandbox/palisade/pkg/cli"
+	"github.com/palisade-sandbox/palisade/pkg/finalizer"
+)
+
+const usage = `Usage:
+  finalizer-recover inspect WORKSPACE [--json]
+  finalizer-recover [--stalled] WORKSPACE --evidence-id ID
+      [--approve-new-file PATH]... [--execute] [--json]
+      [--gate-timeout 30m] [--record PATH] [--identity "Name <email>"]
+
+WORKSPACE holds mac-evidence.json, finalizer-progress.json and the
+preserved repository (default WORKSPACE/repo).
+
+inspect reads the workspace without changing anything and prints the plan:
+preserved HEAD and prepared base, modified tracked files (would be
+committed), new files (each needs --approve-new-file), evidence status, the
+preserved test evidence that counts, and the mode (refused at new files, or
+a stalled finalizer).
+
+Without inspect, the same plan is checked against the request: the evidence
+id must match, every new path must be approved exactly, and --stalled must
+be given exactly when the finalizer was interrupted. Without --execute this
+is a dry run. With --execute it commits the pending work with provenance
+trailers (in a temporary index and worktree; the preserved checkout is not
+changed), rebases onto the canonical branch, reruns the contract and
+verification commands from the evidence, pushes with
+--force-with-lease=refs/heads/BRANCH:<fetched sha>, and writes the recovery
+record (default WORKSPACE/finalizer-recovery.json).
+
+Gate commands run repository code: run this where that is acceptable.
+
+Flags:
+  --json              machine output on stdout (inspect: the plan; otherwise
+                      {"plan":…, "record":…|null, "executed":bool})
+  --stalled           recover an interrupted finalizer
+  --evidence-id ID    the original executor evidence id (required)
+  --approve-new-file PATH
+                      approve one new path, exactly as inspect lists it;
+                      repeat for each
+  --execute           do it (default: dry run)
+  --gate-timeout D    timeout per gate command (default 30m)
+  --record PATH       where to write the recovery record
+  --identity "N <E>"  author/committer of the recovery commit and of rebased
+                      commits (default "Palisade finalizer-recover
+                      <finalizer-recover@palisade.invalid>")
+  --log-format F      text or json logs on stderr
+
+Exit status: 0 ok (recoverable / pushed), 1 refused or failed, 2 usage.
+
+Examples:
+  finalizer-recover inspect /srv/mac/tasks/task_b1828d67 --json
+  finalizer-recover /srv/mac/tasks/task_b1828d67 --evidence-id ev_0001 \
+      --approve-new-file src/new.go --approve-new-file docs/added.md
+  finalizer-recover /srv/mac/tasks/task_b1828d67 --evidence-id ev_0001 \
+      --approve-new-file src/new.go --approve-new-file docs/added.md --execute
+  finalizer-recover --stalled /srv/mac/tasks/task_9f0e --evidence-id ev_0042 --execute --json
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	cli.Exit("finalizer-recover", err, os.Stderr)
+}
+
+// baseEnv is the environment handed to git and the gates; tests replace it.
+var baseEnv = finalizer.DefaultEnv
+
+var identityRE = regexp.MustCompile(`^([^<>\n]*[^<>\s])\s*<([^<>\s]+@[^<>\s]+)>$`)
+
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	if len(args) > 0 && (args[0] == "help" || args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	inspect := len(args) > 0 && args[0] == "inspect"
+	if inspect {
+		args = args[1:]
+	}
+	fs := flag.NewFlagSet("finalizer-recover", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	asJSON := fs.Bool("json", false, "")
+	logFormat := fs.String("log-format", "text", "")
+	var (
+		stalled, execute   *bool
+		evidenceID, record *string
+		identity           *string
+		gateTimeout        *time.Duration
+		approve            []string
+	)
+	if !inspect {
+		stalled = fs.Bool("stalled", false, "")
+		execute = fs.Bool("execute", false, "")
+		evidenceID = fs.String("evidence-id", "", "")
+		record = fs.String("record", "", "")
+		identity = fs.String("identity", "", "")
+		gateTimeout = fs.Duration("gate-timeout", 30*time.Minute, "")
+		fs.Func("approve-new-file", "", func(s string) error { approve = append(approve, s); return nil })
+	}
+	pos, err := parseInterspersed(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	if err != nil {
+		return cli.Usagef("%v; see finalizer-recover --help", err)
+	}
+	log, err := cli.NewLogger(*logFormat, stderr, slog.LevelInfo)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return cli.Usagef("want exactly one WORKSPACE argument, got %d; see finalizer-recover --help", len(pos))
+	}
+	ws := pos[0]
+	opts := finalizer.Options{Env: baseEnv()}
+
+	if inspect {
+		plan, err := finalizer.Inspect(ctx, ws, opts)
+		if err != nil {
+			return cli.WithCode(cli.ExitFailed, err)
+		}
+		if err := printPlan(stdout, plan, *asJSON); err != nil {
+			return err
+		}
+		if !plan.Recoverable {
+			return cli.Failf("not recoverable: %s", strings.Join(plan.Refusals, "; "))
+		}
+		return nil
+	}
+
+	if *evidenceID == "" {
+		return cli.Usagef("--evidence-id is required (the original executor evidence id; inspect shows it)")
+	}
+	if *gateTimeout <= 0 {
+		return cli.Usagef("--gate-timeout %s: want a positive duration", *gateTimeout)
+	}
+	if *identity != "" {
+		m := identityRE.FindStringSubmatch(*identity)
+		if m == nil {
+			return cli.Usagef("--identity %q: want \"Name <email>\"", *identity)
+		}
+		opts.Identity = finalizer.Identity{Name: m[1], Email: m[2]}
+	}
+	opts.EvidenceID, opts.Stalled, opts.Approve = *evidenceID, *stalled, approve
+	opts.Execute, opts.GateTimeout, opts.RecordPath = *execute, *gateTimeout, *record
+
+	if *execute {
+		log.Info("recovering workspace", "workspace", ws, "evidence_id", *evidenceID, "stalled", *stalled)
+	}
+	plan, rec, err := finalizer.Recover(ctx, ws, opts, stderr)
+	if plan == nil {
+		return cli.WithCode(cli.ExitFailed, err)
+	}
+	if *asJSON {
+		out := struct {
+			Plan     *finalizer.Plan   `json:"plan"`
+			Record   *finalizer.Record `json:"record"`
+			Executed bool              `json:"executed"`
+		}{plan, rec, rec != nil}
+		if jerr := writeJSON(stdout, out); jerr != nil {
+			return jerr
+		}
+	} else if rec == nil {
+		if perr := plan.WriteText(stdout); perr != nil {
+			return perr
+		}
+	}
+	var refused *finalizer.RefusedError
+	switch {
+	case errors.As(err, &refused):
+		return cli.WithCode(cli.ExitFailed, err)
+	case err != nil:
+		if rec != nil {
+			log.Error("recovery failed; nothing was pushed unless the record says so", "step", rec.FailedStep, "record", recordLocation(plan, opts))
+		}
+		return cli.WithCode(cli.ExitFailed, err)
+	case rec == nil:
+		log.Info("dry run: the plan is acceptable; add --execute to carry it out")
+		return nil
+	}
+	log.Info("recovered", "pushed_commit", rec.PushedCommit, "remote", rec.Remote, "branch", rec.CanonicalBranch, "record", recordLocation(plan, opts))
+	if !*asJSON {
+		fmt.Fprintf(stdout, "pushed %s to %s/%s\n", rec.PushedCommit, rec.Remote, rec.CanonicalBranch)
+	}
+	return nil
+}
+
+func recordLocation(p *finalizer.Plan, opts finalizer.Options) string {
+	if opts.RecordPath != "" {
+		return opts.RecordPath
+	}
+	return p.Workspace + "/" + finalizer.RecordFile
+}
+
+func printPlan(w io.Writer, p *finalizer.Plan, asJSON bool) error {
+	if asJSON {
+		return writeJSON(w, p)
+	}
+	return p.WriteText(w)
+}
+
+// parseInterspersed parses flags that may come before, between or after
+// positional arguments, and returns the positional ones. "--" ends flags.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+func writeJSON(w io.Writer, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(b, '\n'))
+	return err
+}

@@ -1,0 +1,257 @@
+// Package finalizer inspects and recovers a preserved task workspace whose
+// unattended finalizer refused untracked or staged-new files, or was
+// interrupted after its gates passed (seed 000: mac task recover-finalizer,
+// mac task recover-stalled-finalizer).
+//
+// Inspect is read-only: it reads mac-evidence.json and
+// finalizer-progress.json, looks at the preserved git repository without
+// taking any lock or refreshing the index, judges the preserved test
+// evidence by gate semantics, and returns a Plan. Recover, given the
+// original evidence id and an exact approval for every new path, commits
+// the pending work with provenance trailers in a temporary index and
+// worktree (the preserved checkout is never modified), rebases onto the
+// canonical branch, reruns the contract and verification commands, pushes
+// with --force-with-lease on the fetched remote sha, and writes a recovery
+// record. It never runs the coding agent. Formats are documented in
+// docs/finalizer.md.
+package finalizer
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+)
+
+// File names inside a workspace.
+const (
+	EvidenceFile = "mac-evidence.json"
+	ProgressFile = "finalizer-progress.json"
+	RecordFile   = "finalizer-recovery.json"
+)
+
+// Schemas.
+const (
+	EvidenceSchema = "mac.task_evidence.v1"
+	ProgressSchema = "mac.finalizer_progress.v1"
+	RecordSchema   = "palisade.finalizer_recovery.v1"
+)
+
+// Evidence statuses.
+const (
+	EvidenceRefused   = "refused"   // finalizer refused; see refusal_reason
+	EvidencePartial   = "partial"   // written by an interrupted finalizer
+	EvidencePublished = "published" // terminal success: nothing to recover
+	EvidenceFailed    = "failed"    // gates failed: nothing to recover
+)
+
+// RefusalNewFiles is the refusal_reason of a finalizer that refused
+// untracked or staged-new files.
+const RefusalNewFiles = "new_files"
+
+// Progress statuses. Terminal ones end a finalizer run.
+var (
+	progressNonTerminal = []string{"started", "harvested", "gates_passed", "committing", "rebasing", "pushing"}
+	progressTerminal    = []string{"pushed", "refused", "failed", "recovered"}
+)
+
+// ProgressRecovered is the status Recover leaves in finalizer-progress.json.
+const ProgressRecovered = "recovered"
+
+// Evidence is mac-evidence.json. Unknown fields are ignored: the executor
+// records more than recovery needs (coding_agents, for one).
+type Evidence struct {
+	Schema               string         `json:"schema"`
+	EvidenceID           string         `json:"evidence_id"`
+	TaskID               string         `json:"task_id"`
+	Repository           string         `json:"repository"`
+	PreparedBaseSHA      string         `json:"prepared_base_sha"`
+	PreservedHeadSHA     string         `json:"preserved_head_sha"`
+	CanonicalBranch      string         `json:"canonical_branch"`
+	Remote               string         `json:"remote"`
+	RemoteURL            string         `json:"remote_url"`
+	ContractCommand      []string       `json:"contract_command"`
+	VerificationCommands [][]string     `json:"verification_commands"`
+	TestEvidence         []TestEvidence `json:"test_evidence"`
+	Status               string         `json:"status"`
+	RefusalReason        string         `json:"refusal_reason,omitempty"`
+	FinalizerInterrupted bool           `json:"finalizer_interrupted"`
+}
+
+// TestEvidence is one preserved test run.
+type TestEvidence struct {
+	Argv         []string `json:"argv"`
+	ExitCode     *int     `json:"exit_code"`
+	StartedAt    string   `json:"started_at,omitempty"`
+	DurationMS   int64    `json:"duration_ms,omitempty"`
+	OutputSHA256 string   `json:"output_sha256,omitempty"`
+}
+
+// Progress is finalizer-progress.json.
+type Progress struct {
+	Schema     string `json:"schema"`
+	EvidenceID string `json:"evidence_id"`
+	TaskID     string `json:"task_id,omitempty"`
+	Status     string `json:"status"`
+	UpdatedAt  string `json:"updated_at,omitempty"`
+}
+
+// Terminal reports whether status ends a finalizer run, and whether status
+// is known at all.
+func Terminal(status string) (terminal, known bool) {
+	for _, s := range progressTerminal {
+		if s == status {
+			return true, true
+		}
+	}
+	for _, s := range progressNonTerminal {
+		if s == status {
+			return false, true
+		}
+	}
+	return false, false
+}
+
+var (
+	objectIDRE = regexp.MustCompile(`^[0-9a-f]{40}([0-9a-f]{24})?$`)
+	idRE       = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
+	remoteRE   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+)
+
+// ValidID reports whether s is an acceptable evidence or task id: 1-128
+// characters of letters, digits, . _ : - starting with a letter or digit,
+// so that it is safe in a commit trailer.
+func ValidID(s string) bool { return idRE.MatchString(s) }
+
+func decodeFile(path string, v any) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("%s: not valid JSON: %w", path, err)
+	}
+	if dec.More() {
+		return fmt.Errorf("%s: trailing data after the JSON object", path)
+	}
+	return nil
+}
+
+// LoadEvidence reads and validates WORKSPACE/mac-evidence.json. Every error
+// names the file and the field.
+func LoadEvidence(workspace string) (*Evidence, error) {
+	path := filepath.Join(workspace, EvidenceFile)
+	var ev Evidence
+	if err := decodeFile(path, &ev); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("%s: missing; is %s a preserved task workspace?", path, workspace)
+		}
+		return nil, err
+	}
+	if ev.Repository == "" {
+		ev.Repository = "repo"
+	}
+	if err := ev.validate(); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return &ev, nil
+}
+
+func (ev *Evidence) validate() error {
+	var errs []string
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Sprintf(format, args...)) }
+	if ev.Schema != EvidenceSchema {
+		bad("schema: %q, want %q", ev.Schema, EvidenceSchema)
+	}
+	if !ValidID(ev.EvidenceID) {
+		bad("evidence_id: %q is not a valid id", ev.EvidenceID)
+	}
+	if !ValidID(ev.TaskID) {
+		bad("task_id: %q is not a valid id", ev.TaskID)
+	}
+	if r := ev.Repository; filepath.IsAbs(r) || filepath.Clean(r) != r || r == "." || r == ".." || strings.HasPrefix(r, "../") {
+		bad("repository: %q must be a relative directory inside the workspace", r)
+	}
+	if !objectIDRE.MatchString(ev.PreparedBaseSHA) {
+		bad("prepared_base_sha: %q is not a full lowercase object id", ev.PreparedBaseSHA)
+	}
+	if !objectIDRE.MatchString(ev.PreservedHeadSHA) {
+		bad("preserved_head_sha: %q is not a full lowercase object id", ev.PreservedHeadSHA)
+	}
+	if ev.CanonicalBranch == "" || strings.HasPrefix(ev.CanonicalBranch, "-") || strings.HasPrefix(ev.CanonicalBranch, "refs/") || strings.ContainsAny(ev.CanonicalBranch, " \t\n\x00~^:?*[\\") || strings.Contains(ev.CanonicalBranch, "..") {
+		bad("canonical_branch: %q is not a branch name (give it without refs/heads/)", ev.CanonicalBranch)
+	}
+	if !remoteRE.MatchString(ev.Remote) {
+		bad("remote: %q is not a remote name", ev.Remote)
+	}
+	if ev.RemoteURL == "" || strings.ContainsAny(ev.RemoteURL, "\n\x00") {
+		bad("remote_url: required")
+	}
+	if err := validArgv(ev.ContractCommand); err != nil {
+		bad("contract_command: %v", err)
+	}
+	if len(ev.VerificationCommands) == 0 {
+		bad("verification_commands: at least one verification command is required")
+	}
+	for i, c := range ev.VerificationCommands {
+		if err := validArgv(c); err != nil {
+			bad("verification_commands[%d]: %v", i, err)
+		}
+	}
+	for i, te := range ev.TestEvidence {
+		if len(te.Argv) == 0 {
+			bad("test_evidence[%d].argv: empty", i)
+		}
+		if te.ExitCode == nil {
+			bad("test_evidence[%d].exit_code: missing", i)
+		}
+	}
+	switch ev.Status {
+	case EvidenceRefused, EvidencePartial, EvidencePublished, EvidenceFailed:
+	default:
+		bad("status: %q, want one of refused, partial, published, failed", ev.Status)
+	}
+	if len(errs) > 0 {
+		return errors.New(strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+func validArgv(argv []string) error {
+	if len(argv) == 0 || argv[0] == "" {
+		return errors.New("empty argv")
+	}
+	for _, a := range argv {
+		if strings.IndexByte(a, 0) >= 0 {
+			return errors.New("argument contains NUL")
+		}
+	}
+	return nil
+}
+
+// LoadProgress reads WORKSPACE/finalizer-progress.json; a missing file is
+// (nil, nil).
+func LoadProgress(workspace string) (*Progress, error) {
+	path := filepath.Join(workspace, ProgressFile)
+	var p Progress
+	if err := decodeFile(path, &p); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	if p.Schema != ProgressSchema {
+		return nil, fmt.Errorf("%s: schema: %q, want %q", path, p.Schema, ProgressSchema)
+	}
+	if _, known := Terminal(p.Status); !known {
+		return nil, fmt.Errorf("%s: status: unknown value %q (terminal: %s; non-terminal: %s)", path, p.Status,
+			strings.Join(progressTerminal, ", "), strings.Join(progressNonTerminal, ", "))
+	}
+	return &p, nil
+}

@@ -1,0 +1,396 @@
+package finalizer
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/palisade-sandbox/palisade/pkg/fsutil"
+)
+
+// Record statuses.
+const (
+	RecordPushed = "pushed"
+	RecordFailed = "failed"
+)
+
+// Steps named in a failed record.
+const (
+	StepCommit = "commit"
+	StepFetch  = "fetch"
+	StepRebase = "rebase"
+	StepGate   = "gate"
+	StepPush   = "push"
+	StepRecord = "record"
+)
+
+// GateRun is one rerun of a gate command.
+type GateRun struct {
+	Gate         string   `json:"gate"` // "contract" or "verification[N]"
+	Argv         []string `json:"argv"`
+	ExitCode     int      `json:"exit_code"`
+	TimedOut     bool     `json:"timed_out"`
+	DurationMS   int64    `json:"duration_ms"`
+	OutputSHA256 string   `json:"output_sha256"`
+}
+
+// Record is the recovery record JSON.
+type Record struct {
+	Schema                string          `json:"schema"`
+	Tool                  string          `json:"tool"`
+	Status                string          `json:"status"`
+	FailedStep            string          `json:"failed_step,omitempty"`
+	Error                 string          `json:"error,omitempty"`
+	Mode                  string          `json:"mode"`
+	EvidenceID            string          `json:"evidence_id"`
+	TaskID                string          `json:"task_id"`
+	Workspace             string          `json:"workspace"`
+	Repository            string          `json:"repository"`
+	PreservedHead         string          `json:"preserved_head"`
+	PreparedBase          string          `json:"prepared_base"`
+	CommittedModified     []string        `json:"committed_modified_files"`
+	ApprovedNewFiles      []string        `json:"approved_new_files"`
+	PreservedTestEvidence *JudgedEvidence `json:"preserved_test_evidence"`
+	RecoveryCommit        string          `json:"recovery_commit,omitempty"`
+	Remote                string          `json:"remote"`
+	RemoteURL             string          `json:"remote_url"`
+	CanonicalBranch       string          `json:"canonical_branch"`
+	LeaseSHA              string          `json:"lease_sha,omitempty"`
+	RebasedHead           string          `json:"rebased_head,omitempty"`
+	Gates                 []GateRun       `json:"gates"`
+	PushedCommit          string          `json:"pushed_commit,omitempty"`
+	StartedAt             string          `json:"started_at"`
+	FinishedAt            string          `json:"finished_at"`
+}
+
+func loadRecord(path string) (*Record, error) {
+	var r Record
+	if err := decodeFile(path, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// Trailer keys of the recovery commit.
+const (
+	TrailerRecovery   = "Finalizer-Recovery"
+	TrailerEvidenceID = "MAC-Evidence-Id"
+	TrailerTaskID     = "MAC-Task-Id"
+	TrailerHead       = "Preserved-Head"
+	TrailerBase       = "Prepared-Base"
+	TrailerNewFile    = "Approved-New-File"
+)
+
+// Recover inspects the workspace with opts.Recovery set and, when the plan
+// has no refusals and opts.Execute is set, carries it out. Without Execute
+// it is a dry run returning the plan. A refused plan returns a
+// *RefusedError and changes nothing. Once execution has started, the
+// outcome is always written to the recovery record, and a failure returns
+// the record with Status "failed" and an error naming the step.
+//
+// gateOutput receives the gates' stdout and stderr (nil discards them).
+func Recover(ctx context.Context, workspace string, opts Options, gateOutput io.Writer) (*Plan, *Record, error) {
+	opts.Recovery = true
+	plan, err := Inspect(ctx, workspace, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !plan.Recoverable {
+		return plan, nil, &RefusedError{Plan: plan}
+	}
+	if !opts.Execute {
+		return plan, nil, nil
+	}
+	if gateOutput == nil {
+		gateOutput = io.Discard
+	}
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	ev := plan.ev
+	rec := &Record{
+		Schema: RecordSchema, Tool: "finalizer-recover", Mode: plan.Mode,
+		EvidenceID: ev.EvidenceID, TaskID: ev.TaskID,
+		Workspace: plan.Workspace, Repository: plan.Repository,
+		PreservedHead: plan.Head, PreparedBase: plan.PreparedBase,
+		CommittedModified: plan.ModifiedFiles, ApprovedNewFiles: plan.ApprovedNewFiles,
+		PreservedTestEvidence: plan.PreservedEvidence,
+		Remote:                plan.Remote, RemoteURL: plan.RemoteURL, CanonicalBranch: plan.CanonicalBranch,
+		Gates:     []GateRun{},
+		StartedAt: now().UTC().Format(time.RFC3339),
+	}
+	step, err := execute(ctx, plan, opts, rec, gateOutput)
+	rec.FinishedAt = now().UTC().Format(time.RFC3339)
+	if err != nil {
+		rec.Status, rec.FailedStep, rec.Error = RecordFailed, step, err.Error()
+	} else {
+		rec.Status = RecordPushed
+	}
+	if werr := writeJSONAtomic(recordPath(plan.Workspace, opts), rec); werr != nil {
+		if err == nil {
+			return plan, rec, fmt.Errorf("%s: pushed %s but could not write the record: %w", StepRecord, rec.PushedCommit, werr)
+		}
+		err = fmt.Errorf("%w (and writing the record failed: %v)", err, werr)
+	}
+	if err != nil {
+		return plan, rec, fmt.Errorf("%s: %w", step, err)
+	}
+	if err := markProgressRecovered(plan, rec, now()); err != nil {
+		return plan, rec, fmt.Errorf("%s: pushed %s but could not update %s: %w", StepRecord, rec.PushedCommit, ProgressFile, err)
+	}
+	return plan, rec, nil
+}
+
+func execute(ctx context.Context, plan *Plan, opts Options, rec *Record, gateOutput io.Writer) (string, error) {
+	ev := plan.ev
+	base := envOrDefault(opts.Env)
+	g := newGitRunner(plan.Repository, base, identityOrDefault(opts.Identity))
+
+	tmp, err := os.MkdirTemp("", "finalizer-recover-")
+	if err != nil {
+		return StepCommit, err
+	}
+	defer os.RemoveAll(tmp)
+
+	// 1. Commit the pending work in a temporary index, never touching the
+	// preserved index, HEAD or working tree.
+	commit := plan.Head
+	if len(plan.ModifiedFiles)+len(plan.ApprovedNewFiles) > 0 {
+		c, err := commitPending(ctx, g, plan, tmp)
+		if err != nil {
+			return StepCommit, err
+		}
+		commit, rec.RecoveryCommit = c, c
+	}
+
+	// 2. Fetch the canonical branch; its sha is the lease.
+	tracking := "refs/remotes/" + ev.Remote + "/" + ev.CanonicalBranch
+	if _, err := g.run(ctx, nil, "fetch", "--no-tags", "--no-recurse-submodules", "--end-of-options", ev.Remote,
+		"+refs/heads/"+ev.CanonicalBranch+":"+tracking); err != nil {
+		return StepFetch, err
+	}
+	lease, err := g.line(ctx, "rev-parse", "--verify", "--end-of-options", tracking+"^{commit}")
+	if err != nil {
+		return StepFetch, err
+	}
+	rec.LeaseSHA = lease
+
+	// 3. Rebase in a temporary worktree.
+	wt := filepath.Join(tmp, "worktree")
+	if _, err := g.run(ctx, nil, "worktree", "add", "--detach", "--end-of-options", wt, commit); err != nil {
+		return StepRebase, err
+	}
+	defer func() {
+		// Best effort on a context that outlives ctx's cancellation.
+		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		g.run(cctx, nil, "worktree", "remove", "--force", wt)
+		g.run(cctx, nil, "worktree", "prune")
+	}()
+	w := g.with(wt)
+	if _, err := w.run(ctx, nil, "rebase", "--no-autosquash", "--no-autostash", "--onto", lease, ev.PreparedBaseSHA); err != nil {
+		w.run(context.Background(), nil, "rebase", "--abort")
+		return StepRebase, fmt.Errorf("rebase onto %s/%s (%s) failed; resolve by hand: %w", ev.Remote, ev.CanonicalBranch, short(lease), err)
+	}
+	rebased, err := w.line(ctx, "rev-parse", "--verify", "HEAD^{commit}")
+	if err != nil {
+		return StepRebase, err
+	}
+	rec.RebasedHead = rebased
+
+	// 4. Both gates, on the rebased tree.
+	gates := [][]string{ev.ContractCommand}
+	gates = append(gates, ev.VerificationCommands...)
+	for i, argv := range gates {
+		name := "contract"
+		if i > 0 {
+			name = fmt.Sprintf("verification[%d]", i-1)
+		}
+		run := runGate(ctx, wt, argv, base, gateTimeout(opts), gateOutput)
+		run.Gate = name
+		rec.Gates = append(rec.Gates, run)
+		switch {
+		case run.TimedOut:
+			return StepGate, fmt.Errorf("%s gate %q timed out after %s", name, argv, gateTimeout(opts))
+		case run.ExitCode != 0:
+			return StepGate, fmt.Errorf("%s gate %q failed with exit code %d", name, argv, run.ExitCode)
+		}
+	}
+	if h, err := w.line(ctx, "rev-parse", "--verify", "HEAD^{commit}"); err != nil || h != rebased {
+		return StepGate, fmt.Errorf("a gate moved HEAD of the recovery worktree (%s, want %s)", h, rebased)
+	}
+	if out, err := w.run(ctx, nil, "diff", "--name-only", "-z", "HEAD", "--"); err != nil || len(out) > 0 {
+		return StepGate, fmt.Errorf("a gate modified tracked files, so the tested tree is not the one to push: %s", strings.ReplaceAll(strings.TrimSuffix(string(out), "\x00"), "\x00", ", "))
+	}
+
+	// 5. Guarded push, then confirm the remote ref.
+	ref := "refs/heads/" + ev.CanonicalBranch
+	if _, err := g.run(ctx, nil, "push", "--porcelain", "--no-verify", "--force-with-lease="+ref+":"+lease,
+		"--end-of-options", ev.Remote, rebased+":"+ref); err != nil {
+		return StepPush, fmt.Errorf("guarded push refused (did %s move since it was fetched at %s?): %w", ref, short(lease), err)
+	}
+	out, err := g.line(ctx, "ls-remote", "--end-of-options", ev.Remote, ref)
+	if err != nil {
+		return StepPush, err
+	}
+	if got, _, _ := strings.Cut(out, "\t"); got != rebased {
+		return StepPush, fmt.Errorf("push reported success but %s on %s is %q, not %s", ref, ev.Remote, got, rebased)
+	}
+	rec.PushedCommit = rebased
+	return "", nil
+}
+
+// commitPending builds the recovery commit on HEAD from a copy of the
+// preserved index plus the tracked changes and the approved new files,
+// and checks that it adds exactly the approved paths.
+func commitPending(ctx context.Context, g *gitRunner, plan *Plan, tmp string) (string, error) {
+	idxPath, err := g.line(ctx, "rev-parse", "--git-path", "index")
+	if err != nil {
+		return "", err
+	}
+	if !filepath.IsAbs(idxPath) {
+		idxPath = filepath.Join(plan.Repository, idxPath)
+	}
+	tmpIdx := filepath.Join(tmp, "index")
+	data, err := os.ReadFile(idxPath)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return "", err
+	}
+	if err == nil {
+		if err := os.WriteFile(tmpIdx, data, 0o600); err != nil {
+			return "", err
+		}
+	}
+	gi := g.with(plan.Repository, "GIT_INDEX_FILE="+tmpIdx)
+	if _, err := gi.run(ctx, nil, "add", "--update"); err != nil {
+		return "", err
+	}
+	if len(plan.ApprovedNewFiles) > 0 {
+		args := append([]string{"add", "--"}, plan.ApprovedNewFiles...)
+		if _, err := gi.run(ctx, nil, args...); err != nil {
+			return "", err
+		}
+	}
+	tree, err := gi.line(ctx, "write-tree")
+	if err != nil {
+		return "", err
+	}
+	out, err := g.run(ctx, nil, "diff-tree", "-r", "-z", "--no-renames", "--name-status", plan.Head, tree)
+	if err != nil {
+		return "", err
+	}
+	var added, changed []string
+	f := strings.Split(strings.TrimSuffix(string(out), "\x00"), "\x00")
+	for i := 0; i+1 < len(f); i += 2 {
+		if f[i] == "A" {
+			added = append(added, f[i+1])
+		} else {
+			changed = append(changed, f[i+1])
+		}
+	}
+	slices.Sort(added)
+	if !slices.Equal(added, plan.ApprovedNewFiles) {
+		return "", fmt.Errorf("the recovery commit would add %q, not exactly the approved %q", added, plan.ApprovedNewFiles)
+	}
+	for _, c := range changed {
+		if !slices.Contains(plan.ModifiedFiles, c) {
+			return "", fmt.Errorf("the recovery commit would change %s, which the plan did not list", c)
+		}
+	}
+	msg := commitMessage(plan)
+	return gi.line(ctx, "commit-tree", tree, "-p", plan.Head, "-m", msg)
+}
+
+func commitMessage(p *Plan) string {
+	kind, why := "stalled-finalizer", "The finalizer was interrupted after its gates passed; this commit holds\nthe work it left pending."
+	if p.Mode == ModeRefusedNewFiles {
+		kind, why = "refused-new-files", "The unattended finalizer refused untracked or staged-new files; this\ncommit holds the pending work, with every new path approved explicitly."
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "Recover finalizer of task %s (%s)\n\n%s\n\n", p.TaskID, kind, why)
+	fmt.Fprintf(&b, "%s: %s\n", TrailerRecovery, kind)
+	fmt.Fprintf(&b, "%s: %s\n", TrailerEvidenceID, p.EvidenceID)
+	fmt.Fprintf(&b, "%s: %s\n", TrailerTaskID, p.TaskID)
+	fmt.Fprintf(&b, "%s: %s\n", TrailerHead, p.Head)
+	fmt.Fprintf(&b, "%s: %s\n", TrailerBase, p.PreparedBase)
+	for _, n := range p.ApprovedNewFiles {
+		fmt.Fprintf(&b, "%s: %s\n", TrailerNewFile, n)
+	}
+	return b.String()
+}
+
+// markProgressRecovered sets finalizer-progress.json's status to
+// "recovered", keeping every other field the executor wrote.
+func markProgressRecovered(plan *Plan, rec *Record, now time.Time) error {
+	path := filepath.Join(plan.Workspace, ProgressFile)
+	doc := map[string]any{}
+	if data, err := os.ReadFile(path); err == nil {
+		if err := json.Unmarshal(data, &doc); err != nil {
+			return err
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	doc["schema"] = ProgressSchema
+	doc["evidence_id"] = plan.EvidenceID
+	doc["task_id"] = plan.TaskID
+	doc["status"] = ProgressRecovered
+	doc["updated_at"] = now.UTC().Format(time.RFC3339)
+	doc["recovered_commit"] = rec.PushedCommit
+	return writeJSONAtomic(path, doc)
+}
+
+func writeJSONAtomic(path string, v any) error {
+	data, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return fsutil.WriteFileAtomic(path, append(data, '\n'), 0o644)
+}
+
+// runGate runs one gate command in dir with the base environment and a
+// timeout; on timeout the whole process group is killed.
+func runGate(ctx context.Context, dir string, argv, env []string, timeout time.Duration, out io.Writer) GateRun {
+	run := GateRun{Argv: argv}
+	gctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	h := sha256.New()
+	var mu lockedWriter
+	mu.w = io.MultiWriter(out, h)
+	cmd := exec.CommandContext(gctx, argv[0], argv[1:]...)
+	cmd.Dir = dir
+	cmd.Env = env
+	cmd.Stdin = bytes.NewReader(nil)
+	cmd.Stdout, cmd.Stderr = &mu, &mu
+	setProcessGroup(cmd)
+	cmd.WaitDelay = 10 * time.Second
+	start := time.Now()
+	err := cmd.Run()
+	run.DurationMS = time.Since(start).Milliseconds()
+	run.OutputSHA256 = hex.EncodeToString(h.Sum(nil))
+	switch {
+	case gctx.Err() == context.DeadlineExceeded:
+		run.TimedOut, run.ExitCode = true, -1
+	case err == nil:
+	default:
+		var ee *exec.ExitError
+		if errors.As(err, &ee) && ee.ExitCode() >= 0 {
+			run.ExitCode = ee.ExitCode()
+		} else {
+			run.ExitCode = -1 // could not start, or killed by a signal
+		}
+	}
+	return run
+}

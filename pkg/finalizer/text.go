@@ -1,0 +1,77 @@
+package finalizer
+
+import (
+	"fmt"
+	"io"
+	"strings"
+)
+
+// WriteText renders the plan for a human operator.
+func (p *Plan) WriteText(w io.Writer) error {
+	var b strings.Builder
+	kv := func(k, format string, args ...any) {
+		fmt.Fprintf(&b, "%-24s %s\n", k+":", fmt.Sprintf(format, args...))
+	}
+	kv("workspace", "%s", p.Workspace)
+	kv("repository", "%s", p.Repository)
+	kv("mode", "%s (%s)", p.Mode, p.ModeReason)
+	kv("evidence", "%s, task %s, status %s, finalizer_interrupted=%v", p.EvidenceID, p.TaskID, p.EvidenceStatus, p.FinalizerInterrupted)
+	if p.ProgressStatus != "" {
+		t := "non-terminal"
+		if p.ProgressTerminal {
+			t = "terminal"
+		}
+		kv("finalizer progress", "%s (%s)", p.ProgressStatus, t)
+	} else {
+		kv("finalizer progress", "(no %s)", ProgressFile)
+	}
+	match := "matches"
+	if p.Head != p.PreservedHead {
+		match = "repository HEAD is " + p.Head
+	}
+	kv("preserved HEAD", "%s (%s)", p.PreservedHead, match)
+	kv("prepared base", "%s", p.PreparedBase)
+	kv("canonical", "%s/%s (%s)", p.Remote, p.CanonicalBranch, p.RemoteURL)
+	fmt.Fprintf(&b, "would commit (tracked, modified): %d\n", len(p.ModifiedFiles))
+	for _, f := range p.ModifiedFiles {
+		fmt.Fprintf(&b, "  %s\n", f)
+	}
+	fmt.Fprintf(&b, "new files (each needs --approve-new-file): %d\n", len(p.NewFiles))
+	approved := map[string]bool{}
+	for _, f := range p.ApprovedNewFiles {
+		approved[f] = true
+	}
+	for _, f := range p.NewFiles {
+		mark := ""
+		if approved[f] {
+			mark = "  [approved]"
+		}
+		fmt.Fprintf(&b, "  %s%s\n", f, mark)
+	}
+	fmt.Fprintf(&b, "test evidence:\n")
+	for _, e := range p.TestEvidence {
+		verdict := "accepted"
+		if !e.Accepted {
+			verdict = "refused: " + e.Reason
+		}
+		fmt.Fprintf(&b, "  #%d %s %q exit %d: %s\n", e.Index, e.Kind, e.Argv, e.ExitCode, verdict)
+	}
+	if p.PreservedEvidence != nil {
+		kv("preserved_test_evidence", "#%d %s %q", p.PreservedEvidence.Index, p.PreservedEvidence.Kind, p.PreservedEvidence.Argv)
+	} else {
+		kv("preserved_test_evidence", "none")
+	}
+	fmt.Fprintf(&b, "steps:\n")
+	for i, s := range p.Steps {
+		fmt.Fprintf(&b, "  %d. %s\n", i+1, s)
+	}
+	if len(p.Refusals) > 0 {
+		fmt.Fprintf(&b, "refusals:\n")
+		for _, r := range p.Refusals {
+			fmt.Fprintf(&b, "  - %s\n", r)
+		}
+	}
+	kv("recoverable", "%v", p.Recoverable)
+	_, err := io.WriteString(w, b.String())
+	return err
+}
