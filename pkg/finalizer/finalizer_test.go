@@ -631,3 +631,45 @@ func TestSubmodulesRefused(t *testing.T) {
 	o.Approve = append(o.Approve, "vendor/lib")
 	refused(t, f, o, "the repository has submodules (vendor/lib)")
 }
+
+// FuzzJudgeWrapper: the wrapper-argument judge never panics, and whatever
+// it accepts names exactly this base once and nothing outside
+// --base/--changed-file.
+func FuzzJudgeWrapper(f *testing.F) {
+	base := strings.Repeat("a", 40)
+	f.Add("--base\x00"+base, 0)
+	f.Add("--base="+base+"\x00--changed-file\x00x", 0)
+	f.Add("--changed-file=y\x00--base\x00"+base+"\x00-k", 0)
+	f.Add("--base", 1)
+	f.Fuzz(func(t *testing.T, joined string, exit int) {
+		args := strings.Split(joined, "\x00")
+		reason := judgeWrapper(args, exit, base, wrapperState{committed: true})
+		if reason != "" {
+			return
+		}
+		if exit != 0 {
+			t.Fatalf("accepted a failed run: %q", args)
+		}
+		bases := 0
+		for i := 0; i < len(args); i++ {
+			switch a := args[i]; {
+			case a == "--base":
+				if args[i+1] != base {
+					t.Fatalf("accepted --base %q", args[i+1])
+				}
+				bases++
+				i++
+			case a == "--changed-file":
+				i++
+			case a == "--base="+base:
+				bases++
+			case strings.HasPrefix(a, "--changed-file="):
+			default:
+				t.Fatalf("accepted argument %q", a)
+			}
+		}
+		if bases != 1 {
+			t.Fatalf("accepted %d --base in %q", bases, args)
+		}
+	})
+}
