@@ -53,7 +53,7 @@ Examples:
 
 type runFlags struct {
 	policy, name, kind, agentID, workdir, passthrough, events string
-	profile, memory, stateDir, logFormat                      string
+	profile, memory, stateDir, logFormat, logLevel            string
 	cpus                                                      float64
 	pids                                                      int64
 	tty, noTTY, keep, allowDegraded                           bool
@@ -87,6 +87,7 @@ func parseRunFlags(args []string, stderr io.Writer, specOnly bool) (*runFlags, [
 	fs.StringVar(&f.stateDir, "state-dir", state.DefaultRoot, "root of the per-sandbox state directories")
 	fs.BoolVar(&f.allowDegraded, "allow-degraded", false, "run without seccomp if the kernel lacks it (recorded as a Detection Finding; refused under hard_requirement)")
 	fs.StringVar(&f.logFormat, "log-format", "text", "stderr log format: text or json")
+	fs.StringVar(&f.logLevel, "log-level", "info", "stderr log level: debug, info, warn or error (debug shows start-up timing)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, nil, cli.Quiet(cli.ExitOK)
@@ -174,7 +175,11 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if err != nil {
 		return err
 	}
-	logger, err := cli.NewLogger(f.logFormat, stderr, slog.LevelInfo)
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
+		return cli.Usagef("--log-level %q: want debug, info, warn or error", f.logLevel)
+	}
+	logger, err := cli.NewLogger(f.logFormat, stderr, level)
 	if err != nil {
 		return err
 	}

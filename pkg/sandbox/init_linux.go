@@ -333,33 +333,51 @@ var forwarded = []os.Signal{unix.SIGHUP, unix.SIGINT, unix.SIGQUIT, unix.SIGTERM
 
 // reap waits for every child (the init is PID 1 and inherits orphans),
 // forwards signals to the command, and returns the command's status once
-// it exits. Remaining processes die with the init's PID namespace.
+// it exits. Remaining processes die with the init's PID namespace. A
+// blocking wait4 on its own thread notices the exit at once; signal
+// delivery to the Go runtime would add a scheduling round trip.
 func reap(ctl *channel, pid int, sigs chan os.Signal) int {
-	for {
+	type exit struct {
+		ws unix.WaitStatus
+	}
+	done := make(chan exit, 1)
+	go func() {
 		for {
 			var ws unix.WaitStatus
-			wpid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
-			if err != nil || wpid <= 0 {
-				break
-			}
-			if wpid != pid {
+			wpid, err := unix.Wait4(-1, &ws, 0, nil)
+			if err == unix.EINTR {
 				continue
 			}
+			if err != nil {
+				// ECHILD cannot happen while the command lives; report
+				// an unknown status rather than spin.
+				done <- exit{ws: unix.WaitStatus(0xff00)}
+				return
+			}
+			if wpid == pid {
+				done <- exit{ws: ws}
+				return
+			}
+		}
+	}()
+	for {
+		select {
+		case e := <-done:
 			m := Message{Type: MsgExit}
 			code := 0
 			switch {
-			case ws.Exited():
-				m.Code, code = ws.ExitStatus(), ws.ExitStatus()
-			case ws.Signaled():
-				m.Signal, code = int(ws.Signal()), 128+int(ws.Signal())
+			case e.ws.Exited():
+				m.Code, code = e.ws.ExitStatus(), e.ws.ExitStatus()
+			case e.ws.Signaled():
+				m.Signal, code = int(e.ws.Signal()), 128+int(e.ws.Signal())
 			}
 			ctl.send(m, -1)
 			return code
+		case sig := <-sigs:
+			if sig == unix.SIGCHLD {
+				continue
+			}
+			unix.Kill(pid, sig.(syscall.Signal))
 		}
-		sig := <-sigs
-		if sig == unix.SIGCHLD {
-			continue
-		}
-		unix.Kill(pid, sig.(syscall.Signal))
 	}
 }

@@ -85,6 +85,12 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	res := Result{Name: o.Name, ExitCode: ExitSandboxFailed}
+	t0 := time.Now()
+	// mark logs, at debug level, how long start-up has taken so far
+	// (`--log-level debug` shows where a slow start spends its time).
+	mark := func(phase string) {
+		o.Logger.Debug("startup", "phase", phase, "elapsed_us", time.Since(t0).Microseconds())
+	}
 	failf := func(stage string, err error) (Result, error) {
 		o.Events.Failed(stage, err.Error(), ExitSandboxFailed)
 		return res, fmt.Errorf("%s: %w", stage, err)
@@ -100,6 +106,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if err != nil {
 		return failf("preflight", err)
 	}
+	mark("preflight")
 	uid, gid, err := ResolveIdentity(o.Policy.RunAsUser, o.Policy.RunAsGroup)
 	if err != nil {
 		return failf("identity", err)
@@ -128,6 +135,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	}
 	name := labels.Name
 	res.Name = name
+	mark("state")
 	o.Events.Created(name, string(labels.Kind))
 	o.Events.PolicyLoaded(o.Policy)
 	for _, d := range plan.Degraded {
@@ -155,7 +163,10 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		}
 	}
 	code := ExitSandboxFailed
-	defer func() { teardown(&code) }()
+	defer func() {
+		teardown(&code)
+		mark("teardown")
+	}()
 
 	// Memory and CPU limits of the bounded-tmpfs profile.
 	pids, mem, cpus := o.PidsLimit, o.Memory, o.CPUs
@@ -191,6 +202,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		return failf("cgroup", err)
 	}
 	cleanups = append(cleanups, cg.Destroy)
+	mark("cgroup")
 
 	ctl, initEnd, err := socketPair()
 	if err != nil {
@@ -227,6 +239,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	}
 	initEnd.Close()
 	initPID := cmd.Process.Pid
+	mark("init-started")
 	waited := false
 	cleanups = append(cleanups, func() error {
 		if !waited {
@@ -238,13 +251,6 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if err := cg.AddPID(initPID); err != nil {
 		return failf("cgroup", err)
 	}
-	st, _ := state.ProcStartTime(initPID)
-	store.Update(name, func(l *state.Labels) {
-		l.Status = state.StatusRunning
-		l.InitPID = initPID
-		l.InitStartTime = st
-		l.Cgroup = cg.Name()
-	})
 	if o.Network != nil {
 		env, cleanup, err := o.Network.Attach(ctx, name, initPID)
 		if err != nil {
@@ -261,6 +267,16 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if err := ctl.send(Message{Type: MsgGo}, -1); err != nil {
 		return failf("init", err)
 	}
+	mark("go")
+	// Bookkeeping for list/status/gc, off the init's critical path: it
+	// runs while the init sets the sandbox up.
+	st, _ := state.ProcStartTime(initPID)
+	store.Update(name, func(l *state.Labels) {
+		l.Status = state.StatusRunning
+		l.InitPID = initPID
+		l.InitStartTime = st
+		l.Cgroup = cg.Name()
+	})
 
 	// Forward signals to the init, which passes them to the command.
 	sigs := make(chan os.Signal, 16)
@@ -311,6 +327,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 				o.Events.Confined(*m.Confinement, cg.Name())
 			}
 		case MsgStarted:
+			mark("command-started")
 			cmdPID = m.PID
 			o.Events.Launched(m.PID, o.Args, uid, gid)
 		case MsgError:
@@ -326,8 +343,10 @@ func Run(ctx context.Context, o Options) (Result, error) {
 			}
 			return res, fmt.Errorf("%s: %s", m.Stage, m.Msg)
 		case MsgExit:
+			mark("command-exited")
 			cmd.Wait()
 			waited = true
+			mark("init-reaped")
 			if pty != nil {
 				relay.Wait()
 				pty.Close()
