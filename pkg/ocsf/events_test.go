@@ -19,7 +19,7 @@ func fixedSource() *ocsf.Source {
 		Component:      "sandbox-supervisor",
 		ProductVersion: "0.1.0",
 		KernelRelease:  "6.18.0",
-		Labels:         []string{"kind:task"},
+		Labels:         []string{"kind:task", "agent:agent-7"},
 		Now:            func() time.Time { return time.UnixMilli(1767225600123) },
 	}
 	return s
@@ -52,16 +52,22 @@ func examples() []struct {
 	Ev   ocsf.Event
 } {
 	s := fixedSource()
+	p := fixedSource() // the proxy's events
+	p.Component = "egress-proxy"
 	policy := ocsf.PolicyRef{Name: "openshell-policy.yaml", Path: "/root/.mac/openshell-policy.yaml",
 		SHA256: "5e884898da28047151d0e56f8dc6292773603d0d6aabbdd62a11ef721d1542d8", Version: "1", Source: "home"}
 	rule := &ocsf.FirewallRule{Name: "github", UID: "network_policies.github.endpoints[0]", Type: "egress-policy"}
 	deny := &ocsf.FirewallRule{Name: "default-deny", UID: "default", Type: "egress-policy"}
-	initActor := ocsf.Actor{Process: &ocsf.Process{PID: 1, Name: "sandbox-init",
-		File: ocsf.ExeFile("/usr/local/bin/sandbox-supervisor", "")}}
-	cmd := ocsf.Process{PID: 2, Name: "sh", CmdLine: "sh -c 'id; echo done'",
-		File: ocsf.ExeFile("/usr/bin/sh", ""), User: &ocsf.User{UID: "10001", Name: "sandbox", TypeID: ocsf.UserTypeUser}}
+	initActor := ocsf.Actor{AppName: "sandbox-supervisor", Process: &ocsf.Process{PID: 1, Name: "palisade-init"}}
+	cmd := ocsf.Process{PID: 2, Name: "sh", File: ocsf.ExeFile("/usr/bin/sh", ""),
+		User: &ocsf.User{UID: "10001", Name: "sandbox", TypeID: ocsf.UserTypeUser}}
 	u, _ := url.Parse("http://user:pw@files.example.com/pub/data.tar.gz?token=SECRET#frag")
 	kept := policy
+	// Finding uids are random; pin them so the documented examples are stable.
+	pin := func(e *ocsf.DetectionFinding, uid string) *ocsf.DetectionFinding {
+		e.FindingInfo.UID = uid
+		return e
+	}
 	return []struct {
 		Name string
 		Ev   ocsf.Event
@@ -69,7 +75,7 @@ func examples() []struct {
 		{"process-launch", s.ProcessLaunch(cmd, initActor)},
 		{"process-terminate", s.ProcessTerminate(cmd, initActor, ocsf.Exit{Code: 137, Signal: 9})},
 		{"policy-load", s.PolicyLoaded(policy, false)},
-		{"policy-reload-rejected", s.PolicyRejected(&kept, "aa11", errors.New(`network_policies.github.endpoints[0].host: empty host`))},
+		{"policy-reload-rejected", p.PolicyRejected(&kept, "aa11", errors.New(`network_policies.github.endpoints[0].host: empty host`))},
 		{"confinement-applied", s.ConfinementApplied(ocsf.Confinement{
 			Landlock:   &ocsf.LandlockState{ABI: 7, Mode: "hard_requirement", ReadOnlyRules: 9, ReadWriteRules: 2, Scopes: []string{"abstract_unix_socket", "signal"}},
 			Seccomp:    &ocsf.SeccompState{Mode: "filter", Instructions: 212, AllThreads: true},
@@ -77,23 +83,25 @@ func examples() []struct {
 			Cgroup:     &ocsf.CgroupState{Version: "v1", Path: "/sys/fs/cgroup/pids/palisade/sbx-3f9a2c", PidsMax: 2048},
 			Identity:   &ocsf.IdentityState{UID: 10001, GID: 10001, NoNewPrivs: true},
 		}, &policy)},
-		{"finding-degraded", s.DegradedRun("seccomp", "--allow-degraded given; seccomp filter mode unavailable")},
-		{"finding-bypass", s.BypassAttempt(ocsf.Conn{
+		{"finding-degraded", pin(s.DegradedRun("seccomp", "--allow-degraded given; seccomp filter mode unavailable"), "sbx-3f9a2c:degraded:5b1e0c9d2f3a4b67")},
+		{"finding-bypass", pin(p.BypassAttempt(ocsf.Conn{
 			Src: &ocsf.NetworkEndpoint{IP: "10.200.0.2", Port: 40600},
-			Dst: &ocsf.NetworkEndpoint{IP: "198.51.100.9", Port: 22}, Actor: agentActor()}, "direct TCP connect captured by the fence")},
-		{"finding-identity", s.IdentityMismatch(agentActor(), "/usr/bin/curl",
+			Dst: &ocsf.NetworkEndpoint{IP: "198.51.100.9", Port: 22}, Actor: agentActor()}, "direct TCP connect captured by the fence"),
+			"sbx-3f9a2c:bypass:0e7d4c1a9b8f2e35")},
+		{"finding-identity", pin(p.IdentityMismatch(agentActor(), "/usr/bin/curl",
 			"9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
-			"60303ae22b998861bce3b28f33eec1be758a213c86c93c076dbe9f558c11c752")},
-		{"network-open-allowed", s.NetworkOpen(conn(), ocsf.Decision{Allowed: true, Rule: rule})},
-		{"network-open-denied", s.NetworkOpen(conn(), ocsf.Decision{Rule: deny, Code: "policy_denied", Reason: "no network policy allows api.example.com:443 for /usr/bin/curl"})},
-		{"network-refuse", s.NetworkRefuse(ocsf.Conn{
+			"60303ae22b998861bce3b28f33eec1be758a213c86c93c076dbe9f558c11c752"),
+			"sbx-3f9a2c:identity:7c2a9e4f0d1b3856")},
+		{"network-open-allowed", p.NetworkOpen(conn(), ocsf.Decision{Allowed: true, Rule: rule})},
+		{"network-open-denied", p.NetworkOpen(conn(), ocsf.Decision{Rule: deny, Code: "policy_denied", Reason: "no network policy allows api.example.com:443 for /usr/bin/curl"})},
+		{"network-refuse", p.NetworkRefuse(ocsf.Conn{
 			Src: &ocsf.NetworkEndpoint{IP: "10.200.0.2", Port: 40600},
 			Dst: &ocsf.NetworkEndpoint{IP: "198.51.100.9", Port: 22}, Actor: agentActor()},
 			ocsf.Decision{Rule: &ocsf.FirewallRule{Name: "fence", UID: "fence", Type: "nftables-fence"}, Reason: "connection bypassed the proxy"})},
-		{"network-fail", s.NetworkFail(conn(), rule, "upstream_connect_failed", errors.New("dial 198.51.100.7:443: connection refused"))},
-		{"http-allowed", s.HTTPRequest(conn(), ocsf.Request{Method: "GET", URL: u, Version: "HTTP/1.1", Status: 200},
+		{"network-fail", p.NetworkFail(conn(), rule, "upstream_connect_failed", errors.New("dial 198.51.100.7:443: connection refused"))},
+		{"http-allowed", p.HTTPRequest(conn(), ocsf.Request{Method: "GET", URL: u, Version: "HTTP/1.1", Status: 200},
 			ocsf.Decision{Allowed: true, Rule: rule})},
-		{"http-denied", s.HTTPRequest(conn(), ocsf.Request{Method: "POST", URL: u, Version: "HTTP/1.1", Status: 403},
+		{"http-denied", p.HTTPRequest(conn(), ocsf.Request{Method: "POST", URL: u, Version: "HTTP/1.1", Status: 403},
 			ocsf.Decision{Rule: deny, Code: "policy_denied", Reason: "POST not allowed by rules"})},
 	}
 }

@@ -66,7 +66,10 @@ func (s *Source) BypassAttempt(c Conn, reason string) *DetectionFinding {
 		Desc:  reason,
 		Types: []string{FindingTypeBypass},
 	}
-	ev := Evidence{Actor: c.Actor, SrcEndpoint: c.Src, DstEndpoint: c.Dst, ConnectionInfo: c.connInfo()}
+	ev := Evidence{SrcEndpoint: c.Src, DstEndpoint: c.Dst, ConnectionInfo: c.connInfo()}
+	if c.Src == nil && c.Dst == nil {
+		ev.Actor = c.Actor // evidences need at least one entity
+	}
 	e := s.Finding(info, SeverityHigh, ev)
 	e.Actor = c.Actor
 	e.ActionID = ActionDenied
@@ -84,9 +87,8 @@ func (s *Source) IdentityMismatch(actor *Actor, exePath, pinnedSHA256, seenSHA25
 		Types: []string{FindingTypeIdentityMismatch},
 	}
 	ev := Evidence{
-		Actor: actor,
-		File:  ExeFile(exePath, seenSHA256),
-		Data:  map[string]any{"pinned_sha256": pinnedSHA256, "seen_sha256": seenSHA256},
+		File: ExeFile(exePath, seenSHA256),
+		Data: map[string]any{"pinned_sha256": pinnedSHA256, "seen_sha256": seenSHA256},
 	}
 	e := s.Finding(info, SeverityHigh, ev)
 	e.Actor = actor
