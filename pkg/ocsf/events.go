@@ -142,6 +142,8 @@ type HTTPActivity struct {
 // Marshal fills the derived attributes of ev, checks its invariants and
 // returns it as one line of JSON without the trailing newline. It fails,
 // naming the attribute, rather than produce an event that breaks OCSF.
+// Marshal writes the derived attributes into ev, so one event value must
+// not be marshalled or emitted from two goroutines at once.
 func Marshal(ev Event) ([]byte, error) {
 	if ev == nil || ev.EventBase() == nil {
 		return nil, errors.New("ocsf: nil event")

@@ -339,3 +339,26 @@ func TestLoadErrors(t *testing.T) {
 		t.Fatalf("FindDir(parent) = %q, %v", d, err)
 	}
 }
+
+// FuzzValidate: the validator never panics on arbitrary input, and an
+// input it accepts is a JSON object with a known class.
+func FuzzValidate(f *testing.F) {
+	for _, ev := range []string{networkEvent, processEvent, httpEvent, `{}`, `[]`, `{"class_uid":4001}`, `{"a":{"a":{"a":1}}}`} {
+		f.Add([]byte(ev))
+	}
+	s := ocsftest.RequireSchema(f)
+	f.Fuzz(func(t *testing.T, line []byte) {
+		errs := s.Validate(line)
+		if len(errs) > 0 {
+			return
+		}
+		var m map[string]any
+		if err := json.Unmarshal(line, &m); err != nil {
+			t.Fatalf("accepted invalid JSON %q: %v", line, err)
+		}
+		uid, ok := m["class_uid"].(float64)
+		if !ok || s.Classes[int(uid)] == nil {
+			t.Fatalf("accepted an event without a known class: %q", line)
+		}
+	})
+}
