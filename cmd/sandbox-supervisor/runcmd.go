@@ -246,6 +246,9 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		Probe: probe, Events: events, Logger: logger,
 		Stdin: stdin, Stdout: stdout, Stderr: stderr,
 	})
+	if events.Lost > 0 {
+		logger.Warn("events lost", "sandbox", res.Name, "count", events.Lost, "events", f.events)
+	}
 	if err != nil {
 		return sandboxFailed(err)
 	}

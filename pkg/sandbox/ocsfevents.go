@@ -106,7 +106,11 @@ func (e *OCSFEvents) Confined(c Confinement, cgroupName string) {
 func (e *OCSFEvents) proc(pid int, args []string, uid uint32) ocsf.Process {
 	// The command line is left out on purpose: arguments can carry
 	// credentials, and secrets never enter events.
-	p := ocsf.Process{PID: pid}
+	p := ocsf.Process{PID: pid, UID: fmt.Sprintf("%s/%d", e.src.Sandbox, pid)}
+	if pid == 0 {
+		// A command that never started has no pid; OCSF needs pid or uid.
+		p.UID = e.src.Sandbox + "/unstarted"
+	}
 	if len(args) > 0 {
 		p.Name = filepath.Base(args[0])
 		if filepath.IsAbs(args[0]) {

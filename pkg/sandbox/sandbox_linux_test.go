@@ -109,6 +109,9 @@ func (f *fixture) run(o Options) (string, string, Result) {
 	if err != nil {
 		f.t.Fatalf("Run: %v\nstderr: %s", err, errb.String())
 	}
+	if ev, ok := o.Events.(*OCSFEvents); ok && ev.Lost > 0 {
+		f.t.Errorf("%d events were refused by the emitter", ev.Lost)
+	}
 	return out.String(), errb.String(), res
 }
 
@@ -308,6 +311,18 @@ func TestExitStatusAndEvents(t *testing.T) {
 	}
 	if !sawExit3 {
 		t.Error("no Process Activity Terminate with exit_code 3")
+	}
+	// The three launches that could not happen are recorded as failed
+	// launches naming the exec stage.
+	var failed int
+	for _, e := range evs {
+		if e["class_uid"].(float64) == 1007 && e["activity_id"].(float64) == 1 && e["status"] == "Failure" &&
+			strings.HasPrefix(e["status_detail"].(string), "exec: ") {
+			failed++
+		}
+	}
+	if failed != 3 {
+		t.Errorf("%d failed-launch events, want 3", failed)
 	}
 	// Teardown: no state left behind.
 	if ents, _ := os.ReadDir(f.stateDir); len(ents) != 0 {
