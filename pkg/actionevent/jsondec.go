@@ -25,6 +25,16 @@ type decoder struct {
 
 const maxDepth = 256
 
+// strStop marks the bytes that end a run of plain string content: the
+// closing quote, a backslash, and the control characters JSON forbids.
+var strStop = func() (t [256]bool) {
+	for c := 0; c < 0x20; c++ {
+		t[c] = true
+	}
+	t['"'], t['\\'] = true, true
+	return t
+}()
+
 // decodeError carries a reason and the attribute path, built innermost
 // first as the error unwinds.
 type decodeError struct {
@@ -95,6 +105,9 @@ func inIndex(i int, err error) error {
 }
 
 func (d *decoder) ws() {
+	if d.i < len(d.b) && d.b[d.i] > ' ' {
+		return
+	}
 	for d.i < len(d.b) {
 		switch d.b[d.i] {
 		case ' ', '\t', '\n', '\r':
@@ -221,6 +234,12 @@ func (d *decoder) rawString() ([]byte, error) {
 	d.i++ // opening quote
 	start := d.i
 	for d.i < len(d.b) {
+		for d.i < len(d.b) && !strStop[d.b[d.i]] {
+			d.i++
+		}
+		if d.i >= len(d.b) {
+			break
+		}
 		c := d.b[d.i]
 		switch {
 		case c == '"':
@@ -473,6 +492,12 @@ func (d *decoder) skip() error {
 	case c == '"':
 		d.i++
 		for d.i < len(d.b) {
+			for d.i < len(d.b) && !strStop[d.b[d.i]] {
+				d.i++
+			}
+			if d.i >= len(d.b) {
+				break
+			}
 			c := d.b[d.i]
 			switch {
 			case c == '"':

@@ -56,29 +56,35 @@ type ocsfEvent struct {
 	Metadata struct {
 		UID string `json:"uid"`
 	} `json:"metadata"`
-	Actor       ocsfActor        `json:"actor"`
-	Process     *ocsfProcess     `json:"process"`
-	DstEndpoint *ocsfEndpoint    `json:"dst_endpoint"`
-	URL         *ocsfURL         `json:"url"`
-	HTTPRequest *ocsfHTTPRequest `json:"http_request"`
-	Rule        *ocsfRule        `json:"firewall_rule"`
-	Policy      *ocsfPolicy      `json:"policy"`
-	StatusCode  string           `json:"status_code"`
-	FindingInfo *struct {
-		Title string `json:"title"`
-	} `json:"finding_info"`
-	Evidences []ocsfEvidence `json:"evidences"`
-	Device    *struct {
-		Container *struct {
-			Name string `json:"name"`
-		} `json:"container"`
-	} `json:"device"`
-	Unmapped *struct {
-		SandboxID      string `json:"sandbox_id"`
-		PolicyName     string `json:"policy_name"`
-		PolicyChecksum string `json:"policy_checksum"`
-		PolicySHA256   string `json:"policy_sha256"`
-	} `json:"unmapped"`
+	Actor         ocsfActor        `json:"actor"`
+	Process       *ocsfProcess     `json:"process"`
+	DstEndpoint   *ocsfEndpoint    `json:"dst_endpoint"`
+	URL           *ocsfURL         `json:"url"`
+	HTTPRequest   *ocsfHTTPRequest `json:"http_request"`
+	Rule          *ocsfRule        `json:"firewall_rule"`
+	Policy        *ocsfPolicy      `json:"policy"`
+	StatusCode    string           `json:"status_code"`
+	FindingInfo   *ocsfFindingInfo `json:"finding_info"`
+	Evidences     []ocsfEvidence   `json:"evidences"`
+	ContainerName string           // device.container.name
+	Unmapped      ocsfUnmapped     `json:"unmapped"`
+}
+
+type ocsfFindingInfo struct {
+	Title string `json:"title"`
+}
+
+type ocsfUnmapped struct {
+	SandboxID      string `json:"sandbox_id"`
+	PolicyName     string `json:"policy_name"`
+	PolicyChecksum string `json:"policy_checksum"`
+	PolicySHA256   string `json:"policy_sha256"`
+}
+
+type ocsfHash struct {
+	AlgorithmID int    `json:"algorithm_id"`
+	Algorithm   string `json:"algorithm"`
+	Value       string `json:"value"`
 }
 
 type ocsfActor struct {
@@ -94,12 +100,8 @@ type ocsfProcess struct {
 }
 
 type ocsfFile struct {
-	Path   string `json:"path"`
-	Hashes []struct {
-		AlgorithmID int    `json:"algorithm_id"`
-		Algorithm   string `json:"algorithm"`
-		Value       string `json:"value"`
-	} `json:"hashes"`
+	Path   string     `json:"path"`
+	Hashes []ocsfHash `json:"hashes"`
 }
 
 type ocsfEndpoint struct {
@@ -283,30 +285,28 @@ func FromOCSF(line []byte, agentID string) (Record, error) {
 			}
 		}
 	}
-	if un := ev.Unmapped; un != nil {
-		if r.Policy.Name == "" {
-			r.Policy.Name = clip(un.PolicyName, maxShort)
-		}
-		if r.Policy.Checksum == "" {
-			for _, c := range []string{un.PolicyChecksum, un.PolicySHA256} {
-				if checksumLike(c) {
-					r.Policy.Checksum = strings.ToLower(c)
-					break
-				}
-			}
+	if r.Policy.Name == "" {
+		r.Policy.Name = clip(ev.Unmapped.PolicyName, maxShort)
+	}
+	if r.Policy.Checksum == "" {
+		switch {
+		case checksumLike(ev.Unmapped.PolicyChecksum):
+			r.Policy.Checksum = strings.ToLower(ev.Unmapped.PolicyChecksum)
+		case checksumLike(ev.Unmapped.PolicySHA256):
+			r.Policy.Checksum = strings.ToLower(ev.Unmapped.PolicySHA256)
 		}
 	}
 
 	// Sandbox: the most specific attribute that names it.
 	switch {
-	case ev.Unmapped != nil && ev.Unmapped.SandboxID != "":
+	case ev.Unmapped.SandboxID != "":
 		r.SandboxID = ev.Unmapped.SandboxID
 	case proc != nil && proc.Sandbox != "":
 		r.SandboxID = proc.Sandbox
 	case ev.Metadata.UID != "":
 		r.SandboxID = ev.Metadata.UID
-	case ev.Device != nil && ev.Device.Container != nil:
-		r.SandboxID = ev.Device.Container.Name
+	case ev.ContainerName != "":
+		r.SandboxID = ev.ContainerName
 	}
 	r.SandboxID = clip(r.SandboxID, maxShort)
 

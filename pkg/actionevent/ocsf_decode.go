@@ -2,7 +2,8 @@ package actionevent
 
 // Decoding of the OCSF attributes the mapping reads, with decoder. Each
 // function consumes exactly one JSON value; unknown keys are validated and
-// skipped.
+// skipped. The loops are written out (rather than taking callbacks) so
+// that decoding a line allocates only the strings and objects it keeps.
 
 func decodeEvent(d *decoder, ev *ocsfEvent) error {
 	ok, err := d.objStart()
@@ -69,17 +70,12 @@ func (ev *ocsfEvent) decodeField(d *decoder, key []byte) error {
 		ev.Severity, err = d.str()
 	case "status_detail":
 		ev.StatusDetail, err = d.str()
+	case "status_code":
+		ev.StatusCode, err = d.str()
 	case "message":
 		ev.Message, err = d.str()
 	case "metadata":
-		err = decodeObject(d, func(k []byte) error {
-			if string(k) == "uid" {
-				var e error
-				ev.Metadata.UID, e = d.str()
-				return e
-			}
-			return d.skip()
-		})
+		err = decodeMetadata(d, ev)
 	case "actor":
 		err = decodeActor(d, &ev.Actor)
 	case "process":
@@ -93,177 +89,77 @@ func (ev *ocsfEvent) decodeField(d *decoder, key []byte) error {
 	case "firewall_rule":
 		ev.Rule, err = decodeRule(d)
 	case "policy":
-		err = decodeObject(d, func(k []byte) error {
-			if ev.Policy == nil {
-				ev.Policy = new(ocsfPolicy)
-			}
-			var e error
-			switch string(k) {
-			case "name":
-				ev.Policy.Name, e = d.str()
-			case "uid":
-				ev.Policy.UID, e = d.str()
-			default:
-				e = d.skip()
-			}
-			return e
-		})
-	case "status_code":
-		ev.StatusCode, err = d.str()
+		ev.Policy, err = decodePolicy(d)
 	case "finding_info":
-		var title string
-		present := false
-		err = decodeObject(d, func(k []byte) error {
-			present = true
-			if string(k) == "title" {
-				var e error
-				title, e = d.str()
-				return e
-			}
-			return d.skip()
-		})
-		if present {
-			ev.FindingInfo = &struct {
-				Title string `json:"title"`
-			}{title}
-		}
+		err = decodeFindingInfo(d, ev)
 	case "evidences":
-		err = decodeArray(d, func() error {
-			var e ocsfEvidence
-			err := decodeObject(d, func(k []byte) error {
-				var err error
-				switch string(k) {
-				case "actor":
-					e.Actor = new(ocsfActor)
-					err = decodeActor(d, e.Actor)
-				case "process":
-					e.Process, err = decodeProcess(d)
-				case "dst_endpoint":
-					e.DstEndpoint, err = decodeEndpoint(d)
-				case "url":
-					e.URL, err = decodeURL(d)
-				case "http_request":
-					e.HTTPRequest, err = decodeHTTPRequest(d)
-				default:
-					err = d.skip()
-				}
-				return err
-			})
-			ev.Evidences = append(ev.Evidences, e)
-			return err
-		})
+		err = decodeEvidences(d, ev)
 	case "device":
-		err = decodeObject(d, func(k []byte) error {
-			if string(k) != "container" {
-				return d.skip()
-			}
-			return decodeObject(d, func(k []byte) error {
-				if string(k) != "name" {
-					return d.skip()
-				}
-				name, err := d.str()
-				if ev.Device == nil {
-					ev.Device = new(struct {
-						Container *struct {
-							Name string `json:"name"`
-						} `json:"container"`
-					})
-				}
-				ev.Device.Container = &struct {
-					Name string `json:"name"`
-				}{name}
-				return err
-			})
-		})
+		err = decodeDevice(d, ev)
 	case "unmapped":
-		err = decodeObject(d, func(k []byte) error {
-			var e error
-			if ev.Unmapped == nil {
-				ev.Unmapped = new(struct {
-					SandboxID      string `json:"sandbox_id"`
-					PolicyName     string `json:"policy_name"`
-					PolicyChecksum string `json:"policy_checksum"`
-					PolicySHA256   string `json:"policy_sha256"`
-				})
-			}
-			switch string(k) {
-			case "sandbox_id":
-				ev.Unmapped.SandboxID, e = d.str()
-			case "policy_name":
-				ev.Unmapped.PolicyName, e = d.str()
-			case "policy_checksum":
-				ev.Unmapped.PolicyChecksum, e = d.str()
-			case "policy_sha256":
-				ev.Unmapped.PolicySHA256, e = d.str()
-			default:
-				e = d.skip()
-			}
-			return e
-		})
+		err = decodeUnmapped(d, ev)
 	default:
 		err = d.skip()
 	}
 	return err
 }
 
-// decodeObject calls fn for each key of an object (fn consumes the
-// value); null is an absent object.
-func decodeObject(d *decoder, fn func(key []byte) error) error {
+func decodeMetadata(d *decoder, ev *ocsfEvent) error {
 	ok, err := d.objStart()
 	if err != nil || !ok {
 		return err
 	}
 	for n := 0; ; n++ {
-		key, more, err := d.objNext(n)
-		if err != nil {
+		k, more, err := d.objNext(n)
+		if err != nil || !more {
 			return err
 		}
-		if !more {
-			return nil
+		if string(k) == "uid" {
+			ev.Metadata.UID, err = d.str()
+		} else {
+			err = d.skip()
 		}
-		if err := fn(key); err != nil {
-			return inField(key, err)
-		}
-	}
-}
-
-func decodeArray(d *decoder, fn func() error) error {
-	ok, err := d.arrStart()
-	if err != nil || !ok {
-		return err
-	}
-	for n := 0; ; n++ {
-		more, err := d.arrNext(n)
 		if err != nil {
-			return err
-		}
-		if !more {
-			return nil
-		}
-		if err := fn(); err != nil {
-			return inIndex(n, err)
+			return inField(k, err)
 		}
 	}
 }
 
 func decodeActor(d *decoder, a *ocsfActor) error {
-	return decodeObject(d, func(k []byte) error {
-		if string(k) == "process" {
-			var err error
-			a.Process, err = decodeProcess(d)
+	ok, err := d.objStart()
+	if err != nil || !ok {
+		return err
+	}
+	for n := 0; ; n++ {
+		k, more, err := d.objNext(n)
+		if err != nil || !more {
 			return err
 		}
-		return d.skip()
-	})
+		if string(k) == "process" {
+			a.Process, err = decodeProcess(d)
+		} else {
+			err = d.skip()
+		}
+		if err != nil {
+			return inField(k, err)
+		}
+	}
 }
 
 func decodeProcess(d *decoder) (*ocsfProcess, error) {
-	if isNull, err := d.null(); isNull || err != nil {
+	ok, err := d.objStart()
+	if err != nil || !ok {
 		return nil, err
 	}
 	p := new(ocsfProcess)
-	err := decodeObject(d, func(k []byte) error {
-		var err error
+	for n := 0; ; n++ {
+		k, more, err := d.objNext(n)
+		if err != nil {
+			return nil, err
+		}
+		if !more {
+			return p, nil
+		}
 		switch string(k) {
 		case "pid":
 			p.PID, _, err = d.int()
@@ -278,60 +174,101 @@ func decodeProcess(d *decoder) (*ocsfProcess, error) {
 		default:
 			err = d.skip()
 		}
-		return err
-	})
-	return p, err
+		if err != nil {
+			return nil, inField(k, err)
+		}
+	}
 }
 
 func decodeFile(d *decoder) (*ocsfFile, error) {
-	if isNull, err := d.null(); isNull || err != nil {
+	ok, err := d.objStart()
+	if err != nil || !ok {
 		return nil, err
 	}
 	f := new(ocsfFile)
-	err := decodeObject(d, func(k []byte) error {
-		var err error
+	for n := 0; ; n++ {
+		k, more, err := d.objNext(n)
+		if err != nil {
+			return nil, err
+		}
+		if !more {
+			return f, nil
+		}
 		switch string(k) {
 		case "path":
 			f.Path, err = d.str()
 		case "hashes":
-			err = decodeArray(d, func() error {
-				var h struct {
-					AlgorithmID int    `json:"algorithm_id"`
-					Algorithm   string `json:"algorithm"`
-					Value       string `json:"value"`
-				}
-				err := decodeObject(d, func(k []byte) error {
-					var err error
-					switch string(k) {
-					case "algorithm_id":
-						h.AlgorithmID, _, err = d.intN()
-					case "algorithm":
-						h.Algorithm, err = d.str()
-					case "value":
-						h.Value, err = d.str()
-					default:
-						err = d.skip()
-					}
-					return err
-				})
-				f.Hashes = append(f.Hashes, h)
-				return err
-			})
+			err = decodeHashes(d, f)
 		default:
 			err = d.skip()
 		}
+		if err != nil {
+			return nil, inField(k, err)
+		}
+	}
+}
+
+func decodeHashes(d *decoder, f *ocsfFile) error {
+	ok, err := d.arrStart()
+	if err != nil || !ok {
 		return err
-	})
-	return f, err
+	}
+	for i := 0; ; i++ {
+		more, err := d.arrNext(i)
+		if err != nil || !more {
+			return err
+		}
+		if err := decodeHash(d, f); err != nil {
+			return inIndex(i, err)
+		}
+	}
+}
+
+func decodeHash(d *decoder, f *ocsfFile) error {
+	ok, err := d.objStart()
+	if err != nil || !ok {
+		return err
+	}
+	var h ocsfHash
+	for n := 0; ; n++ {
+		k, more, err := d.objNext(n)
+		if err != nil {
+			return err
+		}
+		if !more {
+			f.Hashes = append(f.Hashes, h)
+			return nil
+		}
+		switch string(k) {
+		case "algorithm_id":
+			h.AlgorithmID, _, err = d.intN()
+		case "algorithm":
+			h.Algorithm, err = d.str()
+		case "value":
+			h.Value, err = d.str()
+		default:
+			err = d.skip()
+		}
+		if err != nil {
+			return inField(k, err)
+		}
+	}
 }
 
 func decodeEndpoint(d *decoder) (*ocsfEndpoint, error) {
-	if isNull, err := d.null(); isNull || err != nil {
+	ok, err := d.objStart()
+	if err != nil || !ok {
 		return nil, err
 	}
 	e := new(ocsfEndpoint)
-	err := decodeObject(d, func(k []byte) error {
-		var err error
+	for n := 0; ; n++ {
+		k, more, err := d.objNext(n)
+		if err != nil {
+			return nil, err
+		}
+		if !more {
+			return e, nil
+		}
 		switch string(k) {
 		case "hostname":
 			e.Hostname, err = d.str()
@@ -344,18 +281,26 @@ func decodeEndpoint(d *decoder) (*ocsfEndpoint, error) {
 		default:
 			err = d.skip()
 		}
-		return err
-	})
-	return e, err
+		if err != nil {
+			return nil, inField(k, err)
+		}
+	}
 }
 
 func decodeURL(d *decoder) (*ocsfURL, error) {
-	if isNull, err := d.null(); isNull || err != nil {
+	ok, err := d.objStart()
+	if err != nil || !ok {
 		return nil, err
 	}
 	u := new(ocsfURL)
-	err := decodeObject(d, func(k []byte) error {
-		var err error
+	for n := 0; ; n++ {
+		k, more, err := d.objNext(n)
+		if err != nil {
+			return nil, err
+		}
+		if !more {
+			return u, nil
+		}
 		switch string(k) {
 		case "hostname":
 			u.Hostname, err = d.str()
@@ -368,18 +313,26 @@ func decodeURL(d *decoder) (*ocsfURL, error) {
 		default:
 			err = d.skip()
 		}
-		return err
-	})
-	return u, err
+		if err != nil {
+			return nil, inField(k, err)
+		}
+	}
 }
 
 func decodeHTTPRequest(d *decoder) (*ocsfHTTPRequest, error) {
-	if isNull, err := d.null(); isNull || err != nil {
+	ok, err := d.objStart()
+	if err != nil || !ok {
 		return nil, err
 	}
 	r := new(ocsfHTTPRequest)
-	err := decodeObject(d, func(k []byte) error {
-		var err error
+	for n := 0; ; n++ {
+		k, more, err := d.objNext(n)
+		if err != nil {
+			return nil, err
+		}
+		if !more {
+			return r, nil
+		}
 		switch string(k) {
 		case "http_method":
 			r.HTTPMethod, err = d.str()
@@ -388,18 +341,26 @@ func decodeHTTPRequest(d *decoder) (*ocsfHTTPRequest, error) {
 		default:
 			err = d.skip()
 		}
-		return err
-	})
-	return r, err
+		if err != nil {
+			return nil, inField(k, err)
+		}
+	}
 }
 
 func decodeRule(d *decoder) (*ocsfRule, error) {
-	if isNull, err := d.null(); isNull || err != nil {
+	ok, err := d.objStart()
+	if err != nil || !ok {
 		return nil, err
 	}
 	r := new(ocsfRule)
-	err := decodeObject(d, func(k []byte) error {
-		var err error
+	for n := 0; ; n++ {
+		k, more, err := d.objNext(n)
+		if err != nil {
+			return nil, err
+		}
+		if !more {
+			return r, nil
+		}
 		switch string(k) {
 		case "name":
 			r.Name, err = d.str()
@@ -412,7 +373,184 @@ func decodeRule(d *decoder) (*ocsfRule, error) {
 		default:
 			err = d.skip()
 		}
+		if err != nil {
+			return nil, inField(k, err)
+		}
+	}
+}
+
+func decodePolicy(d *decoder) (*ocsfPolicy, error) {
+	ok, err := d.objStart()
+	if err != nil || !ok {
+		return nil, err
+	}
+	p := new(ocsfPolicy)
+	for n := 0; ; n++ {
+		k, more, err := d.objNext(n)
+		if err != nil {
+			return nil, err
+		}
+		if !more {
+			return p, nil
+		}
+		switch string(k) {
+		case "name":
+			p.Name, err = d.str()
+		case "uid":
+			p.UID, err = d.str()
+		default:
+			err = d.skip()
+		}
+		if err != nil {
+			return nil, inField(k, err)
+		}
+	}
+}
+
+func decodeFindingInfo(d *decoder, ev *ocsfEvent) error {
+	ok, err := d.objStart()
+	if err != nil || !ok {
 		return err
-	})
-	return r, err
+	}
+	fi := new(ocsfFindingInfo)
+	for n := 0; ; n++ {
+		k, more, err := d.objNext(n)
+		if err != nil {
+			return err
+		}
+		if !more {
+			ev.FindingInfo = fi
+			return nil
+		}
+		if string(k) == "title" {
+			fi.Title, err = d.str()
+		} else {
+			err = d.skip()
+		}
+		if err != nil {
+			return inField(k, err)
+		}
+	}
+}
+
+func decodeEvidences(d *decoder, ev *ocsfEvent) error {
+	ok, err := d.arrStart()
+	if err != nil || !ok {
+		return err
+	}
+	for i := 0; ; i++ {
+		more, err := d.arrNext(i)
+		if err != nil || !more {
+			return err
+		}
+		if err := decodeEvidence(d, ev); err != nil {
+			return inIndex(i, err)
+		}
+	}
+}
+
+func decodeEvidence(d *decoder, ev *ocsfEvent) error {
+	ok, err := d.objStart()
+	if err != nil || !ok {
+		return err
+	}
+	var e ocsfEvidence
+	for n := 0; ; n++ {
+		k, more, err := d.objNext(n)
+		if err != nil {
+			return err
+		}
+		if !more {
+			ev.Evidences = append(ev.Evidences, e)
+			return nil
+		}
+		switch string(k) {
+		case "actor":
+			e.Actor = new(ocsfActor)
+			err = decodeActor(d, e.Actor)
+		case "process":
+			e.Process, err = decodeProcess(d)
+		case "dst_endpoint":
+			e.DstEndpoint, err = decodeEndpoint(d)
+		case "url":
+			e.URL, err = decodeURL(d)
+		case "http_request":
+			e.HTTPRequest, err = decodeHTTPRequest(d)
+		default:
+			err = d.skip()
+		}
+		if err != nil {
+			return inField(k, err)
+		}
+	}
+}
+
+func decodeDevice(d *decoder, ev *ocsfEvent) error {
+	ok, err := d.objStart()
+	if err != nil || !ok {
+		return err
+	}
+	for n := 0; ; n++ {
+		k, more, err := d.objNext(n)
+		if err != nil || !more {
+			return err
+		}
+		if string(k) == "container" {
+			err = decodeContainer(d, ev)
+		} else {
+			err = d.skip()
+		}
+		if err != nil {
+			return inField(k, err)
+		}
+	}
+}
+
+func decodeContainer(d *decoder, ev *ocsfEvent) error {
+	ok, err := d.objStart()
+	if err != nil || !ok {
+		return err
+	}
+	for n := 0; ; n++ {
+		k, more, err := d.objNext(n)
+		if err != nil || !more {
+			return err
+		}
+		if string(k) == "name" {
+			ev.ContainerName, err = d.str()
+		} else {
+			err = d.skip()
+		}
+		if err != nil {
+			return inField(k, err)
+		}
+	}
+}
+
+func decodeUnmapped(d *decoder, ev *ocsfEvent) error {
+	ok, err := d.objStart()
+	if err != nil || !ok {
+		return err
+	}
+	for n := 0; ; n++ {
+		k, more, err := d.objNext(n)
+		if err != nil || !more {
+			return err
+		}
+		switch string(k) {
+		case "sandbox_id":
+			ev.Unmapped.SandboxID, err = d.str()
+		case "policy_name":
+			ev.Unmapped.PolicyName, err = d.str()
+		case "policy_checksum":
+			ev.Unmapped.PolicyChecksum, err = d.str()
+		case "policy_sha256":
+			ev.Unmapped.PolicySHA256, err = d.str()
+		default:
+			err = d.skip()
+		}
+		if err != nil {
+			return inField(k, err)
+		}
+	}
 }

@@ -134,6 +134,46 @@ func strictObject(d *decoder, fn func(key []byte) error) error {
 	return decodeObject(d, fn)
 }
 
+// decodeObject calls fn for each key of an object (fn consumes the
+// value); null is an absent object.
+func decodeObject(d *decoder, fn func(key []byte) error) error {
+	ok, err := d.objStart()
+	if err != nil || !ok {
+		return err
+	}
+	for n := 0; ; n++ {
+		key, more, err := d.objNext(n)
+		if err != nil {
+			return err
+		}
+		if !more {
+			return nil
+		}
+		if err := fn(key); err != nil {
+			return inField(key, err)
+		}
+	}
+}
+
+func decodeArray(d *decoder, fn func() error) error {
+	ok, err := d.arrStart()
+	if err != nil || !ok {
+		return err
+	}
+	for n := 0; ; n++ {
+		more, err := d.arrNext(n)
+		if err != nil {
+			return err
+		}
+		if !more {
+			return nil
+		}
+		if err := fn(); err != nil {
+			return inIndex(n, err)
+		}
+	}
+}
+
 // SplitBatch splits the body of POST /action-events, {"events":[...]},
 // into the raw bytes of each element, checking that the body is valid
 // JSON of that shape. Elements are not decoded; pass each to Parse.
