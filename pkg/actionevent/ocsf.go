@@ -54,7 +54,8 @@ type ocsfEvent struct {
 	Message       string `json:"message"`
 
 	Metadata struct {
-		UID string `json:"uid"`
+		UID        string `json:"uid"`
+		LabelAgent string // from an "agent:<id>" label
 	} `json:"metadata"`
 	Actor         ocsfActor        `json:"actor"`
 	Process       *ocsfProcess     `json:"process"`
@@ -165,6 +166,7 @@ var classes = map[int]classInfo{
 }
 
 // FromOCSF normalises one OCSF 1.8.0 JSON line into a record for agentID.
+// An empty agentID takes the agent from an "agent:<id>" metadata label.
 // Classes 4001, 4002, 1007, 2004 and 5019 get their specific mapping; any
 // other class gets the generic one (actor, destination, action, reason).
 // A blank line returns ErrEmpty; a line that is not a JSON object, lacks
@@ -185,6 +187,9 @@ func FromOCSF(line []byte, agentID string) (Record, error) {
 	}
 	if ev.ClassUID == nil {
 		return Record{}, &FormatError{Field: "class_uid", Reason: "missing"}
+	}
+	if agentID == "" {
+		agentID = clip(ev.Metadata.LabelAgent, maxShort)
 	}
 	r := Record{
 		Schema:  Schema,

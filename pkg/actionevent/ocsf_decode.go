@@ -1,5 +1,7 @@
 package actionevent
 
+import "strings"
+
 // Decoding of the OCSF attributes the mapping reads, with decoder. Each
 // function consumes exactly one JSON value; unknown keys are validated and
 // skipped. The loops are written out (rather than taking callbacks) so
@@ -114,13 +116,37 @@ func decodeMetadata(d *decoder, ev *ocsfEvent) error {
 		if err != nil || !more {
 			return err
 		}
-		if string(k) == "uid" {
+		switch string(k) {
+		case "uid":
 			ev.Metadata.UID, err = d.str()
-		} else {
+		case "labels":
+			err = decodeLabels(d, ev)
+		default:
 			err = d.skip()
 		}
 		if err != nil {
 			return inField(k, err)
+		}
+	}
+}
+
+// decodeLabels keeps the agent id from an "agent:<id>" label.
+func decodeLabels(d *decoder, ev *ocsfEvent) error {
+	ok, err := d.arrStart()
+	if err != nil || !ok {
+		return err
+	}
+	for i := 0; ; i++ {
+		more, err := d.arrNext(i)
+		if err != nil || !more {
+			return err
+		}
+		l, err := d.str()
+		if err != nil {
+			return inIndex(i, err)
+		}
+		if a, ok := strings.CutPrefix(l, "agent:"); ok {
+			ev.Metadata.LabelAgent = a
 		}
 	}
 }
