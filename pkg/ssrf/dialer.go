@@ -1,0 +1,156 @@
+package ssrf
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"syscall"
+	"time"
+)
+
+// DefaultDialTimeout bounds resolution plus connection when Dialer.Timeout
+// is zero.
+const DefaultDialTimeout = 10 * time.Second
+
+// minAttempt is the least time a connection attempt gets when several
+// addresses share the timeout (as in package net).
+const minAttempt = 2 * time.Second
+
+// Dialer resolves a host once, checks every address with its Guard and
+// connects to the checked addresses in order — the net.Conn is always to an
+// address that passed the Guard; nothing is re-resolved between check and
+// dial. A Dialer must not be modified while in use.
+type Dialer struct {
+	// Resolver looks up names; required (IP literals need none).
+	Resolver Resolver
+	// Guard checks every address; nil means the zero Guard.
+	Guard *Guard
+	// Timeout bounds resolution and connection together; 0 means
+	// DefaultDialTimeout. The context's deadline, if earlier, wins.
+	Timeout time.Duration
+	// Control, if set, is called on each socket before it connects (as
+	// net.Dialer.Control), e.g. to set a firewall mark.
+	Control func(network, address string, c syscall.RawConn) error
+}
+
+// DialContext connects to host:port for an endpoint whose host is exact
+// (exactHost) or a wildcard, with the endpoint's allowed_ips (see
+// Guard.Check). It returns the connection and the address it reached.
+// A host that is an IP literal in any spelling (see ParseHostLiteral) is
+// used without DNS. If the Guard denies every address the error is the
+// *DenyError of the first one.
+func (d *Dialer) DialContext(ctx context.Context, host string, port int, exactHost bool, allowed []netip.Prefix) (net.Conn, netip.AddrPort, error) {
+	return d.DialScope(ctx, host, port, Scope{ExactHost: exactHost, AllowedIPs: allowed})
+}
+
+// DialScope is DialContext with the endpoint's full Scope.
+func (d *Dialer) DialScope(ctx context.Context, host string, port int, s Scope) (net.Conn, netip.AddrPort, error) {
+	ctx, cancel := d.withTimeout(ctx)
+	defer cancel()
+	addrs, err := d.resolve(ctx, host, port, s)
+	if err != nil {
+		return nil, netip.AddrPort{}, err
+	}
+	nd := net.Dialer{Control: d.Control}
+	var errs []error
+	for i, ap := range addrs {
+		actx, acancel := attemptContext(ctx, len(addrs)-i)
+		c, err := nd.DialContext(actx, "tcp", ap.String())
+		acancel()
+		if err == nil {
+			return c, ap, nil
+		}
+		errs = append(errs, err)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, netip.AddrPort{}, fmt.Errorf("ssrf: connect %s port %d: %w", host, port, errors.Join(errs...))
+}
+
+// Resolve returns the addresses of host:port that the Guard admits for the
+// scope, in resolver order without duplicates, or the *DenyError of the
+// first address if none is admitted. Callers that connect themselves must
+// connect only to these addresses.
+func (d *Dialer) Resolve(ctx context.Context, host string, port int, s Scope) ([]netip.AddrPort, error) {
+	ctx, cancel := d.withTimeout(ctx)
+	defer cancel()
+	return d.resolve(ctx, host, port, s)
+}
+
+func (d *Dialer) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	t := d.Timeout
+	if t <= 0 {
+		t = DefaultDialTimeout
+	}
+	return context.WithTimeout(ctx, t)
+}
+
+func (d *Dialer) resolve(ctx context.Context, host string, port int, s Scope) ([]netip.AddrPort, error) {
+	if port < 1 || port > 65535 {
+		return nil, fmt.Errorf("ssrf: port %d is out of range 1-65535", port)
+	}
+	if host == "" {
+		return nil, errors.New("ssrf: empty host")
+	}
+	var addrs []netip.Addr
+	if a, ok := ParseHostLiteral(host); ok {
+		addrs = []netip.Addr{a}
+	} else {
+		if d.Resolver == nil {
+			return nil, errors.New("ssrf: Dialer has no Resolver")
+		}
+		var err error
+		addrs, err = d.Resolver.LookupNetIP(ctx, host)
+		if err != nil {
+			return nil, fmt.Errorf("ssrf: resolve %s: %w", host, err)
+		}
+		if len(addrs) == 0 {
+			return nil, fmt.Errorf("ssrf: resolve %s: no addresses", host)
+		}
+	}
+	var firstDeny error
+	out := make([]netip.AddrPort, 0, len(addrs))
+	for _, a := range addrs {
+		ap := netip.AddrPortFrom(a, uint16(port))
+		if err := d.Guard.CheckScope(ap, s); err != nil {
+			if firstDeny == nil {
+				firstDeny = err
+			}
+			continue
+		}
+		if !containsAddrPort(out, ap) {
+			out = append(out, ap)
+		}
+	}
+	if len(out) == 0 {
+		return nil, firstDeny
+	}
+	return out, nil
+}
+
+func containsAddrPort(list []netip.AddrPort, ap netip.AddrPort) bool {
+	for _, x := range list {
+		if x == ap {
+			return true
+		}
+	}
+	return false
+}
+
+// attemptContext gives one of left remaining attempts its share of the
+// time left, at least minAttempt when that much remains.
+func attemptContext(ctx context.Context, left int) (context.Context, context.CancelFunc) {
+	deadline, ok := ctx.Deadline()
+	if !ok || left <= 1 {
+		return context.WithCancel(ctx)
+	}
+	remaining := time.Until(deadline)
+	share := remaining / time.Duration(left)
+	if share < minAttempt {
+		share = min(minAttempt, remaining)
+	}
+	return context.WithTimeout(ctx, share)
+}
