@@ -21,6 +21,10 @@ type Events interface {
 	Exited(pid int, code, signal int)
 	// Failed: the sandbox could not be created or confined.
 	Failed(stage, msg string, code int)
+	// Incident: something security-relevant happened to a running
+	// sandbox's infrastructure (for example its egress proxy died and
+	// egress is failing closed). kind is a short stable identifier.
+	Incident(kind, title, detail string)
 }
 
 // NopEvents discards every event.
@@ -33,6 +37,7 @@ func (NopEvents) Confined(Confinement, string)           {}
 func (NopEvents) Launched(int, []string, uint32, uint32) {}
 func (NopEvents) Exited(int, int, int)                   {}
 func (NopEvents) Failed(string, string, int)             {}
+func (NopEvents) Incident(string, string, string)        {}
 
 // PolicyInfo is the part of the resolved policy the sandbox uses.
 type PolicyInfo struct {

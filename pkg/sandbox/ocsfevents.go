@@ -149,3 +149,10 @@ func (e *OCSFEvents) Failed(stage, msg string, code int) {
 	ev.Message = fmt.Sprintf("sandbox %s: %s failed: %s", e.src.Sandbox, stage, msg)
 	e.send(ev)
 }
+
+// Incident implements Events: a Detection Finding of type kind.
+func (e *OCSFEvents) Incident(kind, title, detail string) {
+	ev := e.src.Finding(ocsf.FindingInfo{Title: title, Desc: detail, Types: []string{kind}}, ocsf.SeverityHigh,
+		ocsf.Evidence{Name: kind, Device: e.src.Device(), Data: map[string]any{"detail": detail}})
+	e.send(ev)
+}
