@@ -1,0 +1,226 @@
+//go:build linux
+
+package fence
+
+import (
+	"encoding/binary"
+	"net/netip"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
+)
+
+// sandboxSpec is what the sandbox-side ruleset depends on.
+type sandboxSpec struct {
+	hostAddr  netip.Addr
+	proxyPort uint16
+}
+
+// hostSpec is what the host-side ruleset depends on.
+type hostSpec struct {
+	table     string
+	hostIf    string
+	hostAddr  netip.Addr
+	proxyPort uint16
+	fencePort uint16
+}
+
+// hostNATPriority puts the redirect before every NAT chain at the usual
+// dstnat priority, so another table (a container runtime's published
+// ports, say) cannot claim the sandbox's connection first.
+var hostNATPriority = nftables.ChainPriorityRef(*nftables.ChainPriorityNATDest - 1)
+
+// addSandboxRules queues, on c, the batch that creates table inet
+// palisade inside the sandbox namespace, and returns the rules it queued. The table must not exist yet
+// (NLM_F_EXCL), so a namespace is never fenced twice.
+//
+//	table inet palisade {
+//	  chain output  { type filter hook output priority filter; policy drop;
+//	    oifname "lo" accept
+//	    meta nfproto ipv4 ip daddr HOST tcp dport PROXY accept
+//	    meta nfproto ipv4 meta l4proto tcp accept   # captured on the host
+//	    counter reject with icmpx admin-prohibited
+//	  }
+//	  chain input   { type filter hook input priority filter; policy drop;
+//	    iifname "lo" accept
+//	    ct state established,related accept
+//	    counter drop
+//	  }
+//	  chain forward { type filter hook forward priority filter; policy drop; }
+//	}
+func addSandboxRules(c *nftables.Conn, s sandboxSpec) []*nftables.Rule {
+	t := c.CreateTable(&nftables.Table{Family: nftables.TableFamilyINet, Name: SandboxTable})
+	drop := nftables.ChainPolicyDrop
+	out := c.AddChain(&nftables.Chain{Name: "output", Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityFilter, Policy: &drop})
+	in := c.AddChain(&nftables.Chain{Name: "input", Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter, Policy: &drop})
+	c.AddChain(&nftables.Chain{Name: "forward", Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter, Policy: &drop})
+
+	var rules []*nftables.Rule
+	rule := func(ch *nftables.Chain, parts ...[]expr.Any) {
+		rules = append(rules, c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: concat(parts...)}))
+	}
+
+	// Output. Allowed destinations on the host address come first; the
+	// policy DNS listener (udp HOST:53) joins this list when the proxy
+	// grows one.
+	rule(out, oifname("lo"), verdict(expr.VerdictAccept))
+	allowed := []struct {
+		proto byte
+		port  uint16
+	}{
+		{unix.IPPROTO_TCP, s.proxyPort},
+	}
+	for _, a := range allowed {
+		rule(out, ipv4Daddr(s.hostAddr), l4Dport(a.proto, a.port), verdict(expr.VerdictAccept))
+	}
+	// Every other IPv4 TCP connection leaves, to be redirected to the
+	// fence listener on the host and refused there with an event.
+	rule(out, nfproto(unix.NFPROTO_IPV4), l4proto(unix.IPPROTO_TCP), verdict(expr.VerdictAccept))
+	// Everything else (UDP, ICMP, IPv6, raw protocols) fails at once.
+	rule(out, counter(), []expr.Any{&expr.Reject{Type: unix.NFT_REJECT_ICMPX_UNREACH, Code: unix.NFT_REJECT_ICMPX_ADMIN_PROHIBITED}})
+
+	// Input: loopback and replies only.
+	rule(in, iifname("lo"), verdict(expr.VerdictAccept))
+	rule(in, ctState(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), verdict(expr.VerdictAccept))
+	rule(in, counter(), verdict(expr.VerdictDrop))
+	return rules
+}
+
+// addHostRules queues, on c, the batch that creates the sandbox's table
+// in the host namespace, and returns the rules it queued. Every rule is scoped to the sandbox's veth, and
+// the filter chains' policy is accept: the chains see all host traffic.
+// The table must not exist yet (NLM_F_EXCL).
+//
+//	table inet palisade-NAME {
+//	  chain prerouting { type nat hook prerouting priority dstnat - 1; policy accept;
+//	    iifname IF meta nfproto ipv4 ip daddr HOST tcp dport PROXY accept
+//	    iifname IF meta nfproto ipv4 meta l4proto tcp counter redirect to :FENCE
+//	  }
+//	  chain input { type filter hook input priority filter; policy accept;
+//	    iifname IF ct state established,related accept
+//	    iifname IF meta nfproto ipv4 ip daddr HOST tcp dport PROXY accept
+//	    iifname IF meta nfproto ipv4 ip daddr HOST tcp dport FENCE accept
+//	    iifname IF counter drop
+//	  }
+//	  chain forward { type filter hook forward priority filter; policy accept;
+//	    iifname IF counter drop
+//	    oifname IF counter drop
+//	  }
+//	}
+func addHostRules(c *nftables.Conn, s hostSpec) []*nftables.Rule {
+	t := c.CreateTable(&nftables.Table{Family: nftables.TableFamilyINet, Name: s.table})
+	accept := nftables.ChainPolicyAccept
+	pre := c.AddChain(&nftables.Chain{Name: "prerouting", Table: t, Type: nftables.ChainTypeNAT,
+		Hooknum: nftables.ChainHookPrerouting, Priority: hostNATPriority, Policy: &accept})
+	in := c.AddChain(&nftables.Chain{Name: "input", Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter, Policy: &accept})
+	fwd := c.AddChain(&nftables.Chain{Name: "forward", Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter, Policy: &accept})
+
+	var rules []*nftables.Rule
+	rule := func(ch *nftables.Chain, parts ...[]expr.Any) {
+		rules = append(rules, c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: concat(parts...)}))
+	}
+	fromIf := iifname(s.hostIf)
+
+	rule(pre, fromIf, ipv4Daddr(s.hostAddr), l4Dport(unix.IPPROTO_TCP, s.proxyPort), verdict(expr.VerdictAccept))
+	rule(pre, fromIf, nfproto(unix.NFPROTO_IPV4), l4proto(unix.IPPROTO_TCP), counter(), redirectTo(s.fencePort))
+
+	rule(in, fromIf, ctState(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), verdict(expr.VerdictAccept))
+	rule(in, fromIf, ipv4Daddr(s.hostAddr), l4Dport(unix.IPPROTO_TCP, s.proxyPort), verdict(expr.VerdictAccept))
+	rule(in, fromIf, ipv4Daddr(s.hostAddr), l4Dport(unix.IPPROTO_TCP, s.fencePort), verdict(expr.VerdictAccept))
+	rule(in, fromIf, counter(), verdict(expr.VerdictDrop))
+
+	rule(fwd, fromIf, counter(), verdict(expr.VerdictDrop))
+	rule(fwd, oifname(s.hostIf), counter(), verdict(expr.VerdictDrop))
+	return rules
+}
+
+func concat(parts ...[]expr.Any) []expr.Any {
+	var out []expr.Any
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out
+}
+
+// ifnameBytes pads an interface name to IFNAMSIZ as the kernel stores it.
+func ifnameBytes(name string) []byte {
+	b := make([]byte, unix.IFNAMSIZ)
+	copy(b, name)
+	return b
+}
+
+func iifname(name string) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifnameBytes(name)},
+	}
+}
+
+func oifname(name string) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifnameBytes(name)},
+	}
+}
+
+func nfproto(p byte) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{p}},
+	}
+}
+
+func l4proto(p byte) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{p}},
+	}
+}
+
+// ipv4Daddr matches IPv4 packets to a.
+func ipv4Daddr(a netip.Addr) []expr.Any {
+	b := a.As4()
+	return append(nfproto(unix.NFPROTO_IPV4),
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: b[:]},
+	)
+}
+
+// l4Dport matches transport protocol proto with destination port port.
+func l4Dport(proto byte, port uint16) []expr.Any {
+	return append(l4proto(proto),
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: be16(port)},
+	)
+}
+
+func ctState(bits uint32) []expr.Any {
+	mask := make([]byte, 4)
+	binary.NativeEndian.PutUint32(mask, bits)
+	return []expr.Any{
+		&expr.Ct{Key: expr.CtKeySTATE, Register: 1},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: mask, Xor: []byte{0, 0, 0, 0}},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: []byte{0, 0, 0, 0}},
+	}
+}
+
+func counter() []expr.Any { return []expr.Any{&expr.Counter{}} }
+
+func verdict(k expr.VerdictKind) []expr.Any { return []expr.Any{&expr.Verdict{Kind: k}} }
+
+// redirectTo sends the packet to port on the primary address of the
+// interface it arrived on: the host side of the veth.
+func redirectTo(port uint16) []expr.Any {
+	return []expr.Any{
+		&expr.Immediate{Register: 1, Data: be16(port)},
+		&expr.Redir{RegisterProtoMin: 1},
+	}
+}
+
+func be16(v uint16) []byte { return binary.BigEndian.AppendUint16(nil, v) }
