@@ -16,6 +16,7 @@ import (
 	"github.com/palisade-sandbox/palisade/pkg/cli"
 	"github.com/palisade-sandbox/palisade/pkg/policy"
 	"github.com/palisade-sandbox/palisade/pkg/sandbox"
+	"github.com/palisade-sandbox/palisade/pkg/sandboxnet"
 	"github.com/palisade-sandbox/palisade/pkg/state"
 )
 
@@ -54,6 +55,7 @@ Examples:
 type runFlags struct {
 	policy, name, kind, agentID, workdir, passthrough, events string
 	profile, memory, stateDir, logFormat, logLevel            string
+	proxyBin, hostsFile                                       string
 	cpus                                                      float64
 	pids                                                      int64
 	tty, noTTY, keep, allowDegraded                           bool
@@ -86,6 +88,8 @@ func parseRunFlags(args []string, stderr io.Writer, specOnly bool) (*runFlags, [
 	fs.BoolVar(&f.keep, "keep", cli.Truthy(os.Getenv("MAC_OPENSHELL_KEEP")), "keep the state directory after exit (env MAC_OPENSHELL_KEEP)")
 	fs.StringVar(&f.stateDir, "state-dir", state.DefaultRoot, "root of the per-sandbox state directories")
 	fs.BoolVar(&f.allowDegraded, "allow-degraded", false, "run without seccomp if the kernel lacks it (recorded as a Detection Finding; refused under hard_requirement)")
+	fs.StringVar(&f.proxyBin, "proxy-bin", "", "egress-proxy binary for policies with network entries (default: next to this binary)")
+	fs.StringVar(&f.hostsFile, "hosts-file", "", "static name resolution for the egress proxy (/etc/hosts format; tests and air-gapped sites)")
 	fs.StringVar(&f.logFormat, "log-format", "text", "stderr log format: text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "stderr log level: debug, info, warn or error (debug shows start-up timing)")
 	if err := fs.Parse(args); err != nil {
@@ -238,12 +242,29 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	}
 	defer closeEvents()
 	events := newEventSink(emitter, f.agentID, cmdArgs)
+	var network sandbox.NetworkAttacher
+	if pinfo.NetworkPolicies > 0 {
+		if resolved.Source == policy.SourceBundled {
+			return sandboxFailed(errors.New("policy: a bundled policy with network entries has no file for the proxy to load"))
+		}
+		a, err := sandboxnet.New(sandboxnet.Config{
+			ProxyBin: f.proxyBin, PolicyPath: resolved.Path, HostsFile: f.hostsFile,
+			Events: f.events, StateRoot: f.stateDir, LogFormat: f.logFormat,
+			Stdout: stdout, Stderr: stderr, Logger: logger, Incidents: events,
+		})
+		if err != nil {
+			return sandboxFailed(err)
+		}
+		network = a
+	} else if f.hostsFile != "" {
+		logger.Warn("--hosts-file ignored: the policy allows no egress, so no proxy runs", "policy", resolved.Path)
+	}
 	res, err := sandbox.Run(ctx, sandbox.Options{
 		Name: f.name, Kind: state.Kind(f.kind), AgentID: f.agentID, Args: cmdArgs, Env: env,
 		Workdir: workdir, TTY: f.tty, Keep: f.keep, StateRoot: f.stateDir, Policy: pinfo,
 		Profile: f.profile, PidsLimit: f.pids, Memory: mem, CPUs: f.cpus,
 		AllowDegraded: f.allowDegraded, Required: cli.Truthy(os.Getenv("MAC_OPENSHELL_REQUIRED")),
-		Probe: probe, Events: events, Logger: logger,
+		Probe: probe, Events: events, Logger: logger, Network: network,
 		Stdin: stdin, Stdout: stdout, Stderr: stderr,
 	})
 	if events.Lost > 0 {

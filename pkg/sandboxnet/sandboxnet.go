@@ -1,0 +1,106 @@
+// Package sandboxnet joins a sandbox to its only way out: it builds the
+// network fence (package fence: a veth pair, nftables in the sandbox and
+// on the host) and starts the sandbox's egress-proxy on the host side of
+// the veth. It implements sandbox.NetworkAttacher.
+//
+// The proxy reports readiness on a pipe; a proxy that is not ready within
+// the timeout fails the sandbox (exit 125). If the proxy dies, egress
+// fails closed (the fence redirects nothing anywhere but the proxy's
+// addresses, where nothing listens), an incident event is emitted, and the
+// proxy is restarted a bounded number of times with backoff.
+package sandboxnet
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/palisade-sandbox/palisade/pkg/sandbox"
+)
+
+// Defaults.
+const (
+	DefaultProxyPort    = 3128
+	DefaultFencePort    = 3129
+	DefaultReadyTimeout = 5 * time.Second
+	DefaultMaxRestarts  = 3
+	ControlSocketName   = "proxy.sock"
+)
+
+// Config configures the attacher.
+type Config struct {
+	// ProxyBin is the egress-proxy binary; "" means egress-proxy next to
+	// the running executable.
+	ProxyBin string
+	// PolicyPath is the policy file the proxy loads and watches.
+	PolicyPath string
+	// HostsFile, when set, gives the proxy static name resolution.
+	HostsFile string
+	// Events is the --events destination ("" none, "-" Stdout).
+	Events string
+	// StateRoot is the supervisor's state root; the proxy's control socket
+	// is <StateRoot>/<sandbox>/proxy.sock.
+	StateRoot string
+	// FenceStateDir is the fence allocation directory ("" = fence default).
+	FenceStateDir string
+	// Pool is the /30 pool ("" zero value = fence default).
+	Pool                 netip.Prefix
+	ProxyPort, FencePort uint16
+	ReadyTimeout         time.Duration
+	MaxRestarts          int
+	LogFormat            string
+	// Stdout and Stderr are the proxy's (events on "-", and its logs).
+	Stdout, Stderr io.Writer
+	Logger         *slog.Logger
+	// Events receives incidents (proxy died, restarted, gave up).
+	Incidents sandbox.Events
+}
+
+func (c *Config) defaults() error {
+	if c.ProxyBin == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("sandboxnet: locate egress-proxy: %w", err)
+		}
+		c.ProxyBin = filepath.Join(filepath.Dir(exe), "egress-proxy")
+	}
+	if c.ProxyPort == 0 {
+		c.ProxyPort = DefaultProxyPort
+	}
+	if c.FencePort == 0 {
+		c.FencePort = DefaultFencePort
+	}
+	if c.ReadyTimeout == 0 {
+		c.ReadyTimeout = DefaultReadyTimeout
+	}
+	if c.MaxRestarts == 0 {
+		c.MaxRestarts = DefaultMaxRestarts
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if c.Incidents == nil {
+		c.Incidents = sandbox.NopEvents{}
+	}
+	if c.Stderr == nil {
+		c.Stderr = io.Discard
+	}
+	if c.LogFormat == "" {
+		c.LogFormat = "text"
+	}
+	return nil
+}
+
+// ProxyEnv returns the reserved proxy variables for a proxy at addr.
+func ProxyEnv(addr netip.AddrPort) []string {
+	u := "http://" + addr.String()
+	return []string{
+		"HTTP_PROXY=" + u, "HTTPS_PROXY=" + u, "ALL_PROXY=" + u,
+		"http_proxy=" + u, "https_proxy=" + u, "all_proxy=" + u,
+		"NO_PROXY=localhost,127.0.0.1,::1", "no_proxy=localhost,127.0.0.1,::1",
+	}
+}

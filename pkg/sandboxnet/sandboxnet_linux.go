@@ -1,0 +1,265 @@
+//go:build linux
+
+package sandboxnet
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/palisade-sandbox/palisade/pkg/fence"
+	"github.com/palisade-sandbox/palisade/pkg/sandbox"
+	"github.com/palisade-sandbox/palisade/pkg/state"
+)
+
+func init() {
+	// gc removes what a dead sandbox's fence left behind.
+	sandbox.RegisterCollector(func(l state.Labels) error { return fence.Collect(l.Name) })
+}
+
+// Attacher implements sandbox.NetworkAttacher.
+type Attacher struct {
+	cfg Config
+
+	mu      sync.Mutex
+	proxies map[string]*proxyProc
+}
+
+// New returns an attacher; errors name the missing piece.
+func New(cfg Config) (*Attacher, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	if cfg.PolicyPath == "" {
+		return nil, errors.New("sandboxnet: the egress proxy needs the policy file (bundled policies have no network entries)")
+	}
+	if _, err := os.Stat(cfg.ProxyBin); err != nil {
+		return nil, fmt.Errorf("sandboxnet: egress-proxy binary: %w (use --proxy-bin)", err)
+	}
+	return &Attacher{cfg: cfg, proxies: map[string]*proxyProc{}}, nil
+}
+
+// Attach implements sandbox.NetworkAttacher.
+func (a *Attacher) Attach(ctx context.Context, name string, initPID int) ([]string, func() error, error) {
+	c := a.cfg
+	f, err := fence.Setup(ctx, fence.Config{
+		Sandbox:   name,
+		NetnsPath: fmt.Sprintf("/proc/%d/ns/net", initPID),
+		Pool:      c.Pool, ProxyPort: c.ProxyPort, FencePort: c.FencePort,
+		StateDir: c.FenceStateDir,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	p := &proxyProc{cfg: c, name: name, initPID: initPID, fence: f, stop: make(chan struct{})}
+	if err := p.start(); err != nil {
+		f.Teardown()
+		return nil, nil, err
+	}
+	p.done.Add(1)
+	go p.supervise()
+	a.mu.Lock()
+	a.proxies[name] = p
+	a.mu.Unlock()
+	env := ProxyEnv(netip.AddrPortFrom(f.HostAddr, c.ProxyPort))
+	return env, p.close, nil
+}
+
+// ProxyPID returns the pid of the named sandbox's current egress-proxy,
+// or 0 when none runs (for status reporting and tests).
+func (a *Attacher) ProxyPID(sandbox string) int {
+	a.mu.Lock()
+	p := a.proxies[sandbox]
+	a.mu.Unlock()
+	if p == nil {
+		return 0
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil || p.cmd.Process == nil || p.stopped {
+		return 0
+	}
+	select {
+	case <-p.exited:
+		return 0
+	default:
+	}
+	return p.cmd.Process.Pid
+}
+
+// proxyProc is one sandbox's egress-proxy and its supervision.
+type proxyProc struct {
+	cfg     Config
+	name    string
+	initPID int
+	fence   *fence.Fence
+
+	mu      sync.Mutex
+	cmd     *exec.Cmd
+	exited  chan struct{}
+	stop    chan struct{}
+	stopped bool
+	done    sync.WaitGroup
+}
+
+func (p *proxyProc) args() []string {
+	c := p.cfg
+	host := p.fence.HostAddr
+	a := []string{
+		"--policy", c.PolicyPath,
+		"--listen", netip.AddrPortFrom(host, c.ProxyPort).String(),
+		"--fence-listen", netip.AddrPortFrom(host, c.FencePort).String(),
+		"--sandbox", p.name,
+		"--cgroup", p.name,
+		"--init-pid", strconv.Itoa(p.initPID),
+		"--ready-fd", "3",
+		"--log-format", c.LogFormat,
+	}
+	if c.StateRoot != "" {
+		a = append(a, "--control", filepath.Join(c.StateRoot, p.name, ControlSocketName))
+	}
+	if c.Events != "" {
+		a = append(a, "--events", c.Events)
+	}
+	if c.HostsFile != "" {
+		a = append(a, "--hosts-file", c.HostsFile)
+	}
+	return a
+}
+
+// start launches the proxy and waits for "ready" on its pipe.
+func (p *proxyProc) start() error {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return fmt.Errorf("egress-proxy: ready pipe: %w", err)
+	}
+	defer r.Close()
+	cmd := exec.Command(p.cfg.ProxyBin, p.args()...)
+	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+	cmd.Stdout, cmd.Stderr = p.cfg.Stdout, p.cfg.Stderr
+	cmd.ExtraFiles = []*os.File{w}
+	// The proxy dies with the supervisor.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: unix.SIGKILL, Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		w.Close()
+		return fmt.Errorf("egress-proxy: start %s: %w", p.cfg.ProxyBin, err)
+	}
+	w.Close()
+	exited := make(chan struct{})
+	go func() {
+		cmd.Wait()
+		close(exited)
+	}()
+	ready := make(chan error, 1)
+	go func() {
+		line, err := bufio.NewReader(r).ReadString('\n')
+		if err != nil || line != "ready\n" {
+			ready <- fmt.Errorf("egress-proxy exited before it was ready (%q, %v)", line, err)
+			return
+		}
+		ready <- nil
+	}()
+	select {
+	case err = <-ready:
+	case <-time.After(p.cfg.ReadyTimeout):
+		err = fmt.Errorf("egress-proxy not ready after %s", p.cfg.ReadyTimeout)
+	}
+	if err != nil {
+		cmd.Process.Kill()
+		<-exited
+		return err
+	}
+	p.mu.Lock()
+	p.cmd, p.exited = cmd, exited
+	p.mu.Unlock()
+	p.cfg.Logger.Debug("egress-proxy ready", "sandbox", p.name, "pid", cmd.Process.Pid)
+	return nil
+}
+
+// supervise restarts the proxy when it dies, a bounded number of times.
+// While it is down nothing listens on the proxy's addresses: the fence
+// still sends everything there, so egress fails closed.
+func (p *proxyProc) supervise() {
+	defer p.done.Done()
+	for restarts := 0; ; {
+		p.mu.Lock()
+		exited, cmd := p.exited, p.cmd
+		p.mu.Unlock()
+		select {
+		case <-p.stop:
+			return
+		case <-exited:
+		}
+		select {
+		case <-p.stop:
+			return
+		default:
+		}
+		status := cmd.ProcessState.String()
+		if restarts >= p.cfg.MaxRestarts {
+			p.cfg.Incidents.Incident("Egress Proxy Down", "egress proxy for "+p.name+" is down for good",
+				fmt.Sprintf("egress-proxy %s after %d restarts; egress stays closed", status, restarts))
+			p.cfg.Logger.Error("egress-proxy gave up", "sandbox", p.name, "restarts", restarts)
+			return
+		}
+		restarts++
+		p.cfg.Incidents.Incident("Egress Proxy Down", "egress proxy for "+p.name+" died",
+			fmt.Sprintf("egress-proxy %s; egress fails closed until restart %d of %d", status, restarts, p.cfg.MaxRestarts))
+		p.cfg.Logger.Warn("egress-proxy died; restarting", "sandbox", p.name, "status", status, "restart", restarts)
+		backoff := time.Duration(restarts*restarts) * 100 * time.Millisecond
+		select {
+		case <-p.stop:
+			return
+		case <-time.After(backoff):
+		}
+		if err := p.start(); err != nil {
+			p.cfg.Logger.Error("egress-proxy restart failed", "sandbox", p.name, "err", err)
+			p.mu.Lock()
+			// Treat a failed start like a death: loop to the next attempt.
+			p.exited = closedChan()
+			p.mu.Unlock()
+		}
+	}
+}
+
+func closedChan() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}
+
+// close stops the proxy (SIGTERM, then SIGKILL after 2 s) and removes the
+// fence.
+func (p *proxyProc) close() error {
+	p.mu.Lock()
+	if p.stopped {
+		p.mu.Unlock()
+		return nil
+	}
+	p.stopped = true
+	close(p.stop)
+	cmd, exited := p.cmd, p.exited
+	p.mu.Unlock()
+	p.done.Wait()
+	if cmd != nil && cmd.Process != nil {
+		cmd.Process.Signal(unix.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(2 * time.Second):
+			cmd.Process.Kill()
+			<-exited
+		}
+	}
+	return p.fence.Teardown()
+}
