@@ -507,3 +507,68 @@ func FuzzDecoderValidity(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkFromOCSFProducerLine maps the producer's own HTTP Activity
+// example (docs/events.md), the common case in the collector.
+func BenchmarkFromOCSFProducerLine(b *testing.B) {
+	doc, err := os.ReadFile("../../docs/events.md")
+	if err != nil {
+		b.Fatal(err)
+	}
+	m := ocsfExample.FindSubmatch(doc[bytes.Index(doc, []byte("<!-- ocsf-example: http-allowed")):])
+	if m == nil {
+		b.Fatal("no http-allowed example")
+	}
+	var line bytes.Buffer
+	json.Compact(&line, m[2])
+	b.SetBytes(int64(line.Len()))
+	buf := make([]byte, 0, 1024)
+	for b.Loop() {
+		r, err := FromOCSF(line.Bytes(), "agent-1")
+		if err != nil {
+			b.Fatal(err)
+		}
+		buf = r.AppendJSON(buf[:0])
+	}
+}
+
+func TestPlainLen(t *testing.T) {
+	for n := 0; n < 40; n++ {
+		for _, stop := range []byte{'"', '\\', 0, 0x1f, '\n'} {
+			b := bytes.Repeat([]byte("aé\x7f~ "), 10)[:n]
+			want := n
+			if n > 0 {
+				b = append(b[:n:n], stop)
+				b = append(b, "tail\"x"...)
+			}
+			if got := plainLen(b); got != want {
+				t.Fatalf("plainLen(%q) = %d, want %d", b, got, want)
+			}
+		}
+	}
+	if got := plainLen([]byte("\x80\xff\xc3\xa9abcdefgh")); got != 12 {
+		t.Errorf("high bytes stop the scan: %d", got)
+	}
+}
+
+// Parse never panics, and what it accepts survives a round trip.
+func FuzzParse(f *testing.F) {
+	for _, l := range readSamples(f) {
+		r, _ := FromOCSF(l, "a")
+		f.Add(r.AppendJSON(nil))
+	}
+	f.Add([]byte(`{"schema":"x","actor":{},"target":{"port":1e3}}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, err := Parse(b)
+		if err != nil {
+			return
+		}
+		back, err := Parse(r.AppendJSON(nil))
+		if err != nil {
+			t.Fatalf("re-parse of %q: %v", r.AppendJSON(nil), err)
+		}
+		if !reflect.DeepEqual(back, r) && !r.Time.IsZero() {
+			t.Fatalf("round trip changed the record:\n%+v\n%+v", r, back)
+		}
+	})
+}

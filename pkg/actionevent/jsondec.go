@@ -1,6 +1,7 @@
 package actionevent
 
 import (
+	"encoding/binary"
 	"strconv"
 	"strings"
 	"unicode/utf16"
@@ -34,6 +35,31 @@ var strStop = func() (t [256]bool) {
 	t['"'], t['\\'] = true, true
 	return t
 }()
+
+// plainLen returns the length of the run of plain string content at the
+// start of b: bytes up to the first quote, backslash or control character.
+// It tests eight bytes at a time (the classic "has zero byte" and "has
+// byte less than n" word tricks, which never miss a match; a false hit
+// only ends the fast loop early).
+func plainLen(b []byte) int {
+	const (
+		ones  = 0x0101010101010101
+		highs = 0x8080808080808080
+	)
+	i := 0
+	for ; i+8 <= len(b); i += 8 {
+		x := binary.LittleEndian.Uint64(b[i:])
+		q := x ^ (ones * '"')
+		s := x ^ (ones * '\\')
+		if ((x-ones*0x20)&^x|(q-ones)&^q|(s-ones)&^s)&highs != 0 {
+			break
+		}
+	}
+	for i < len(b) && !strStop[b[i]] {
+		i++
+	}
+	return i
+}
 
 // decodeError carries a reason and the attribute path, built innermost
 // first as the error unwinds.
@@ -234,9 +260,7 @@ func (d *decoder) rawString() ([]byte, error) {
 	d.i++ // opening quote
 	start := d.i
 	for d.i < len(d.b) {
-		for d.i < len(d.b) && !strStop[d.b[d.i]] {
-			d.i++
-		}
+		d.i += plainLen(d.b[d.i:])
 		if d.i >= len(d.b) {
 			break
 		}
@@ -492,9 +516,7 @@ func (d *decoder) skip() error {
 	case c == '"':
 		d.i++
 		for d.i < len(d.b) {
-			for d.i < len(d.b) && !strStop[d.b[d.i]] {
-				d.i++
-			}
+			d.i += plainLen(d.b[d.i:])
 			if d.i >= len(d.b) {
 				break
 			}

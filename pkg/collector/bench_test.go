@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -22,9 +23,11 @@ func BenchmarkPipeline(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	w := bufio.NewWriter(f)
 	for i := 0; i < b.N; i++ {
-		io.WriteString(f, benchLine(i))
+		io.WriteString(w, benchLine(i))
 	}
+	w.Flush()
 	f.Close()
 	srv, err := hubtest.New(hubtest.Options{DiscardEvents: true})
 	if err != nil {

@@ -166,6 +166,13 @@ func (c *Client) PostActionEvents(ctx context.Context, records [][]byte) (*Batch
 
 // EncodeBatch appends the request body {"events":[...]} for records to dst.
 func EncodeBatch(dst []byte, records [][]byte) []byte {
+	n := len(dst) + 14 + len(records)
+	for _, r := range records {
+		n += len(r)
+	}
+	if cap(dst) < n {
+		dst = append(make([]byte, 0, n), dst...)
+	}
 	dst = append(dst, `{"events":[`...)
 	for i, r := range records {
 		if i > 0 {
