@@ -1,0 +1,177 @@
+//go:build linux
+
+package attribution
+
+import (
+	"bufio"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/palisade-sandbox/palisade/pkg/testutil"
+)
+
+// childHelper is the testutil.ChildEnv value under which the test binary
+// acts as one of the sandbox processes below instead of running tests.
+const childHelper = "attribution"
+
+// helperLife bounds every helper process, should a test die without
+// cleaning up.
+const helperLife = 2 * time.Minute
+
+func TestMain(m *testing.M) {
+	if testutil.IsChild(childHelper) && len(os.Args) > 1 {
+		if err := runHelper(os.Args[1], os.Args[2:]); err != nil {
+			fmt.Fprintf(os.Stderr, "helper %s: %v\n", os.Args[1], err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// runHelper:
+//
+//	init: the sandbox init. Reads "spawn <bin> <mode> <tag> <dial>" lines on
+//	  stdin; each starts bash -c '"$0" "$@"; true' <bin> <mode> <tag> <dial>
+//	  (so every client's parent is a bash). "sleepers <tag> <n>" starts n
+//	  sleep processes and prints "ready <tag> <n>". Exits when stdin closes
+//	  and its children are gone.
+//	client <tag> <dial>: connects and prints "ready <tag> <pid> <ppid> <local>".
+//	share <tag> <dial>: connects, starts a holder child that inherits the
+//	  socket, prints "ready ... <holder pid>".
+//	sibling <tag> <dial>: connects, starts two holder children, closes its
+//	  own copy, prints "ready ... <holder1> <holder2>".
+//	holder: holds fd 3 and waits.
+//
+// dial is "4|ip:port", "6|[ip]:port" or "mapped|ip:port" (an AF_INET6
+// socket connecting to the IPv4-mapped address).
+func runHelper(mode string, args []string) error {
+	switch mode {
+	case "init":
+		return helperInit()
+	case "holder":
+		time.Sleep(helperLife)
+		return nil
+	case "client", "share", "sibling":
+	default:
+		return fmt.Errorf("unknown mode")
+	}
+	if len(args) != 2 {
+		return fmt.Errorf("want <tag> <dial>")
+	}
+	tag, dial := args[0], args[1]
+	fd, local, err := helperDial(dial)
+	if err != nil {
+		return err
+	}
+	line := fmt.Sprintf("ready %s %d %d %s", tag, os.Getpid(), os.Getppid(), local)
+	n := map[string]int{"client": 0, "share": 1, "sibling": 2}[mode]
+	sock := os.NewFile(uintptr(fd), "socket")
+	for i := 0; i < n; i++ {
+		self, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		cmd := exec.Command(self, "holder")
+		cmd.ExtraFiles = []*os.File{sock}
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			return err
+		}
+		line += fmt.Sprintf(" %d", cmd.Process.Pid)
+	}
+	if mode == "sibling" {
+		sock.Close()
+	}
+	fmt.Println(line)
+	time.Sleep(helperLife)
+	return nil
+}
+
+func helperInit() error {
+	in := bufio.NewScanner(os.Stdin)
+	var kids []*exec.Cmd
+	for in.Scan() {
+		f := strings.Fields(in.Text())
+		switch {
+		case len(f) == 5 && f[0] == "spawn":
+			// bash's own stderr is discarded (it reports clients the
+			// tests kill); the client's goes to fd 3, the real stderr.
+			cmd := exec.Command("bash", "-c", `"$0" "$@" 2>&3 3>&-; true`, f[1], f[2], f[3], f[4])
+			cmd.Stdout = os.Stdout
+			cmd.ExtraFiles = []*os.File{os.Stderr}
+			if err := cmd.Start(); err != nil {
+				return err
+			}
+			kids = append(kids, cmd)
+		case len(f) == 3 && f[0] == "sleepers":
+			n, err := strconv.Atoi(f[2])
+			if err != nil {
+				return err
+			}
+			for i := 0; i < n; i++ {
+				cmd := exec.Command("sleep", "600") // the benchmark outlives helperLife
+				if err := cmd.Start(); err != nil {
+					return fmt.Errorf("sleeper %d: %w", i, err)
+				}
+				kids = append(kids, cmd)
+			}
+			fmt.Printf("ready %s %d\n", f[1], n)
+		default:
+			return fmt.Errorf("bad command %q", in.Text())
+		}
+	}
+	for _, k := range kids {
+		k.Wait()
+	}
+	return nil
+}
+
+func helperDial(spec string) (int, string, error) {
+	kind, addr, ok := strings.Cut(spec, "|")
+	if !ok {
+		return -1, "", fmt.Errorf("dial %q: want kind|addr", spec)
+	}
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return -1, "", err
+	}
+	var fd int
+	var sa unix.Sockaddr
+	switch kind {
+	case "4":
+		fd, err = unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		sa = &unix.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()}
+	case "6", "mapped":
+		fd, err = unix.Socket(unix.AF_INET6, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		sa = &unix.SockaddrInet6{Port: int(ap.Port()), Addr: ap.Addr().As16()}
+	default:
+		return -1, "", fmt.Errorf("dial kind %q", kind)
+	}
+	if err != nil {
+		return -1, "", err
+	}
+	if err := unix.Connect(fd, sa); err != nil {
+		return -1, "", fmt.Errorf("connect %s: %w", spec, err)
+	}
+	got, err := unix.Getsockname(fd)
+	if err != nil {
+		return -1, "", err
+	}
+	var local netip.AddrPort
+	switch s := got.(type) {
+	case *unix.SockaddrInet4:
+		local = netip.AddrPortFrom(netip.AddrFrom4(s.Addr), uint16(s.Port))
+	case *unix.SockaddrInet6:
+		local = netip.AddrPortFrom(netip.AddrFrom16(s.Addr), uint16(s.Port))
+	}
+	return fd, local.String(), nil
+}
