@@ -27,6 +27,7 @@ const usage = `Usage:
   finalizer-recover [--stalled] WORKSPACE --evidence-id ID
       [--approve-new-file PATH]... [--execute] [--json]
       [--gate-timeout 30m] [--record PATH] [--identity "Name <email>"]
+      [--gate-sandbox PATH] [--gate-policy FILE | --unsandboxed-gates]
 
 WORKSPACE holds mac-evidence.json, finalizer-progress.json and the
 preserved repository (default WORKSPACE/repo).
@@ -47,7 +48,15 @@ verification commands from the evidence, pushes with
 --force-with-lease=refs/heads/BRANCH:<fetched sha>, and writes the recovery
 record (default WORKSPACE/finalizer-recovery.json).
 
-Gate commands run repository code: run this where that is acceptable.
+The gate commands are repository code the agent wrote. They run in a
+throwaway clone of the rebased commit, given to the sandbox user, inside
+  sandbox-supervisor run --kind verify --workdir CLONE [--policy P] -- ARGV
+(Landlock, seccomp, namespaces, the policy's unprivileged uid, no egress
+under the bundled policy). This needs root. Without a usable
+sandbox-supervisor the recovery is refused before anything runs; exit 125
+from it refuses the recovery too. It never falls back to the host: only
+--unsandboxed-gates runs the gates there, unconfined, with a warning, and
+the record says "gates_sandboxed": false.
 
 Flags:
   --json              machine output on stdout (inspect: the plan; otherwise
@@ -63,6 +72,14 @@ Flags:
   --identity "N <E>"  author/committer of the recovery commit and of rebased
                       commits (default "Palisade finalizer-recover
                       <finalizer-recover@palisade.invalid>")
+  --gate-sandbox PATH sandbox-supervisor to run the gates in (default: the
+                      one next to this executable, else on PATH)
+  --gate-policy FILE  policy for the gate sandbox, passed as --policy
+                      (default: the supervisor's own resolution:
+                      MAC_OPENSHELL_POLICY, ~/.mac/openshell-policy.yaml,
+                      the bundled default)
+  --unsandboxed-gates run the gates ON THE HOST, unconfined, as this
+                      process's user (explicit opt-in; warned and recorded)
   --log-format F      text or json logs on stderr
 
 Exit status: 0 ok (recoverable / pushed), 1 refused or failed, 2 usage.
@@ -74,6 +91,11 @@ Examples:
   finalizer-recover /srv/mac/tasks/task_b1828d67 --evidence-id ev_0001 \
       --approve-new-file src/new.go --approve-new-file docs/added.md --execute
   finalizer-recover --stalled /srv/mac/tasks/task_9f0e --evidence-id ev_0042 --execute --json
+  sudo finalizer-recover /srv/mac/tasks/task_b1828d67 --evidence-id ev_0001 \
+      --approve-new-file src/new.go --gate-sandbox /usr/local/bin/sandbox-supervisor \
+      --gate-policy /etc/palisade/verify-policy.yaml --execute
+  finalizer-recover /srv/mac/tasks/task_b1828d67 --evidence-id ev_0001 \
+      --approve-new-file src/new.go --unsandboxed-gates --execute
 `
 
 func main() {
@@ -102,11 +124,12 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	asJSON := fs.Bool("json", false, "")
 	logFormat := fs.String("log-format", "text", "")
 	var (
-		stalled, execute   *bool
-		evidenceID, record *string
-		identity           *string
-		gateTimeout        *time.Duration
-		approve            []string
+		stalled, execute, unsandboxed *bool
+		evidenceID, record            *string
+		identity                      *string
+		gateSandbox, gatePolicy       *string
+		gateTimeout                   *time.Duration
+		approve                       []string
 	)
 	if !inspect {
 		stalled = fs.Bool("stalled", false, "")
@@ -115,6 +138,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		record = fs.String("record", "", "")
 		identity = fs.String("identity", "", "")
 		gateTimeout = fs.Duration("gate-timeout", 30*time.Minute, "")
+		gateSandbox = fs.String("gate-sandbox", "", "")
+		gatePolicy = fs.String("gate-policy", "", "")
+		unsandboxed = fs.Bool("unsandboxed-gates", false, "")
 		fs.Func("approve-new-file", "", func(s string) error { approve = append(approve, s); return nil })
 	}
 	pos, err := parseInterspersed(fs, args)
@@ -162,8 +188,16 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		}
 		opts.Identity = finalizer.Identity{Name: m[1], Email: m[2]}
 	}
+	if *unsandboxed && (*gateSandbox != "" || *gatePolicy != "") {
+		return cli.Usagef("--unsandboxed-gates cannot be combined with --gate-sandbox or --gate-policy")
+	}
 	opts.EvidenceID, opts.Stalled, opts.Approve = *evidenceID, *stalled, approve
 	opts.Execute, opts.GateTimeout, opts.RecordPath = *execute, *gateTimeout, *record
+	opts.GateSandbox, opts.GatePolicy, opts.UnsandboxedGates = *gateSandbox, *gatePolicy, *unsandboxed
+	if *unsandboxed {
+		log.Warn("--unsandboxed-gates: the contract and verification commands (repository code) run ON THE HOST, unconfined, as this process's user; the recovery record will say gates_sandboxed=false",
+			"uid", os.Geteuid())
+	}
 
 	if *execute {
 		log.Info("recovering workspace", "workspace", ws, "evidence_id", *evidenceID, "stalled", *stalled)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/palisade-sandbox/palisade/pkg/cli"
 	"github.com/palisade-sandbox/palisade/pkg/finalizer"
+	"github.com/palisade-sandbox/palisade/pkg/testutil"
 )
 
 type ws struct {
@@ -99,6 +100,8 @@ func TestUsage(t *testing.T) {
 		{w.dir, "--evidence-id", "ev_7", "--identity", "no email"},
 		{w.dir, "--evidence-id", "ev_7", "--gate-timeout", "0s"},
 		{w.dir, "--evidence-id", "ev_7", "--bogus"},
+		{w.dir, "--evidence-id", "ev_7", "--unsandboxed-gates", "--gate-sandbox", "/bin/true"},
+		{w.dir, "--evidence-id", "ev_7", "--unsandboxed-gates", "--gate-policy", "p.yaml"},
 	} {
 		_, errOut, code := invoke(t, args...)
 		if code != cli.ExitUsage {
@@ -122,24 +125,31 @@ func TestInspectDryRunExecute(t *testing.T) {
 		t.Fatalf("inspect text: exit %d\n%s", code, out)
 	}
 
-	_, errOut, code = invoke(t, w.dir, "--evidence-id", "ev_7")
+	_, errOut, code = invoke(t, w.dir, "--evidence-id", "ev_7", "--unsandboxed-gates")
 	if code != 1 || !strings.Contains(errOut, "unapproved new files") || !strings.Contains(errOut, "new.txt") {
 		t.Fatalf("dry run without approval: exit %d, %q", code, errOut)
 	}
-	out, errOut, code = invoke(t, w.dir, "--evidence-id", "ev_7", "--approve-new-file", "new.txt")
-	if code != 0 || !strings.Contains(errOut, "add --execute") || !strings.Contains(out, "recoverable:") {
+	out, errOut, code = invoke(t, w.dir, "--evidence-id", "ev_7", "--approve-new-file", "new.txt", "--unsandboxed-gates")
+	if code != 0 || !strings.Contains(errOut, "add --execute") || !strings.Contains(out, "recoverable:") ||
+		!strings.Contains(out, "UNSANDBOXED: on the host") || !strings.Contains(errOut, "--unsandboxed-gates: the contract and verification commands") {
 		t.Fatalf("dry run: exit %d, %q, %q", code, out, errOut)
 	}
 	before := w.git(w.dir, "--git-dir", w.remote, "rev-parse", "main")
 
 	out, errOut, code = invoke(t, "--execute", w.dir, "--approve-new-file", "new.txt", "--evidence-id", "ev_7", "--json",
-		"--identity", "Ops Person <ops@example.invalid>", "--record", filepath.Join(w.dir, "rec.json"))
+		"--identity", "Ops Person <ops@example.invalid>", "--record", filepath.Join(w.dir, "rec.json"), "--unsandboxed-gates")
 	var res struct {
 		Record   finalizer.Record `json:"record"`
 		Executed bool             `json:"executed"`
 	}
 	if code != 0 || json.Unmarshal([]byte(out), &res) != nil || !res.Executed || res.Record.Status != finalizer.RecordPushed {
 		t.Fatalf("execute: exit %d, %q, %q", code, out, errOut)
+	}
+	if res.Record.GatesSandboxed || !strings.Contains(errOut, "ON THE HOST") {
+		t.Errorf("--unsandboxed-gates: record gates_sandboxed %v, stderr %q", res.Record.GatesSandboxed, errOut)
+	}
+	if data, err := os.ReadFile(filepath.Join(w.dir, "rec.json")); err != nil || !strings.Contains(string(data), `"gates_sandboxed": false`) {
+		t.Errorf("record file: %s, %v", data, err)
 	}
 	after := w.git(w.dir, "--git-dir", w.remote, "rev-parse", "main")
 	if after == before || after != res.Record.PushedCommit {
@@ -155,5 +165,50 @@ func TestInspectDryRunExecute(t *testing.T) {
 	_, errOut, code = invoke(t, "inspect", w.dir)
 	if code != 1 || !strings.Contains(errOut, "not recoverable") {
 		t.Errorf("inspect after recovery: exit %d, %q", code, errOut)
+	}
+}
+
+// TestNoSandboxRefused: without --unsandboxed-gates and without a usable
+// sandbox-supervisor, the recovery is refused and nothing moves.
+func TestNoSandboxRefused(t *testing.T) {
+	w := newWorkspace(t)
+	empty := t.TempDir()
+	w.env = append(w.env, "PATH="+empty) // the default lookup finds nothing
+	before := w.git(w.dir, "--git-dir", w.remote, "rev-parse", "main")
+	for _, extra := range [][]string{{}, {"--gate-sandbox", filepath.Join(empty, "sandbox-supervisor")}} {
+		args := append([]string{w.dir, "--evidence-id", "ev_7", "--approve-new-file", "new.txt", "--execute"}, extra...)
+		_, errOut, code := invoke(t, args...)
+		if code != 1 || !strings.Contains(errOut, "refusing to run repository code on the host") || !strings.Contains(errOut, "--unsandboxed-gates") {
+			t.Errorf("%q: exit %d, %q", extra, code, errOut)
+		}
+	}
+	if after := w.git(w.dir, "--git-dir", w.remote, "rev-parse", "main"); after != before {
+		t.Fatal("the remote moved")
+	}
+	if _, err := os.Stat(filepath.Join(w.dir, finalizer.RecordFile)); err == nil {
+		t.Fatal("a refused recovery wrote a record")
+	}
+}
+
+// TestSandboxedExecute runs the CLI end to end with the gates in the built
+// sandbox-supervisor.
+func TestSandboxedExecute(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.RequireFeature(t, "landlock")
+	sup := testutil.Binary(t, "sandbox-supervisor")
+	w := newWorkspace(t)
+	before := w.git(w.dir, "--git-dir", w.remote, "rev-parse", "main")
+	out, errOut, code := invoke(t, w.dir, "--evidence-id", "ev_7", "--approve-new-file", "new.txt", "--execute", "--json", "--gate-sandbox", sup)
+	var res struct {
+		Record finalizer.Record `json:"record"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &res) != nil || res.Record.Status != finalizer.RecordPushed {
+		t.Fatalf("execute: exit %d, %q, %q", code, out, errOut)
+	}
+	if !res.Record.GatesSandboxed || res.Record.GateSandbox != sup || res.Record.GateUID == 0 || strings.Contains(errOut, "ON THE HOST") {
+		t.Errorf("record %+v; stderr %q", res.Record, errOut)
+	}
+	if after := w.git(w.dir, "--git-dir", w.remote, "rev-parse", "main"); after == before || after != res.Record.PushedCommit {
+		t.Fatalf("remote main %s (before %s), record %s", after, before, res.Record.PushedCommit)
 	}
 }

@@ -10,10 +10,12 @@
 // original evidence id and an exact approval for every new path, commits
 // the pending work with provenance trailers in a temporary index and
 // worktree (the preserved checkout is never modified), rebases onto the
-// canonical branch, reruns the contract and verification commands, pushes
-// with --force-with-lease on the fetched remote sha, and writes a recovery
-// record. It never runs the coding agent. Formats are documented in
-// docs/finalizer.md.
+// canonical branch, reruns the contract and verification commands in a
+// throwaway clone of the rebased commit inside sandbox-supervisor (on the
+// host only with the explicit UnsandboxedGates opt-in, which the record
+// notes), pushes with --force-with-lease on the fetched remote sha, and
+// writes a recovery record. It never runs the coding agent. Formats are
+// documented in docs/finalizer.md.
 package finalizer
 
 import (

@@ -569,7 +569,8 @@ func TestGateTimeoutKillsProcessGroup(t *testing.T) {
 	dir := t.TempDir()
 	pidFile := filepath.Join(dir, "pid")
 	start := time.Now()
-	run := runGate(context.Background(), dir, []string{"sh", "-c", "sleep 60 & echo $! > " + pidFile + "; wait"}, []string{"PATH=" + os.Getenv("PATH")}, 500*time.Millisecond, nil_writer{})
+	gc := gateCommand{argv: []string{"sh", "-c", "sleep 60 & echo $! > " + pidFile + "; wait"}, dir: dir, env: []string{"PATH=" + os.Getenv("PATH")}}
+	run, _ := runGate(context.Background(), gc, 500*time.Millisecond, nil_writer{})
 	if !run.TimedOut || run.ExitCode != -1 {
 		t.Fatalf("run %+v, want a timeout", run)
 	}

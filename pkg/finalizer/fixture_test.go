@@ -157,8 +157,12 @@ func (f *fixture) saveProgress(status string) {
 	f.write(f.ws, ProgressFile, string(data), 0o644)
 }
 
+// opts is a recovery request for the fixture. Its gates run on the host
+// (UnsandboxedGates): these tests are about the git logic, and some gates
+// reach outside their tree on purpose. sandbox_linux_test.go runs the
+// gates confined.
 func (f *fixture) opts() Options {
-	return Options{Env: f.env, EvidenceID: f.ev.EvidenceID, Approve: []string{"docs/added.md", "src/new.go"}}
+	return Options{Env: f.env, EvidenceID: f.ev.EvidenceID, Approve: []string{"docs/added.md", "src/new.go"}, UnsandboxedGates: true}
 }
 
 func (f *fixture) remoteMain() string {

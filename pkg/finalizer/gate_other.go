@@ -4,4 +4,6 @@ package finalizer
 
 import "os/exec"
 
-func setProcessGroup(cmd *exec.Cmd) {}
+const noFollow = 0
+
+func setProcessGroup(cmd *exec.Cmd, sandboxed bool) {}

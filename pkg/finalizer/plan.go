@@ -33,6 +33,17 @@ type Options struct {
 	Env      []string
 	Identity Identity
 
+	// Gates. By default every gate runs inside sandbox-supervisor:
+	// GateSandbox names it ("" means sandbox-supervisor next to this
+	// executable, else in the absolute PATH directories of Env), and
+	// GatePolicy is passed to it as --policy ("" means the supervisor's own
+	// resolution, evaluated in Env). Without a usable sandbox recovery is
+	// refused. UnsandboxedGates is the operator's explicit opt-in to run
+	// the gates on the host, unconfined; the record says so.
+	GateSandbox      string
+	GatePolicy       string
+	UnsandboxedGates bool
+
 	// Recover only.
 	Execute     bool
 	GateTimeout time.Duration // per command; 0 means 30 minutes
@@ -40,13 +51,16 @@ type Options struct {
 	Now         func() time.Time
 }
 
-// DefaultEnv keeps the few variables git and the gates need from the
-// process environment (PATH, HOME, TMPDIR, USER, LOGNAME, LANG, TERM,
-// SSH_AUTH_SOCK) and nothing else, so no secret in the caller's environment
-// reaches a gate.
+// DefaultEnv keeps the few variables git, the gates and sandbox-supervisor
+// need from the process environment (PATH, HOME, TMPDIR, USER, LOGNAME,
+// LANG, TERM, SSH_AUTH_SOCK, and the supervisor's knobs
+// MAC_OPENSHELL_POLICY, MAC_OPENSHELL_REQUIRED, MAC_OPENSHELL_EVENTS_FILE,
+// MAC_HUB_VERIFY_PROFILE) and nothing else, so no secret in the caller's
+// environment reaches a gate.
 func DefaultEnv() []string {
 	var env []string
-	for _, k := range []string{"PATH", "HOME", "TMPDIR", "USER", "LOGNAME", "LANG", "TERM", "SSH_AUTH_SOCK"} {
+	for _, k := range []string{"PATH", "HOME", "TMPDIR", "USER", "LOGNAME", "LANG", "TERM", "SSH_AUTH_SOCK",
+		"MAC_OPENSHELL_POLICY", "MAC_OPENSHELL_REQUIRED", "MAC_OPENSHELL_EVENTS_FILE", "MAC_HUB_VERIFY_PROFILE"} {
 		if v, ok := os.LookupEnv(k); ok {
 			env = append(env, k+"="+v)
 		}
@@ -82,12 +96,16 @@ type Plan struct {
 	PreservedEvidence    *JudgedEvidence  `json:"preserved_test_evidence"`
 	ContractCommand      []string         `json:"contract_command"`
 	VerificationCommands [][]string       `json:"verification_commands"`
-	Steps                []string         `json:"steps"`
-	Refusals             []string         `json:"refusals"`
-	Recoverable          bool             `json:"recoverable"`
+	// GateSetup says where recovery would run the gates (set when the
+	// request is judged, not by plain inspection).
+	GateSetup   *GateSetup `json:"gate_setup,omitempty"`
+	Steps       []string   `json:"steps"`
+	Refusals    []string   `json:"refusals"`
+	Recoverable bool       `json:"recoverable"`
 
 	ev       *Evidence
 	progress *Progress
+	gates    *GateSetup
 }
 
 func (p *Plan) refuse(format string, args ...any) {
@@ -156,6 +174,12 @@ func Inspect(ctx context.Context, workspace string, opts Options) (*Plan, error)
 			p.refuse("the finalizer was interrupted (progress %q); recover it with --stalled", p.ProgressStatus)
 		case p.Mode == ModeRefusedNewFiles && opts.Stalled:
 			p.refuse("--stalled given, but the finalizer refused new files and was not interrupted; drop --stalled")
+		}
+		gs, err := resolveGateSetup(opts)
+		if err != nil {
+			p.refuse("%s: %v; name a usable sandbox-supervisor with --gate-sandbox (and its policy with --gate-policy), or accept running the gates unconfined with --unsandboxed-gates", errNoGateSandbox, err)
+		} else {
+			p.GateSetup, p.gates = gs, gs
 		}
 	}
 
@@ -450,11 +474,22 @@ func planSteps(p *Plan, opts Options) []string {
 	s = append(s,
 		fmt.Sprintf("fetch %s refs/heads/%s from %s and note its sha as the lease", p.Remote, p.CanonicalBranch, p.RemoteURL),
 		fmt.Sprintf("rebase the commits after prepared base %s onto it, in a temporary worktree", short(p.PreparedBase)),
-		fmt.Sprintf("run the contract command %q and %d verification command(s), each with a %s timeout; refuse on any failure", p.ContractCommand, len(p.VerificationCommands), gateTimeout(opts)),
+		fmt.Sprintf("run the contract command %q and %d verification command(s) in a throwaway clone of the rebased commit, %s, each with a %s timeout; refuse on any failure or if a gate changed the clone's HEAD or tracked files",
+			p.ContractCommand, len(p.VerificationCommands), gateWhere(p.gates), gateTimeout(opts)),
 		fmt.Sprintf("git push --force-with-lease=refs/heads/%s:<fetched sha> %s <rebased>:refs/heads/%s, then confirm the remote ref", p.CanonicalBranch, p.Remote, p.CanonicalBranch),
 		fmt.Sprintf("write the recovery record %s and mark %s %q", recordPath(p.Workspace, opts), ProgressFile, ProgressRecovered),
 	)
 	return s
+}
+
+func gateWhere(gs *GateSetup) string {
+	switch {
+	case gs == nil:
+		return "inside sandbox-supervisor"
+	case !gs.Sandboxed:
+		return fmt.Sprintf("ON THE HOST, UNCONFINED, as uid %d (--unsandboxed-gates)", gs.UID)
+	}
+	return fmt.Sprintf("inside %s run --kind verify (policy %s, as %s)", gs.Sandbox, gs.Policy, idString(gs.UID, gs.GID))
 }
 
 func short(sha string) string {

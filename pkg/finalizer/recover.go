@@ -31,8 +31,11 @@ const (
 	StepFetch  = "fetch"
 	StepRebase = "rebase"
 	StepGate   = "gate"
-	StepPush   = "push"
-	StepRecord = "record"
+	// StepGateSandbox is a gate that could not be run confined: the gate
+	// clone could not be prepared, or sandbox-supervisor exited 125.
+	StepGateSandbox = "gate_sandbox"
+	StepPush        = "push"
+	StepRecord      = "record"
 )
 
 // GateRun is one rerun of a gate command.
@@ -68,6 +71,12 @@ type Record struct {
 	CanonicalBranch       string          `json:"canonical_branch"`
 	LeaseSHA              string          `json:"lease_sha,omitempty"`
 	RebasedHead           string          `json:"rebased_head,omitempty"`
+	GatesSandboxed        bool            `json:"gates_sandboxed"`
+	GateSandbox           string          `json:"gate_sandbox,omitempty"`
+	GatePolicy            string          `json:"gate_policy,omitempty"`
+	GatePolicySHA256      string          `json:"gate_policy_sha256,omitempty"`
+	GateUID               int             `json:"gate_uid"`
+	GateGID               int             `json:"gate_gid"`
 	Gates                 []GateRun       `json:"gates"`
 	PushedCommit          string          `json:"pushed_commit,omitempty"`
 	StartedAt             string          `json:"started_at"`
@@ -131,6 +140,9 @@ func Recover(ctx context.Context, workspace string, opts Options, gateOutput io.
 		Gates:     []GateRun{},
 		StartedAt: now().UTC().Format(time.RFC3339),
 	}
+	gs := plan.gates
+	rec.GatesSandboxed, rec.GateSandbox, rec.GatePolicy = gs.Sandboxed, gs.Sandbox, gs.Policy
+	rec.GatePolicySHA256, rec.GateUID, rec.GateGID = gs.PolicySHA256, gs.UID, gs.GID
 	step, err := execute(ctx, plan, opts, rec, gateOutput)
 	rec.FinishedAt = now().UTC().Format(time.RFC3339)
 	if err != nil {
@@ -210,29 +222,10 @@ func execute(ctx context.Context, plan *Plan, opts Options, rec *Record, gateOut
 	}
 	rec.RebasedHead = rebased
 
-	// 4. Both gates, on the rebased tree.
-	gates := [][]string{ev.ContractCommand}
-	gates = append(gates, ev.VerificationCommands...)
-	for i, argv := range gates {
-		name := "contract"
-		if i > 0 {
-			name = fmt.Sprintf("verification[%d]", i-1)
-		}
-		run := runGate(ctx, wt, argv, base, gateTimeout(opts), gateOutput)
-		run.Gate = name
-		rec.Gates = append(rec.Gates, run)
-		switch {
-		case run.TimedOut:
-			return StepGate, fmt.Errorf("%s gate %q timed out after %s", name, argv, gateTimeout(opts))
-		case run.ExitCode != 0:
-			return StepGate, fmt.Errorf("%s gate %q failed with exit code %d", name, argv, run.ExitCode)
-		}
-	}
-	if h, err := w.line(ctx, "rev-parse", "--verify", "HEAD^{commit}"); err != nil || h != rebased {
-		return StepGate, fmt.Errorf("a gate moved HEAD of the recovery worktree (%s, want %s)", h, rebased)
-	}
-	if out, err := w.run(ctx, nil, "diff", "--name-only", "-z", "HEAD", "--"); err != nil || len(out) > 0 {
-		return StepGate, fmt.Errorf("a gate modified tracked files, so the tested tree is not the one to push: %s", strings.ReplaceAll(strings.TrimSuffix(string(out), "\x00"), "\x00", ", "))
+	// 4. Both gates, on the rebased tree: a throwaway clone checked out at
+	// the rebased commit, inside the sandbox unless the operator opted out.
+	if step, err := runGates(ctx, g, plan, opts, rec, base, gateOutput); err != nil {
+		return step, err
 	}
 
 	// 5. Guarded push, then confirm the remote ref.
@@ -360,22 +353,82 @@ func writeJSONAtomic(path string, v any) error {
 	return fsutil.WriteFileAtomic(path, append(data, '\n'), 0o644)
 }
 
-// runGate runs one gate command in dir with the base environment and a
-// timeout; on timeout the whole process group is killed.
-func runGate(ctx context.Context, dir string, argv, env []string, timeout time.Duration, out io.Writer) GateRun {
-	run := GateRun{Argv: argv}
+// runGates prepares the gate clone, runs every gate in it and checks after
+// each one that the clone still holds the rebased commit, unmodified.
+func runGates(ctx context.Context, g *gitRunner, plan *Plan, opts Options, rec *Record, base []string, gateOutput io.Writer) (string, error) {
+	ev, gs := plan.ev, plan.gates
+	gt, err := prepareGateTree(ctx, g, plan.Repository, rec.RebasedHead, gs)
+	if gt != nil {
+		defer os.RemoveAll(gt.dir)
+	}
+	if err != nil {
+		return StepGateSandbox, fmt.Errorf("preparing the gate clone: %w", err)
+	}
+	gates := [][]string{ev.ContractCommand}
+	gates = append(gates, ev.VerificationCommands...)
+	for i, argv := range gates {
+		name := "contract"
+		if i > 0 {
+			name = fmt.Sprintf("verification[%d]", i-1)
+		}
+		run, tail := runGate(ctx, gs.command(gt.dir, argv, base), gateTimeout(opts), gateOutput)
+		run.Gate, run.Argv = name, argv
+		rec.Gates = append(rec.Gates, run)
+		switch {
+		case run.TimedOut:
+			return StepGate, fmt.Errorf("%s gate %q timed out after %s", name, argv, gateTimeout(opts))
+		case gs.Sandboxed && run.ExitCode == sandboxExitFailed:
+			return StepGateSandbox, fmt.Errorf("%s gate %q: %s exited %d, so the sandbox could not be created (or the gate itself exited %d); %s (no fallback without --unsandboxed-gates)%s",
+				name, argv, filepath.Base(gs.Sandbox), sandboxExitFailed, sandboxExitFailed, errNoGateSandbox, supervisorLine(tail, filepath.Base(gs.Sandbox)))
+		case run.ExitCode != 0:
+			return StepGate, fmt.Errorf("%s gate %q failed with exit code %d", name, argv, run.ExitCode)
+		}
+		if err := gt.verify(); err != nil {
+			var moved *HeadMovedError
+			var changed *TreeMismatchError
+			switch {
+			case errors.As(err, &moved):
+				return StepGate, fmt.Errorf("the %s gate moved HEAD of the gate clone (%q, want %s), so the tested tree is not the one to push", name, moved.Got, moved.Want)
+			case errors.As(err, &changed):
+				return StepGate, fmt.Errorf("the %s gate modified tracked files, so the tested tree is not the one to push: %v", name, changed)
+			}
+			return StepGate, fmt.Errorf("after the %s gate: %w", name, err)
+		}
+	}
+	return "", nil
+}
+
+// supervisorLine returns the supervisor's own last error line from a gate's
+// output tail ("NAME: sandbox not created: ..."), formatted for an error.
+// Other output is the gate's and stays out of errors and records.
+func supervisorLine(tail []byte, name string) string {
+	lines := strings.Split(string(tail), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if l := strings.TrimSpace(lines[i]); strings.HasPrefix(l, name+": ") {
+			return ": " + strings.ToValidUTF8(l, "?")
+		}
+	}
+	return ""
+}
+
+// runGate runs one gate command with a timeout; on timeout a host gate's
+// whole process group is killed, a sandboxed gate's supervisor is
+// terminated. It returns the run and the last bytes of output.
+func runGate(ctx context.Context, gc gateCommand, timeout time.Duration, out io.Writer) (GateRun, []byte) {
+	run := GateRun{Argv: gc.argv}
 	gctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	h := sha256.New()
+	tail := &tailBuffer{max: 1024}
 	var mu lockedWriter
-	mu.w = io.MultiWriter(out, h)
-	cmd := exec.CommandContext(gctx, argv[0], argv[1:]...)
-	cmd.Dir = dir
-	cmd.Env = env
+	mu.w = io.MultiWriter(out, h, tail)
+	cmd := exec.CommandContext(gctx, gc.argv[0], gc.argv[1:]...)
+	cmd.Dir = gc.dir
+	cmd.Env = gc.env
 	cmd.Stdin = bytes.NewReader(nil)
 	cmd.Stdout, cmd.Stderr = &mu, &mu
-	setProcessGroup(cmd)
 	cmd.WaitDelay = 10 * time.Second
+	setProcessGroup(cmd, gc.sandboxed)
 	start := time.Now()
 	err := cmd.Run()
 	run.DurationMS = time.Since(start).Milliseconds()
@@ -392,5 +445,19 @@ func runGate(ctx context.Context, dir string, argv, env []string, timeout time.D
 			run.ExitCode = -1 // could not start, or killed by a signal
 		}
 	}
-	return run
+	return run, tail.b
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	b   []byte
+	max int
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.b = append(t.b, p...)
+	if len(t.b) > t.max {
+		t.b = append([]byte(nil), t.b[len(t.b)-t.max:]...)
+	}
+	return len(p), nil
 }

@@ -61,6 +61,13 @@ func (p *Plan) WriteText(w io.Writer) error {
 	} else {
 		kv("preserved_test_evidence", "none")
 	}
+	if gs := p.GateSetup; gs != nil {
+		if gs.Sandboxed {
+			kv("gates", "sandboxed: %s, policy %s (%s, sha256 %s), as %s", gs.Sandbox, gs.Policy, gs.PolicySource, short(gs.PolicySHA256), idString(gs.UID, gs.GID))
+		} else {
+			kv("gates", "UNSANDBOXED: on the host, as %s (--unsandboxed-gates)", idString(gs.UID, gs.GID))
+		}
+	}
 	fmt.Fprintf(&b, "steps:\n")
 	for i, s := range p.Steps {
 		fmt.Fprintf(&b, "  %d. %s\n", i+1, s)
