@@ -1,7 +1,10 @@
 // Command policy-sync resolves, checks and renders Palisade sandbox
-// policies (OpenShell policy schema version 1). This is its offline part:
-// check validates a file, resolve shows which policy a sandbox would use
-// and why, render fills an operator template. All logic is in pkg/policy.
+// policies (OpenShell policy schema version 1), converges a worker on the
+// policy its hub assigns, and expands one task's policy with the package
+// registries it needs. check validates a file, resolve shows which policy
+// a sandbox would use and why, render fills an operator template (all in
+// pkg/policy); once and watch pull the hub assignment and install it
+// (pkg/policysync); expand derives per-task egress (pkg/egress).
 package main
 
 import (
@@ -50,7 +53,7 @@ type command struct {
 	flags func(fs *flag.FlagSet) func(ctx context.Context, a *app, args []string) error
 }
 
-var commands = []*command{checkCmd, resolveCmd, renderCmd}
+var commands = []*command{checkCmd, resolveCmd, renderCmd, onceCmd, watchCmd, expandCmd}
 
 func findCommand(name string) *command {
 	for _, c := range commands {
@@ -134,9 +137,9 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 
 func mainUsage(w io.Writer, global *flag.FlagSet) {
 	fmt.Fprintf(w, "Usage: %s [--log-format text|json] <command> [arguments]\n\n", prog)
-	fmt.Fprintf(w, "Resolve, check and render Palisade sandbox policies (OpenShell policy schema v1).\n\nCommands:\n")
+	fmt.Fprintf(w, "Resolve, check, render, sync (from the hub) and expand Palisade sandbox policies\n(OpenShell policy schema v1).\n\nCommands:\n")
 	for _, c := range commands {
-		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintf(w, "\nGlobal flags:\n")
 	global.SetOutput(w)
@@ -146,8 +149,10 @@ func mainUsage(w io.Writer, global *flag.FlagSet) {
 	fmt.Fprintf(w, "  %s check /etc/mac/openshell-policy.yaml\n", prog)
 	fmt.Fprintf(w, "  %s resolve --json\n", prog)
 	fmt.Fprintf(w, "  %s render --set AGENT_USER=hermes --set MAC_HUB_HOST=hub.example.internal \\\n      --set MAC_HUB_PORT=8080 --set MODEL_GATEWAY_HOST=models.example.com -o ~/.mac/openshell-policy.yaml\n", prog)
+	fmt.Fprintf(w, "  %s once --hub https://hub.example.internal:8080 --agent-id worker-1 --token-file /etc/mac/agent.token\n", prog)
+	fmt.Fprintf(w, "  %s expand --base ~/.mac/openshell-policy.yaml --repo . --task-metadata task.json -o task-policy.yaml\n", prog)
 	fmt.Fprintf(w, "\nRun '%s help <command>' for a command's flags and examples.\n", prog)
-	fmt.Fprintf(w, "Exit status: 0 ok, 1 invalid policy or failure, 2 usage error.\n")
+	fmt.Fprintf(w, "Exit status: 0 ok, 1 invalid policy or failure (once: failed safe), 2 usage error.\n")
 }
 
 func commandUsage(w io.Writer, c *command, fs *flag.FlagSet) {
