@@ -1,0 +1,59 @@
+package sandbox
+
+import (
+	"context"
+	"io"
+	"log/slog"
+
+	"github.com/palisade-sandbox/palisade/pkg/state"
+)
+
+// NetworkAttacher is the seam where the network layer joins a sandbox: it
+// is called once the sandbox's network namespace exists (as
+// /proc/<initPID>/ns/net) and before the command starts. It returns
+// variables the sandbox environment must carry (for example the proxy
+// variables) — they are reserved and override --env — and a cleanup
+// function run at teardown. A nil attacher leaves the namespace with
+// loopback only.
+type NetworkAttacher interface {
+	Attach(ctx context.Context, sandbox string, initPID int) (env []string, cleanup func() error, err error)
+}
+
+// Options describe one sandbox run.
+type Options struct {
+	Name    string // "" generates sbx-<hex>
+	Kind    state.Kind
+	AgentID string
+	Args    []string
+	// Env is the command's complete environment (see BuildEnv). Variables
+	// returned by the NetworkAttacher are added on top.
+	Env       []string
+	Workdir   string
+	TTY       bool
+	Keep      bool
+	StateRoot string
+	Policy    PolicyInfo
+	Profile   string
+	PidsLimit int64
+	Memory    int64
+	CPUs      float64
+
+	AllowDegraded bool
+	Required      bool // MAC_OPENSHELL_REQUIRED
+
+	InitExe string // the supervisor binary to re-execute ("" = /proc/self/exe)
+	Probe   Prober // nil = real kernel probes
+	Network NetworkAttacher
+	Events  Events
+	Logger  *slog.Logger
+
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+}
+
+// Result is how the run ended.
+type Result struct {
+	Name     string
+	ExitCode int // the command's status, 128+N for signal N, 125/126/127
+	Signal   int
+}

@@ -1,0 +1,28 @@
+//go:build !linux
+
+package sandbox
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/palisade-sandbox/palisade/pkg/feature"
+	"github.com/palisade-sandbox/palisade/pkg/state"
+)
+
+// Run is not supported on this platform: sandboxes need Linux.
+func Run(ctx context.Context, o Options) (Result, error) {
+	return Result{ExitCode: ExitSandboxFailed}, fmt.Errorf("sandbox: %w", feature.ErrNotSupported)
+}
+
+// RunInit is not supported on this platform.
+func RunInit() { panic("sandbox init: " + feature.ErrNotSupported.Error()) }
+
+// RestoreTerminals does nothing on this platform.
+func RestoreTerminals() {}
+
+// Collect is not supported on this platform.
+func Collect(l state.Labels) error { return fmt.Errorf("sandbox: %w", feature.ErrNotSupported) }
+
+// RegisterCollector does nothing on this platform.
+func RegisterCollector(fn func(state.Labels) error) {}
