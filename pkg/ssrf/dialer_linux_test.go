@@ -37,6 +37,24 @@ func acceptLog(l net.Listener) <-chan netip.AddrPort {
 	return ch
 }
 
+// waitLocalRoute polls until the kernel's local routing table holds ip,
+// for up to 2s: IPv6 installs it asynchronously after the address is added,
+// and a connection attempted before that fails with ENETUNREACH.
+func waitLocalRoute(ip net.IP) error {
+	filter := &netlink.Route{Table: unix.RT_TABLE_LOCAL, Dst: &net.IPNet{IP: ip, Mask: net.CIDRMask(128, 128)}}
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		rs, err := netlink.RouteListFiltered(netlink.FAMILY_V6, filter, netlink.RT_FILTER_TABLE|netlink.RT_FILTER_DST)
+		if err == nil && len(rs) > 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no local route to %s after 2s (%v)", ip, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 func expectAccepted(ch <-chan netip.AddrPort, want netip.AddrPort) error {
 	select {
 	case got := <-ch:
@@ -62,7 +80,16 @@ func expectNone(ch <-chan netip.AddrPort, what string) error {
 // network namespace: the Dialer connects only to checked addresses, never
 // re-resolves, falls back in order and honours its timeout.
 func TestDialerNetns(t *testing.T) {
+	// The runtime's netpoller opens its epoll and eventfd descriptors on
+	// first use, for good; open them before counting descriptors.
+	if l, err := net.Listen("tcp", "127.0.0.1:0"); err == nil {
+		l.Close()
+	}
 	testutil.CheckFDLeaks(t)
+	// testutil.InNetns closes its handle on the original namespace in a
+	// deferred call just after it hands back fn's result; let that happen
+	// before the leak check runs (cleanups run last-registered first).
+	t.Cleanup(func() { time.Sleep(50 * time.Millisecond) })
 	err := testutil.InNetns(t, func(netns.NsHandle) error {
 		lo, err := netlink.LinkByName("lo")
 		if err != nil {
@@ -76,6 +103,12 @@ func TestDialerNetns(t *testing.T) {
 				return fmt.Errorf("add %s: %w", a, err)
 			}
 		}
+		// IPv6 installs the local route of a new address asynchronously;
+		// wait (bounded) until the kernel can route to it.
+		if err := waitLocalRoute(net.ParseIP("2001:db8::10")); err != nil {
+			return err
+		}
+
 		// A veth pair whose far end owns no address swallows everything
 		// sent to 203.0.113.50 (a permanent neighbour entry spares ARP): a
 		// destination that never answers.
