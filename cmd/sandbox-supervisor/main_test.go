@@ -317,3 +317,69 @@ func TestPreflightJSON(t *testing.T) {
 		t.Fatalf("missing seccomp: %v\n%s", err, out)
 	}
 }
+
+const egressBase = `version: 1
+filesystem_policy:
+  include_workdir: true
+  read_only: [/usr, /bin, /lib, /lib64, /etc]
+  read_write: [/tmp]
+landlock:
+  compatibility: hard_requirement
+process:
+  run_as_user: sandbox
+  run_as_group: sandbox
+network_policies:
+  github:
+    endpoints:
+      - host: github.com
+        port: 443
+        protocol: rest
+        access: read-only
+    binaries:
+      - path: /usr/bin/git
+`
+
+// MAC_OPENSHELL_TASK_EGRESS=1 expands a task sandbox's policy from the
+// repository: the trusted registry is granted, evil.example refused, and
+// the decision record goes to stderr. Off, or for a verify sandbox, the
+// base policy is used unchanged.
+func TestTaskEgressExpansion(t *testing.T) {
+	dir := t.TempDir()
+	pol := filepath.Join(dir, "policy.yaml")
+	os.WriteFile(pol, []byte(egressBase), 0o600)
+	wd := filepath.Join(dir, "repo")
+	os.Mkdir(wd, 0o755)
+	os.WriteFile(filepath.Join(wd, "package-lock.json"), []byte(`{"lockfileVersion":3,"packages":{
+	  "node_modules/a":{"resolved":"https://registry.npmjs.org/a/-/a-1.0.0.tgz"},
+	  "node_modules/b":{"resolved":"https://evil.example/b-1.0.0.tgz"}}}`), 0o644)
+	state := filepath.Join(dir, "state")
+	sha := func(kind string) (string, string) {
+		var out, errb bytes.Buffer
+		err := run(context.Background(), []string{"spec", "--policy", pol, "--workdir", wd, "--state-dir", state, "--kind", kind, "--", "/bin/true"}, strings.NewReader(""), &out, &errb)
+		if err != nil {
+			t.Fatalf("spec: %v %s", err, errb.String())
+		}
+		var s struct{ Annotations map[string]string }
+		json.Unmarshal(out.Bytes(), &s)
+		return s.Annotations["io.palisade.policy.sha256"], errb.String()
+	}
+	base, stderr := sha("task")
+	if strings.Contains(stderr, "sandbox_egress_decision") {
+		t.Fatalf("expansion ran without MAC_OPENSHELL_TASK_EGRESS: %s", stderr)
+	}
+	t.Setenv("MAC_OPENSHELL_TASK_EGRESS", "1")
+	expanded, stderr := sha("task")
+	if expanded == base || expanded == "" {
+		t.Fatalf("policy not expanded (%s)", expanded)
+	}
+	if !strings.Contains(stderr, `"sandbox_egress_decision"`) || !strings.Contains(stderr, "registry.npmjs.org") || !strings.Contains(stderr, "evil.example") {
+		t.Fatalf("decision record: %s", stderr)
+	}
+	if verify, _ := sha("verify"); verify != base {
+		t.Fatal("a verify sandbox's policy was expanded")
+	}
+	// The temporary expanded policy does not outlive the command.
+	if ents, _ := os.ReadDir(state); len(ents) != 0 {
+		t.Fatalf("left in the state root: %v", ents)
+	}
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/palisade-sandbox/palisade/pkg/cli"
+	"github.com/palisade-sandbox/palisade/pkg/egress"
 	"github.com/palisade-sandbox/palisade/pkg/policy"
 	"github.com/palisade-sandbox/palisade/pkg/sandbox"
 	"github.com/palisade-sandbox/palisade/pkg/sandboxnet"
@@ -55,7 +57,7 @@ Examples:
 type runFlags struct {
 	policy, name, kind, agentID, workdir, passthrough, events string
 	profile, memory, stateDir, logFormat, logLevel            string
-	proxyBin, hostsFile                                       string
+	proxyBin, hostsFile, taskMetadata, trustedRegistries      string
 	cpus                                                      float64
 	pids                                                      int64
 	tty, noTTY, keep, allowDegraded                           bool
@@ -90,6 +92,8 @@ func parseRunFlags(args []string, stderr io.Writer, specOnly bool) (*runFlags, [
 	fs.BoolVar(&f.allowDegraded, "allow-degraded", false, "run without seccomp if the kernel lacks it (recorded as a Detection Finding; refused under hard_requirement)")
 	fs.StringVar(&f.proxyBin, "proxy-bin", "", "egress-proxy binary for policies with network entries (default: next to this binary)")
 	fs.StringVar(&f.hostsFile, "hosts-file", "", "static name resolution for the egress proxy (/etc/hosts format; tests and air-gapped sites)")
+	fs.StringVar(&f.taskMetadata, "task-metadata", "", "task document whose metadata.egress_contract.hosts are granted (with MAC_OPENSHELL_TASK_EGRESS=1, --kind task)")
+	fs.StringVar(&f.trustedRegistries, "trusted-registries", "", "file replacing the built-in trusted registry list for per-task egress")
 	fs.StringVar(&f.logFormat, "log-format", "text", "stderr log format: text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "stderr log level: debug, info, warn or error (debug shows start-up timing)")
 	if err := fs.Parse(args); err != nil {
@@ -206,6 +210,14 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if err := resolved.Policy.CheckWorkdir(workdir); err != nil {
 		return sandboxFailed(fmt.Errorf("policy %s: %w", resolved.Path, err))
 	}
+	if egress.Enabled(os.Getenv) && f.kind == string(state.KindTask) {
+		var cleanup func()
+		resolved, cleanup, err = expandTaskEgress(resolved, workdir, f, stderr)
+		if err != nil {
+			return sandboxFailed(err)
+		}
+		defer cleanup()
+	}
 	mem, _ := parseSize(f.memory)
 	pinfo := policyInfo(resolved)
 	env, err := sandbox.BuildEnv(sandbox.EnvInput{
@@ -296,4 +308,63 @@ func policyInfo(r *policy.Resolved) sandbox.PolicyInfo {
 		RunAsUser:       p.Process.RunAsUser, RunAsGroup: p.Process.RunAsGroup,
 		NetworkPolicies: len(p.NetworkPolicies),
 	}
+}
+
+// expandTaskEgress applies seed 000's per-repo egress (ADR 0009 §2a) to a
+// task sandbox's policy when MAC_OPENSHELL_TASK_EGRESS is on: hosts the
+// repository's lockfiles name are granted read-only only when they match
+// the trusted registry list, hosts the task metadata declares are granted,
+// everything else is refused and reported. The base is appended to, never
+// rewritten; the bundled default is never expanded; any error leaves the
+// base in force. The sandbox_egress_decision record goes to stderr. The
+// expanded policy is written to a root-only file under the state root for
+// the proxy to load; the returned cleanup removes it.
+func expandTaskEgress(base *policy.Resolved, workdir string, f *runFlags, stderr io.Writer) (*policy.Resolved, func(), error) {
+	nop := func() {}
+	opts := egress.Options{Base: base.Raw, BasePath: base.Path, Repo: workdir}
+	if f.taskMetadata != "" {
+		b, err := os.ReadFile(f.taskMetadata)
+		if err != nil {
+			return nil, nop, fmt.Errorf("--task-metadata: %w", err)
+		}
+		opts.TaskMetadata = b
+	}
+	if f.trustedRegistries != "" {
+		b, err := os.ReadFile(f.trustedRegistries)
+		if err != nil {
+			return nil, nop, fmt.Errorf("--trusted-registries: %w", err)
+		}
+		if opts.Trusted, err = egress.ParseTrustedRegistries(b); err != nil {
+			return nil, nop, fmt.Errorf("--trusted-registries %s: %w", f.trustedRegistries, err)
+		}
+		opts.TrustedSource = f.trustedRegistries
+	}
+	out, dec := egress.Expand(opts)
+	stderr.Write(append(dec.JSON(), '\n'))
+	if bytes.Equal(out, base.Raw) {
+		return base, nop, nil
+	}
+	p, err := egress.Verify(base.Policy, out)
+	if err != nil {
+		// Expansion must never weaken the base; keep the base.
+		return base, nop, nil
+	}
+	store, err := state.Open(f.stateDir)
+	if err != nil {
+		return nil, nop, err
+	}
+	tmp, err := os.CreateTemp(store.Root(), ".task-policy-*.yaml")
+	if err != nil {
+		return nil, nop, fmt.Errorf("write expanded policy: %w", err)
+	}
+	path := tmp.Name()
+	cleanup := func() { os.Remove(path) }
+	if _, err := tmp.Write(out); err != nil {
+		tmp.Close()
+		cleanup()
+		return nil, nop, fmt.Errorf("write expanded policy: %w", err)
+	}
+	tmp.Close()
+	return &policy.Resolved{Policy: p, Source: base.Source, Path: path,
+		Reason: base.Reason + "; expanded with per-task egress (MAC_OPENSHELL_TASK_EGRESS=1)", Raw: out}, cleanup, nil
 }
