@@ -29,16 +29,20 @@ func InNetns(t testing.TB, fn func(ns netns.NsHandle) error) error {
 			errc <- fmt.Errorf("get current netns: %w", err)
 			return
 		}
-		defer orig.Close()
 		ns, err := netns.New() // unshare(CLONE_NEWNET) on this thread
 		if err != nil {
+			orig.Close()
 			runtime.UnlockOSThread()
 			errc <- fmt.Errorf("new netns: %w", err)
 			return
 		}
 		ferr := fn(ns)
 		ns.Close()
-		if err := netns.Set(orig); err != nil {
+		err = netns.Set(orig)
+		// Every handle is closed before the caller hears back, so an
+		// fd-leak check right after InNetns sees none of them.
+		orig.Close()
+		if err != nil {
 			// Leave the thread locked: it dies with this goroutine.
 			errc <- fmt.Errorf("restore netns: %w (fn: %v)", err, ferr)
 			return
@@ -69,14 +73,16 @@ func NamedNetns(t testing.TB, prefix string) (string, netns.NsHandle) {
 			rc <- res{err: err}
 			return
 		}
-		defer orig.Close()
 		h, err := netns.NewNamed(name)
 		if err != nil {
+			orig.Close()
 			runtime.UnlockOSThread()
 			rc <- res{err: err}
 			return
 		}
-		if err := netns.Set(orig); err != nil {
+		err = netns.Set(orig)
+		orig.Close()
+		if err != nil {
 			rc <- res{err: fmt.Errorf("restore netns: %w", err)}
 			return // thread stays locked and dies
 		}
