@@ -25,6 +25,11 @@
 // reported: its binary and ancestors are a subset of every other holder's,
 // so a policy that allows it allows them all.
 //
+// The /proc backend reads a moving target: a process that keeps moving
+// its socket between fd numbers can slip past the fd-table scan, so that
+// another holder (a child it handed the socket to) is reported alone.
+// Only attribution at connect time (the eBPF backend) closes that race.
+//
 // A Pinner records, per sandbox, the first sha256 seen for each executable
 // path; a different hash later is a *MismatchError, which the proxy turns
 // into a denial and a Detection Finding.

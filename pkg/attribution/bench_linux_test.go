@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/palisade-sandbox/palisade/pkg/testutil"
 )
 
@@ -31,7 +33,9 @@ func (s *testSandbox) sleepers(n int) {
 // client that owns the socket, which Procs lists last. The search always
 // covers every process (a socket held by several must be seen), so the
 // owner's position does not change the cost. p50/p99 are per-lookup
-// latencies in microseconds.
+// latencies in microseconds, cpu-us/op the CPU time (user and system) one
+// lookup costs. Each size runs with the sock_diag fast path and with the
+// /proc/<pid>/net/tcp tables only.
 //
 //	go test -run '^$' -bench ProcLookup -benchtime 200x ./pkg/attribution/
 func BenchmarkProcLookup(b *testing.B) {
@@ -80,6 +84,8 @@ func benchLookup(b *testing.B, s *testSandbox, c *client, self string, noSockDia
 	}
 	b.Logf("first lookup (hashes %s): %v", self, time.Since(cold).Round(time.Microsecond))
 	var lat []time.Duration
+	var ru0, ru1 unix.Rusage
+	unix.Getrusage(unix.RUSAGE_SELF, &ru0)
 	for b.Loop() {
 		t0 := time.Now()
 		id, err := be.Lookup(ctx, c.client, c.proxy)
@@ -88,6 +94,8 @@ func benchLookup(b *testing.B, s *testSandbox, c *client, self string, noSockDia
 			b.Fatalf("lookup: %+v, %v", id, err)
 		}
 	}
+	unix.Getrusage(unix.RUSAGE_SELF, &ru1)
+	cpu := time.Duration(ru1.Utime.Nano() + ru1.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano())
 	slices.Sort(lat)
 	pct := func(p float64) float64 {
 		return float64(lat[int(p*float64(len(lat)-1))].Microseconds())
@@ -99,4 +107,7 @@ func benchLookup(b *testing.B, s *testSandbox, c *client, self string, noSockDia
 	b.ReportMetric(float64(st.Scanned)/float64(st.Lookups), "procs/op")
 	b.ReportMetric(pct(0.5), "p50-us")
 	b.ReportMetric(pct(0.99), "p99-us")
+	// CPU time (user+system, all threads) per lookup: less sensitive than
+	// latency to other load on the machine.
+	b.ReportMetric(float64(cpu.Microseconds())/float64(len(lat)), "cpu-us/op")
 }
