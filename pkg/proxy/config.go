@@ -1,0 +1,227 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/palisade-sandbox/palisade/pkg/ocsf"
+	"github.com/palisade-sandbox/palisade/pkg/policy"
+)
+
+// DecideRequest is what the policy engine decides on: the canonical host
+// (or canonical IP literal), the port, and the calling binary with its
+// ancestors (nearest first). Binary is empty when the caller could not be
+// attributed.
+type DecideRequest struct {
+	Host      string
+	Port      int
+	Binary    string
+	Ancestors []string
+}
+
+// Scope is what the matched endpoint lets the SSRF dialer reach beyond
+// public addresses: RFC 1918 / ULA destinations only for an exact
+// (non-wildcard) host or inside AllowedIPs; with OnlyAllowedIPs (a
+// hostless endpoint) nothing outside AllowedIPs.
+type Scope struct {
+	ExactHost      bool
+	AllowedIPs     []netip.Prefix
+	OnlyAllowedIPs bool
+}
+
+// Verdict is the engine's answer; Scope describes the matched endpoint
+// when Allowed.
+type Verdict struct {
+	Allowed bool
+	Entry   string // matched network_policies entry ("" when none)
+	Reason  string // machine-readable reason (the engine's Reason.String())
+	Audit   bool   // allowed only because the endpoint is in audit mode
+	Scope   Scope
+}
+
+// Decider is one compiled policy generation. Decide must be safe for
+// concurrent use, must not block and must never resolve names.
+type Decider interface {
+	Decide(DecideRequest) Verdict
+}
+
+// CompileFunc compiles a validated policy into generation gen.
+type CompileFunc func(p *policy.Policy, gen int64) (Decider, error)
+
+// Dialer resolves host (unless it is a literal), classifies every
+// address for the scope, and dials exactly a checked one within ctx. It
+// returns the address it connected to. An SSRF refusal is a *DenyError.
+type Dialer interface {
+	DialContext(ctx context.Context, host string, port int, scope Scope) (net.Conn, netip.AddrPort, error)
+}
+
+// DenyError is an SSRF refusal: the destination resolved (or was a
+// literal) in a range the guard never allows. Reason is the guard's
+// machine-readable reason.
+type DenyError struct{ Reason string }
+
+func (e *DenyError) Error() string { return "ssrf: destination denied: " + e.Reason }
+
+// Ancestor is one process above the caller.
+type Ancestor struct {
+	PID int
+	Exe string
+}
+
+// Identity is the process that owns the client socket of a connection.
+type Identity struct {
+	PID       int
+	Exe       string
+	SHA256    string     // hex sha256 of the executable
+	Ancestors []Ancestor // nearest first
+}
+
+// Attributor maps an accepted connection to the process that opened it.
+// client is the peer address the proxy saw, local the address the client
+// connected to (the proxy listener, or for the fence the original
+// destination).
+type Attributor interface {
+	Lookup(ctx context.Context, client, local netip.AddrPort) (*Identity, error)
+}
+
+// Pinner is the per-sandbox trust-on-first-use store of binary hashes.
+// Pin records sha for exe on first use and returns a *MismatchError when a
+// different hash was pinned before.
+type Pinner interface {
+	Pin(exe, sha256 string) error
+}
+
+// MismatchError is a trust-on-first-use violation.
+type MismatchError struct {
+	Exe    string
+	Pinned string
+	Seen   string
+}
+
+func (e *MismatchError) Error() string {
+	return fmt.Sprintf("binary %s: sha256 %s differs from the %s pinned on first use", e.Exe, e.Seen, e.Pinned)
+}
+
+// Limits are the per-connection bounds.
+type Limits struct {
+	// MaxHeadBytes bounds a request head (431 beyond). Default 8 KiB.
+	MaxHeadBytes int
+	// HeadTimeout bounds reading a request head (408 beyond). Default 10s.
+	HeadTimeout time.Duration
+	// ConnectTimeout bounds resolving and dialling upstream (504 beyond).
+	// Default 10s.
+	ConnectTimeout time.Duration
+	// IdleTimeout closes a tunnel or forwarded request with no data in
+	// either direction for this long. Default 15m.
+	IdleTimeout time.Duration
+	// MaxConns caps concurrent client connections over all listeners
+	// (503 beyond on the explicit listener, RST on the fence). Default 4096.
+	MaxConns int
+	// DenyWindow is the rate-limit window for repeated denials of the
+	// same (host, port, binary): the first is reported at once, later
+	// ones at most once per window with a count. Default 10s.
+	DenyWindow time.Duration
+}
+
+// Defaults.
+const (
+	DefaultHeadTimeout    = 10 * time.Second
+	DefaultConnectTimeout = 10 * time.Second
+	DefaultIdleTimeout    = 15 * time.Minute
+	DefaultMaxConns       = 4096
+	DefaultDenyWindow     = 10 * time.Second
+)
+
+func (l *Limits) fill() error {
+	if l.MaxHeadBytes == 0 {
+		l.MaxHeadBytes = DefaultMaxHeadBytes
+	}
+	if l.HeadTimeout == 0 {
+		l.HeadTimeout = DefaultHeadTimeout
+	}
+	if l.ConnectTimeout == 0 {
+		l.ConnectTimeout = DefaultConnectTimeout
+	}
+	if l.IdleTimeout == 0 {
+		l.IdleTimeout = DefaultIdleTimeout
+	}
+	if l.MaxConns == 0 {
+		l.MaxConns = DefaultMaxConns
+	}
+	if l.DenyWindow == 0 {
+		l.DenyWindow = DefaultDenyWindow
+	}
+	switch {
+	case l.MaxHeadBytes < 512 || l.MaxHeadBytes > 1<<20:
+		return fmt.Errorf("proxy: max head bytes %d: want 512..1048576", l.MaxHeadBytes)
+	case l.HeadTimeout < 0:
+		return fmt.Errorf("proxy: head timeout %v is negative", l.HeadTimeout)
+	case l.ConnectTimeout < 0:
+		return fmt.Errorf("proxy: connect timeout %v is negative", l.ConnectTimeout)
+	case l.IdleTimeout < 0:
+		return fmt.Errorf("proxy: idle timeout %v is negative", l.IdleTimeout)
+	case l.MaxConns < 1:
+		return fmt.Errorf("proxy: max conns %d: want at least 1", l.MaxConns)
+	case l.DenyWindow < 0:
+		return fmt.Errorf("proxy: deny window %v is negative", l.DenyWindow)
+	}
+	return nil
+}
+
+// Config is what New needs.
+type Config struct {
+	// PolicyPath is the policy file; it is loaded by New and reloaded on
+	// Reload and by Watch.
+	PolicyPath string
+	// Compile turns a validated policy into a Decider. Required.
+	Compile CompileFunc
+	// Canonicalize turns a requested host (name or IP literal in any
+	// spelling) into the canonical form the engine and dialer use, or
+	// rejects it. Required.
+	Canonicalize func(host string) (string, error)
+	// Dialer is the SSRF-checking dialer. Required.
+	Dialer Dialer
+	// Attributor identifies callers; nil means standalone mode with every
+	// caller unknown (Binary "" in decisions, so binary-scoped entries
+	// never match).
+	Attributor Attributor
+	// Pinner enforces trust on first use; nil disables the check.
+	Pinner Pinner
+	// OriginalDst recovers the destination of a fence-captured connection
+	// (SO_ORIGINAL_DST). Required to serve a fence listener.
+	OriginalDst func(*net.TCPConn) (netip.AddrPort, error)
+	// Source and Events: where OCSF events go. Events nil means
+	// ocsf.Discard; Source nil means a Source for sandbox "host".
+	Source *ocsf.Source
+	Events ocsf.Emitter
+	// Logger receives operational logs (never secrets). nil discards.
+	Logger *slog.Logger
+	Limits Limits
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+func (c *Config) check() error {
+	var errs []error
+	if c.PolicyPath == "" {
+		errs = append(errs, errors.New("proxy: policy path is empty"))
+	}
+	if c.Compile == nil {
+		errs = append(errs, errors.New("proxy: Compile is nil"))
+	}
+	if c.Canonicalize == nil {
+		errs = append(errs, errors.New("proxy: Canonicalize is nil"))
+	}
+	if c.Dialer == nil {
+		errs = append(errs, errors.New("proxy: Dialer is nil"))
+	}
+	if err := c.Limits.fill(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}

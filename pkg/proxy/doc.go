@@ -1,0 +1,25 @@
+// Package proxy is the core of egress-proxy, the only way out of a
+// Palisade sandbox: an explicit HTTP proxy (CONNECT tunnels and
+// absolute-form http:// forwarding), a fence listener for connections the
+// host-side nftables redirected because they tried to bypass the proxy, and
+// a root-only Unix control socket (status, Prometheus metrics, reload).
+//
+// Every request follows one order: bounded head parse, host
+// canonicalisation, caller attribution, trust-on-first-use binary pin,
+// policy decision (before any DNS lookup, so a denied name is never
+// resolved), then an SSRF-checked dial of exactly the address that was
+// checked. A denial is an HTTP 403 with a one-line JSON body whose error is
+// "policy_denied" or "ssrf_denied", sent before any tunnel byte.
+//
+// Policy generations are compiled off the hot path and swapped atomically;
+// each connection pins the generation it started with. Reloads come from
+// an inotify watch on the policy file's directory, SIGHUP (wired by the
+// binary) or POST /reload; any error keeps the last-known-good generation.
+//
+// Each connection yields exactly one summary Record, and the OCSF events
+// are built from it; repeated denials of the same (host, port, binary) are
+// rate-limited with counts. The policy engine, SSRF dialer and attribution
+// backend are reached through the small interfaces Decider, Dialer,
+// Attributor and Pinner, so tests use fakes and egress-proxy wires the real
+// packages.
+package proxy

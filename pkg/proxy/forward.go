@@ -1,0 +1,301 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// framing is how a forwarded request's body is delimited.
+type framing struct {
+	chunked   bool
+	length    int64 // when !chunked; 0 means no body
+	expect100 bool
+}
+
+// requestFraming reads the body framing of a request head the way RFC
+// 9112 §6 prescribes, refusing the ambiguous cases request smuggling
+// lives on: Transfer-Encoding together with Content-Length, any transfer
+// coding but a single "chunked", Transfer-Encoding on HTTP/1.0, and
+// Content-Length values that disagree or do not parse.
+func requestFraming(h *Head) (framing, error) {
+	var fr framing
+	var te []string
+	cl := ""
+	seenCL := false
+	for _, f := range h.Fields {
+		switch {
+		case strings.EqualFold(f.Name, "Transfer-Encoding"):
+			for _, t := range strings.Split(f.Value, ",") {
+				if t = strings.TrimSpace(t); t != "" {
+					te = append(te, t)
+				}
+			}
+		case strings.EqualFold(f.Name, "Content-Length"):
+			for _, v := range strings.Split(f.Value, ",") {
+				v = strings.TrimSpace(v)
+				if seenCL && v != cl {
+					return fr, headErrorf("conflicting Content-Length values")
+				}
+				cl, seenCL = v, true
+			}
+		case strings.EqualFold(f.Name, "Expect"):
+			if !strings.EqualFold(strings.TrimSpace(f.Value), "100-continue") {
+				return fr, headErrorf("unsupported Expect value")
+			}
+			fr.expect100 = true
+		}
+	}
+	if len(te) > 0 {
+		switch {
+		case seenCL:
+			return fr, headErrorf("both Transfer-Encoding and Content-Length")
+		case h.Proto == "HTTP/1.0":
+			return fr, headErrorf("Transfer-Encoding in an HTTP/1.0 request")
+		case len(te) != 1 || !strings.EqualFold(te[0], "chunked"):
+			return fr, headErrorf("unsupported Transfer-Encoding (only chunked)")
+		}
+		fr.chunked = true
+		return fr, nil
+	}
+	if seenCL {
+		if cl == "" || len(cl) > 18 {
+			return fr, headErrorf("invalid Content-Length")
+		}
+		for i := 0; i < len(cl); i++ {
+			if cl[i] < '0' || cl[i] > '9' {
+				return fr, headErrorf("invalid Content-Length")
+			}
+		}
+		fr.length, _ = strconv.ParseInt(cl, 10, 64)
+	}
+	return fr, nil
+}
+
+// isHopByHop reports whether a request or response field is never
+// forwarded: the RFC 9110 §7.6.1 connection-specific fields, every
+// Proxy-* field (credentials for this proxy, never for the origin), and
+// fields the proxy regenerates (Host, Content-Length, Expect).
+func isHopByHop(name string, connTokens []string) bool {
+	if hasPrefixFold(name, "Proxy-") {
+		return true
+	}
+	for _, h := range hopByHop {
+		if strings.EqualFold(name, h) {
+			return true
+		}
+	}
+	for _, t := range connTokens {
+		if strings.EqualFold(name, t) {
+			return true
+		}
+	}
+	return false
+}
+
+var hopByHop = []string{"Connection", "Keep-Alive", "TE", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+// connectionTokens lists the field names a Connection header declares
+// hop-by-hop.
+func connectionTokens(values []string) []string {
+	var out []string
+	for _, v := range values {
+		for _, t := range strings.Split(v, ",") {
+			if t = strings.TrimSpace(t); t != "" {
+				out = append(out, t)
+			}
+		}
+	}
+	return out
+}
+
+// forwardHeader is the header sent upstream: the client's fields minus
+// hop-by-hop and Proxy-* fields and those the transport regenerates. No
+// X-Forwarded-For or Via is added: the origin learns nothing about the
+// sandbox.
+func forwardHeader(h *Head) http.Header {
+	var connVals []string
+	for _, f := range h.Fields {
+		if strings.EqualFold(f.Name, "Connection") {
+			connVals = append(connVals, f.Value)
+		}
+	}
+	tokens := connectionTokens(connVals)
+	out := make(http.Header, len(h.Fields))
+	for _, f := range h.Fields {
+		if isHopByHop(f.Name, tokens) ||
+			strings.EqualFold(f.Name, "Host") ||
+			strings.EqualFold(f.Name, "Content-Length") ||
+			strings.EqualFold(f.Name, "Expect") {
+			continue
+		}
+		out.Add(f.Name, f.Value)
+	}
+	if _, ok := out["User-Agent"]; !ok {
+		out["User-Agent"] = []string{""} // keep the transport from adding its own
+	}
+	return out
+}
+
+// stripResponseHeader removes hop-by-hop fields from an upstream response.
+func stripResponseHeader(h http.Header) {
+	tokens := connectionTokens(h.Values("Connection"))
+	for name := range h {
+		if isHopByHop(name, tokens) {
+			delete(h, name)
+		}
+	}
+}
+
+type connKey struct{}
+
+// preDialed carries the SSRF-checked upstream connection to the shared
+// transport, which uses it once and never dials by itself.
+type preDialed struct {
+	c    net.Conn
+	used atomic.Bool
+}
+
+var errNoPreDialed = errors.New("proxy: forward transport has no checked upstream connection")
+
+func newForwardTransport() *http.Transport {
+	return &http.Transport{
+		Proxy: nil,
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			pd, _ := ctx.Value(connKey{}).(*preDialed)
+			if pd == nil || !pd.used.CompareAndSwap(false, true) {
+				return nil, errNoPreDialed
+			}
+			return pd.c, nil
+		},
+		DisableKeepAlives:      true,
+		DisableCompression:     true,
+		MaxResponseHeaderBytes: 64 << 10,
+		TLSNextProto:           map[string]func(string, *tls.Conn) http.RoundTripper{},
+	}
+}
+
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(b []byte) (int, error) {
+	n, err := c.r.Read(b)
+	c.n += int64(n)
+	return n, err
+}
+
+// forward relays one absolute-form http:// request to the checked
+// upstream connection and streams the response back, then closes.
+func (p *Proxy) forward(c *net.TCPConn, br *bufio.Reader, up net.Conn, rec *Record, rq request) {
+	fr := rq.framing
+	out := &http.Request{
+		Method:     rq.head.Method,
+		URL:        rq.url,
+		Proto:      "HTTP/1.1",
+		ProtoMajor: 1,
+		ProtoMinor: 1,
+		Header:     forwardHeader(rq.head),
+		Host:       rq.url.Host,
+	}
+	// The URL sent upstream carries no userinfo (ParseForwardTarget
+	// refused it) and the transport writes only its path and query.
+	var body *countingReader
+	switch {
+	case fr.chunked:
+		body = &countingReader{r: httputil.NewChunkedReader(br)}
+		out.Body, out.ContentLength = io.NopCloser(body), -1
+	case fr.length > 0:
+		body = &countingReader{r: io.LimitReader(br, fr.length)}
+		out.Body, out.ContentLength = io.NopCloser(body), fr.length
+	default:
+		out.Body = http.NoBody
+	}
+	if fr.expect100 && out.Body != http.NoBody {
+		c.SetWriteDeadline(time.Now().Add(responseWriteTimeout))
+		if _, err := c.Write([]byte("HTTP/1.1 100 Continue\r\n\r\n")); err != nil {
+			c.Close()
+			return
+		}
+		c.SetWriteDeadline(time.Time{})
+	}
+	p.m.activeTunnels.Add(1)
+	defer p.m.activeTunnels.Add(-1)
+	w := p.watchIdle(c, up)
+	defer w.stop()
+	ctx := context.WithValue(context.Background(), connKey{}, &preDialed{c: up})
+	resp, err := p.transport.RoundTrip(out.WithContext(ctx))
+	if body != nil {
+		rec.BytesUp = body.n
+	}
+	if err != nil {
+		status, reason := http.StatusBadGateway, ReasonUpstreamError
+		if w.fired.Load() || isTimeout(err) {
+			status = http.StatusGatewayTimeout
+		}
+		p.upstreamFailed(c, rec, status, reason, err)
+		return
+	}
+	defer resp.Body.Close()
+	rec.Status = resp.StatusCode
+	bodyless := rq.head.Method == http.MethodHead || resp.StatusCode == http.StatusNoContent ||
+		resp.StatusCode == http.StatusNotModified || resp.StatusCode < 200
+	stripResponseHeader(resp.Header)
+	if !bodyless {
+		resp.Header.Del("Content-Length")
+	}
+	bw := bufio.NewWriterSize(c, 4096)
+	bw.WriteString("HTTP/1.1 ")
+	bw.WriteString(statusLine(resp))
+	bw.WriteString("\r\n")
+	resp.Header.Write(bw)
+	if !bodyless && resp.ContentLength >= 0 {
+		bw.WriteString("Content-Length: ")
+		bw.WriteString(strconv.FormatInt(resp.ContentLength, 10))
+		bw.WriteString("\r\n")
+	}
+	bw.WriteString("Connection: close\r\n\r\n")
+	if err := bw.Flush(); err != nil {
+		c.Close()
+		return
+	}
+	if !bodyless {
+		n, err := io.Copy(c, resp.Body)
+		rec.BytesDown = n
+		if err != nil {
+			// Headers are gone already: the client sees a truncated body
+			// (or a short Content-Length), never a silent success.
+			rec.Cause = err.Error()
+			c.SetLinger(0)
+			c.Close()
+			return
+		}
+	}
+	lingerClose(c, 500*time.Millisecond)
+}
+
+// statusLine is "CODE REASON" with a reason phrase that is safe to echo.
+func statusLine(resp *http.Response) string {
+	code := strconv.Itoa(resp.StatusCode)
+	reason := strings.TrimSpace(strings.TrimPrefix(resp.Status, code))
+	for i := 0; i < len(reason); i++ {
+		if c := reason[i]; (c < ' ' && c != '\t') || c == 0x7f {
+			reason = ""
+			break
+		}
+	}
+	if reason == "" {
+		reason = http.StatusText(resp.StatusCode)
+	}
+	return code + " " + reason
+}

@@ -1,0 +1,272 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"os"
+	"sync"
+	"time"
+)
+
+// attributionTimeout bounds one attribution lookup.
+const attributionTimeout = 5 * time.Second
+
+var readerPool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 4096) }}
+
+func getReader(r io.Reader) *bufio.Reader {
+	br := readerPool.Get().(*bufio.Reader)
+	br.Reset(r)
+	return br
+}
+
+func putReader(br *bufio.Reader) {
+	br.Reset(nil)
+	readerPool.Put(br)
+}
+
+var headPool = sync.Pool{New: func() any { b := make([]byte, 0, DefaultMaxHeadBytes); return &b }}
+
+// request is what handleExplicit learnt from the head.
+type request struct {
+	head    *Head
+	url     *url.URL // forward HTTP only
+	framing framing  // forward HTTP only
+}
+
+// handleExplicit serves one explicit-proxy connection: one CONNECT
+// tunnel or one forwarded http:// request.
+func (p *Proxy) handleExplicit(c *net.TCPConn, rec *Record) {
+	lim := &p.cfg.Limits
+	br := getReader(c)
+	released := false
+	release := func() {
+		if !released {
+			putReader(br)
+			released = true
+		}
+	}
+	defer release()
+	hb := headPool.Get().(*[]byte)
+	defer headPool.Put(hb)
+
+	c.SetReadDeadline(time.Now().Add(lim.HeadTimeout))
+	raw, err := readHead(br, lim.MaxHeadBytes, (*hb)[:0])
+	*hb = raw[:0]
+	if err != nil {
+		switch {
+		case errors.Is(err, ErrHeadTooLarge):
+			p.badRequest(c, rec, http.StatusRequestHeaderFieldsTooLarge, ReasonHeadTooLarge, nil)
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			p.badRequest(c, rec, http.StatusRequestTimeout, ReasonHeadTimeout, nil)
+		case len(raw) == 0:
+			rec.silent = true // closed without a request
+			c.Close()
+		default:
+			rec.Outcome, rec.Reason = OutcomeBadRequest, ReasonMalformed
+			c.Close() // the client went away mid-head
+		}
+		return
+	}
+	c.SetReadDeadline(time.Time{})
+	h, err := ParseHead(raw)
+	if err != nil {
+		p.badRequest(c, rec, http.StatusBadRequest, ReasonMalformed, err)
+		return
+	}
+	rec.Method = h.Method
+	req := request{head: h}
+	var host string
+	if h.Method == http.MethodConnect {
+		rec.Kind = KindConnect
+		host, rec.Port, err = ParseAuthority(h.Target)
+	} else {
+		rec.Kind = KindHTTP
+		req.url, host, rec.Port, err = ParseForwardTarget(h.Target)
+		rec.URL = req.url
+		if err == nil {
+			req.framing, err = requestFraming(h)
+		}
+	}
+	if err != nil {
+		p.badRequest(c, rec, http.StatusBadRequest, ReasonMalformed, err)
+		return
+	}
+	canon, err := p.cfg.Canonicalize(host)
+	if err != nil {
+		rec.Host = ""
+		p.badRequest(c, rec, http.StatusBadRequest, ReasonInvalidHost, nil)
+		return
+	}
+	rec.Host = canon
+
+	// One generation for the whole connection.
+	g := p.gen.Load()
+	rec.Generation, rec.PolicySHA = g.Number, g.SHA256
+
+	if !p.identify(rec) {
+		p.deny(c, rec, OutcomePolicyDenied)
+		return
+	}
+	dr := DecideRequest{Host: canon, Port: rec.Port}
+	if id := rec.Identity; id != nil {
+		dr.Binary = id.Exe
+		if len(id.Ancestors) > 0 {
+			dr.Ancestors = make([]string, len(id.Ancestors))
+			for i, a := range id.Ancestors {
+				dr.Ancestors[i] = a.Exe
+			}
+		}
+	}
+	v := g.Decider.Decide(dr)
+	rec.Entry, rec.Reason, rec.Audit = v.Entry, v.Reason, v.Audit
+	if !v.Allowed {
+		p.deny(c, rec, OutcomePolicyDenied)
+		return
+	}
+
+	// Only now may the name be resolved: policy allowed it.
+	ctx, cancel := context.WithTimeout(context.Background(), lim.ConnectTimeout)
+	up, addr, err := p.cfg.Dialer.DialContext(ctx, canon, rec.Port, v.Scope)
+	cancel()
+	if err != nil {
+		var de *DenyError
+		switch {
+		case errors.As(err, &de):
+			rec.Reason = de.Reason
+			p.deny(c, rec, OutcomeSSRFDenied)
+		case errors.Is(err, context.DeadlineExceeded) || isTimeout(err):
+			p.upstreamFailed(c, rec, http.StatusGatewayTimeout, ReasonConnectTimeout, err)
+		default:
+			p.upstreamFailed(c, rec, http.StatusBadGateway, ReasonConnectFailed, err)
+		}
+		return
+	}
+	rec.Upstream = netip.AddrPortFrom(addr.Addr().Unmap(), addr.Port())
+	p.track(up)
+	defer func() {
+		p.untrack(up)
+		up.Close()
+	}()
+	rec.Outcome = OutcomeAllowed
+	if rec.Kind == KindConnect {
+		p.connect(c, br, up, rec, release)
+		return
+	}
+	p.forward(c, br, up, rec, req)
+}
+
+// identify attributes the caller and checks its binary pin. It returns
+// false (with the record's reason set) when the connection must be denied.
+// rec.Local must be the address the client connected to.
+func (p *Proxy) identify(rec *Record) bool {
+	if p.cfg.Attributor == nil {
+		return true // standalone: unknown caller, binary-scoped entries never match
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), attributionTimeout)
+	id, err := p.cfg.Attributor.Lookup(ctx, rec.Client, rec.Local)
+	cancel()
+	if err != nil || id == nil {
+		rec.Reason = ReasonAttributionFailed
+		if err != nil {
+			rec.Cause = err.Error()
+		}
+		return false
+	}
+	rec.Identity = id
+	if p.cfg.Pinner == nil || id.Exe == "" {
+		return true
+	}
+	if err := p.cfg.Pinner.Pin(id.Exe, id.SHA256); err != nil {
+		var me *MismatchError
+		if errors.As(err, &me) {
+			rec.Mismatch = me
+			rec.Reason = ReasonIdentityMismatch
+		} else {
+			rec.Reason = ReasonIdentityCheck
+			rec.Cause = err.Error()
+		}
+		return false
+	}
+	return true
+}
+
+// deny answers 403 with the structured JSON body and closes.
+func (p *Proxy) deny(c *net.TCPConn, rec *Record, outcome string) {
+	rec.Outcome = outcome
+	rec.Status = http.StatusForbidden
+	body := DenialBody{
+		Error:  outcome,
+		Host:   rec.Host,
+		Port:   rec.Port,
+		Binary: rec.binary(),
+		PID:    rec.pid(),
+		Policy: rec.Entry,
+		Reason: rec.Reason,
+	}
+	writeJSONResponse(c, http.StatusForbidden, body)
+	lingerClose(c, 500*time.Millisecond)
+}
+
+// badRequest answers a malformed request. A *HeadError's message (fixed
+// text naming what is wrong, never echoing the request) goes to the
+// client as the detail.
+func (p *Proxy) badRequest(c *net.TCPConn, rec *Record, status int, reason string, err error) {
+	rec.Outcome, rec.Reason, rec.Status = OutcomeBadRequest, reason, status
+	body := errorBody{Error: OutcomeBadRequest, Reason: reason}
+	var he *HeadError
+	if errors.As(err, &he) {
+		body.Detail = he.Msg
+		rec.Cause = he.Msg
+	}
+	writeJSONResponse(c, status, body)
+	lingerClose(c, 500*time.Millisecond)
+}
+
+func (p *Proxy) upstreamFailed(c *net.TCPConn, rec *Record, status int, reason string, err error) {
+	rec.Outcome, rec.Reason, rec.Status = OutcomeUpstreamFailed, reason, status
+	if err != nil {
+		rec.Cause = err.Error()
+	}
+	writeJSONResponse(c, status, errorBody{Error: OutcomeUpstreamFailed, Reason: reason})
+	lingerClose(c, 500*time.Millisecond)
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// connect answers an allowed CONNECT and relays bytes both ways. Bytes the
+// client pipelined after the head are sent upstream first.
+func (p *Proxy) connect(c *net.TCPConn, br *bufio.Reader, up net.Conn, rec *Record, release func()) {
+	c.SetWriteDeadline(time.Now().Add(responseWriteTimeout))
+	if _, err := c.Write(connectEstablished); err != nil {
+		c.Close()
+		return
+	}
+	c.SetWriteDeadline(time.Time{})
+	rec.Status = http.StatusOK
+	if n := br.Buffered(); n > 0 {
+		b, _ := br.Peek(n)
+		up.SetWriteDeadline(time.Now().Add(p.cfg.Limits.IdleTimeout))
+		w, err := up.Write(b)
+		up.SetWriteDeadline(time.Time{})
+		rec.BytesUp += int64(w)
+		if err != nil {
+			c.Close()
+			return
+		}
+	}
+	release() // the tunnel needs no buffer
+	p.m.activeTunnels.Add(1)
+	up1, down := p.relay(c, up)
+	p.m.activeTunnels.Add(-1)
+	rec.BytesUp += up1
+	rec.BytesDown += down
+}

@@ -1,0 +1,269 @@
+package proxy
+
+import (
+	"net/netip"
+	"net/url"
+	"path"
+	"strconv"
+	"time"
+
+	"github.com/palisade-sandbox/palisade/pkg/ocsf"
+)
+
+// Outcome classes: the status_code of every event and the "error" of a
+// denial body.
+const (
+	OutcomeAllowed        = "allowed"
+	OutcomePolicyDenied   = "policy_denied"
+	OutcomeSSRFDenied     = "ssrf_denied"
+	OutcomeBadRequest     = "bad_request"
+	OutcomeUpstreamFailed = "upstream_failed"
+	OutcomeBypassDenied   = "bypass_denied"
+)
+
+// Reasons the proxy itself gives (the engine and the SSRF guard give the
+// rest).
+const (
+	ReasonAttributionFailed = "attribution_failed"
+	ReasonIdentityMismatch  = "identity_mismatch"
+	ReasonIdentityCheck     = "identity_check_failed"
+	ReasonInvalidHost       = "invalid_host"
+	ReasonHeadTooLarge      = "head_too_large"
+	ReasonHeadTimeout       = "head_timeout"
+	ReasonMalformed         = "malformed_request"
+	ReasonConnectTimeout    = "connect_timeout"
+	ReasonConnectFailed     = "connect_failed"
+	ReasonUpstreamError     = "upstream_error"
+	ReasonDirectConnection  = "direct_connection"
+)
+
+// Listener names.
+const (
+	ListenerProxy = "proxy"
+	ListenerFence = "fence"
+)
+
+// Request kinds.
+const (
+	KindConnect = "connect"
+	KindHTTP    = "http"
+	KindFence   = "fence"
+)
+
+// FirewallRuleType is firewall_rule.type in every event: the engine that
+// decided.
+const FirewallRuleType = "palisade-egress-proxy"
+
+// Record is the one summary of one proxied connection: the single source
+// of its OCSF event, its metrics and its log line. Field names are
+// constant whatever happened.
+type Record struct {
+	ConnID     uint64
+	Listener   string // ListenerProxy or ListenerFence
+	Kind       string // KindConnect, KindHTTP, KindFence; "" before a valid head
+	Start, End time.Time
+	Client     netip.AddrPort // the peer the proxy saw
+	Local      netip.AddrPort // the listener address, or the fence's original destination
+	Host       string         // canonical requested host ("" before a valid head)
+	Port       int
+	Upstream   netip.AddrPort // the address dialled (zero when none)
+	Identity   *Identity      // nil when unattributed
+	Generation int64
+	PolicySHA  string
+	Outcome    string // Outcome* constant
+	Entry      string // matched policy entry ("" when none)
+	Reason     string
+	Audit      bool
+	Status     int // HTTP status sent to the client (0: none)
+	Method     string
+	URL        *url.URL // forwarded request URL (redacted when emitted)
+	BytesUp    int64    // client to upstream
+	BytesDown  int64    // upstream to client
+	Cause      string   // upstream error text (no secrets: addresses and syscall errors)
+	Mismatch   *MismatchError
+
+	// silent marks a connection that closed without sending a byte: no
+	// request, no event.
+	silent bool
+	// Count and First are set by the denial rate limiter: the record
+	// stands for Count occurrences since First.
+	Count int
+	First time.Time
+}
+
+// Allowed reports whether the request was let through (even if the
+// upstream then failed).
+func (r *Record) Allowed() bool {
+	return r.Outcome == OutcomeAllowed || r.Outcome == OutcomeUpstreamFailed
+}
+
+func (r *Record) binary() string {
+	if r.Identity == nil {
+		return ""
+	}
+	return r.Identity.Exe
+}
+
+func (r *Record) pid() int {
+	if r.Identity == nil {
+		return 0
+	}
+	return r.Identity.PID
+}
+
+func (r *Record) conn(sandbox string) ocsf.Conn {
+	c := ocsf.Conn{}
+	if r.Client.IsValid() {
+		c.Src = &ocsf.NetworkEndpoint{IP: r.Client.Addr().Unmap().String(), Port: int(r.Client.Port())}
+	}
+	dst := &ocsf.NetworkEndpoint{Port: r.Port}
+	if a, err := netip.ParseAddr(r.Host); err == nil {
+		dst.IP = a.String()
+	} else {
+		dst.Hostname = r.Host
+	}
+	if r.Upstream.IsValid() {
+		dst.IP = r.Upstream.Addr().Unmap().String()
+	}
+	if dst.Hostname == "" && dst.IP == "" && r.Local.IsValid() {
+		dst.IP, dst.Port = r.Local.Addr().Unmap().String(), int(r.Local.Port())
+	}
+	if dst.Hostname != "" || dst.IP != "" {
+		c.Dst = dst
+	}
+	c.Actor = r.Identity.actor(sandbox)
+	return c
+}
+
+// maxAncestors bounds the parent chain put into events.
+const maxAncestors = 64
+
+func (id *Identity) actor(sandbox string) *ocsf.Actor {
+	if id == nil || (id.PID == 0 && id.Exe == "") {
+		return nil
+	}
+	proc := &ocsf.Process{PID: id.PID, Sandbox: sandbox}
+	if id.Exe != "" {
+		proc.Name = path.Base(id.Exe)
+		proc.File = ocsf.ExeFile(id.Exe, id.SHA256)
+	}
+	cur := proc
+	for i, a := range id.Ancestors {
+		if i == maxAncestors {
+			break
+		}
+		pp := &ocsf.Process{PID: a.PID, Sandbox: sandbox}
+		if a.Exe != "" {
+			pp.Name = path.Base(a.Exe)
+			pp.File = ocsf.ExeFile(a.Exe, "")
+		}
+		cur.ParentProcess = pp
+		cur = pp
+	}
+	return &ocsf.Actor{Process: proc}
+}
+
+func (r *Record) decision() ocsf.Decision {
+	rule := &ocsf.FirewallRule{
+		Name:    r.Entry,
+		Type:    FirewallRuleType,
+		Version: strconv.FormatInt(r.Generation, 10),
+	}
+	if rule.Name == "" {
+		rule.Name = "default-deny"
+	}
+	if r.PolicySHA != "" {
+		rule.UID = "sha256:" + r.PolicySHA
+	}
+	reason := r.Reason
+	if r.Audit {
+		reason = "audit: " + reason
+	}
+	return ocsf.Decision{Allowed: r.Allowed(), Rule: rule, Code: r.Outcome, Reason: reason}
+}
+
+// unmapped carries what OCSF has no attribute for, under one constant key.
+func (r *Record) unmapped() map[string]any {
+	return map[string]any{"egress_proxy": map[string]any{
+		"listener":   r.Listener,
+		"kind":       r.Kind,
+		"generation": r.Generation,
+		"reason":     r.Reason,
+		"audit":      r.Audit,
+		"bytes_up":   r.BytesUp,
+		"bytes_down": r.BytesDown,
+	}}
+}
+
+// events turns the record into its OCSF events: exactly one summary
+// event, plus a Detection Finding for a bypass or an identity mismatch.
+func (r *Record) events(src *ocsf.Source) []ocsf.Event {
+	c := r.conn(src.Sandbox)
+	d := r.decision()
+	var sum ocsf.Event
+	var base *ocsf.Base
+	var ci **ocsf.ConnectionInfo
+	switch {
+	case r.Listener == ListenerFence:
+		e := src.NetworkRefuse(c, d)
+		sum, base, ci = e, &e.Base, &e.ConnectionInfo
+	case r.Outcome == OutcomeUpstreamFailed:
+		e := src.NetworkFail(c, d.Rule, r.Outcome, causeError(r.Reason, r.Cause))
+		sum, base, ci = e, &e.Base, &e.ConnectionInfo
+	case r.Kind == KindHTTP && r.Outcome == OutcomeAllowed:
+		e := src.HTTPRequest(c, ocsf.Request{Method: r.Method, URL: r.URL, Version: "HTTP/1.1", Status: r.Status}, d)
+		sum, base, ci = e, &e.Base, &e.ConnectionInfo
+	default:
+		e := src.NetworkOpen(c, d)
+		sum, base, ci = e, &e.Base, &e.ConnectionInfo
+	}
+	r.stamp(base, src.Sandbox)
+	if *ci != nil {
+		(*ci).UID = src.Sandbox + ":" + strconv.FormatUint(r.ConnID, 10)
+	}
+	out := []ocsf.Event{sum}
+	switch {
+	case r.Listener == ListenerFence:
+		f := src.BypassAttempt(c, "connection captured by the network fence: egress must go through the proxy")
+		r.stamp(&f.Base, src.Sandbox)
+		out = append(out, f)
+	case r.Mismatch != nil:
+		f := src.IdentityMismatch(c.Actor, r.Mismatch.Exe, r.Mismatch.Pinned, r.Mismatch.Seen)
+		r.stamp(&f.Base, src.Sandbox)
+		out = append(out, f)
+	}
+	return out
+}
+
+// stamp sets the time span, count and correlation of an event.
+func (r *Record) stamp(b *ocsf.Base, sandbox string) {
+	start := r.Start
+	if r.Count > 1 && !r.First.IsZero() {
+		start = r.First
+	}
+	end := r.End
+	if end.IsZero() {
+		end = start
+	}
+	b.StartTime = start.UnixMilli()
+	b.EndTime = end.UnixMilli()
+	if d := end.Sub(start).Milliseconds(); d > 0 {
+		b.Duration = d
+	}
+	if r.Count > 1 {
+		b.Count = r.Count
+	}
+	b.Metadata.CorrelationUID = sandbox + ":conn:" + strconv.FormatUint(r.ConnID, 10)
+	b.Unmapped = r.unmapped()
+}
+
+type causeErr string
+
+func (e causeErr) Error() string { return string(e) }
+
+func causeError(reason, cause string) error {
+	if cause == "" {
+		return causeErr(reason)
+	}
+	return causeErr(reason + ": " + cause)
+}
