@@ -55,3 +55,8 @@ func (g *Group) Describe() Description { return Description{} }
 
 // Close does nothing.
 func (g *Group) Close() error { return nil }
+
+// StartIn is not supported on this platform.
+func (g *Group) StartIn(cmd interface{ Start() error }) error {
+	return fmt.Errorf("cgroup: %w", feature.ErrNotSupported)
+}

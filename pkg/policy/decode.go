@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -54,12 +55,12 @@ func Parse(data []byte) (p *Policy, err error) {
 	return pol, nil
 }
 
-var yamlLineRE = regexp.MustCompile(`line (\d+)`)
+var yamlLineRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`line (\d+)`) })
 
 func yamlError(err error) *FieldError {
 	msg := strings.TrimPrefix(err.Error(), "yaml: ")
 	fe := &FieldError{Msg: "invalid YAML: " + msg}
-	if m := yamlLineRE.FindStringSubmatch(msg); m != nil {
+	if m := yamlLineRE().FindStringSubmatch(msg); m != nil {
 		fe.Line, _ = strconv.Atoi(m[1])
 	}
 	return fe
@@ -81,7 +82,7 @@ func (d *decoder) errf(n *yaml.Node, path, format string, args ...any) {
 // identifiers.
 func keyPath(base, key string) string {
 	seg := key
-	if !identRE.MatchString(key) {
+	if !identRE().MatchString(key) {
 		seg = "[" + strconv.Quote(key) + "]"
 		if base == "" {
 			return seg
@@ -98,10 +99,10 @@ func indexPath(base string, i int) string { return fmt.Sprintf("%s[%d]", base, i
 
 // identRE is a map key that can be written as .key in a field path;
 // anything else (including keys with dots) is written ["key"].
-var identRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_-]*$`)
+var identRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_-]*$`) })
 
 // nameRE is what a network_policies key must look like.
-var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
+var nameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`) })
 
 // openShellOnly are keys OpenShell accepts that Palisade does not
 // implement; they get a clearer message than "unknown key".
@@ -476,7 +477,7 @@ func (d *decoder) networkPolicies(n *yaml.Node, path string, out map[string]*Net
 			continue
 		}
 		ep := keyPath(path, k.Value)
-		if !nameRE.MatchString(k.Value) {
+		if !nameRE().MatchString(k.Value) {
 			d.errf(k, ep, "entry names must be 1-%d characters of letters, digits, '_', '.', '-', starting with a letter or digit", MaxNameLen)
 			continue
 		}
@@ -803,7 +804,7 @@ func (d *decoder) port(n *yaml.Node, path string) (int, bool) {
 	return int(v), true
 }
 
-var methodRE = regexp.MustCompile(`^[A-Z][A-Z0-9_-]{0,31}$`)
+var methodRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Z][A-Z0-9_-]{0,31}$`) })
 
 func (d *decoder) requestMatch(n *yaml.Node, path string) (RequestMatch, bool) {
 	var m RequestMatch
@@ -819,7 +820,7 @@ func (d *decoder) requestMatch(n *yaml.Node, path string) (RequestMatch, bool) {
 		good = false
 	} else {
 		up := strings.ToUpper(s)
-		if up != "*" && !methodRE.MatchString(up) {
+		if up != "*" && !methodRE().MatchString(up) {
 			d.errf(f.val, path+".method", "must be an HTTP method such as GET or \"*\", not %q", s)
 			good = false
 		}

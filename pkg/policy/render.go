@@ -6,23 +6,24 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 
 	"go.yaml.in/yaml/v3"
 )
 
 // placeholderRE matches a template token: __NAME__ where NAME is upper-case
 // letters and digits in words joined by single underscores.
-var placeholderRE = regexp.MustCompile(`__([A-Z0-9]+(?:_[A-Z0-9]+)*)__`)
+var placeholderRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`__([A-Z0-9]+(?:_[A-Z0-9]+)*)__`) })
 
 // keyRE is what a render key may look like (MAC_HUB_HOST, or the token
 // form __MAC_HUB_HOST__).
-var keyRE = regexp.MustCompile(`^[A-Z0-9]+(?:_[A-Z0-9]+)*$`)
+var keyRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Z0-9]+(?:_[A-Z0-9]+)*$`) })
 
 // valueRE is what a substituted value may look like: host names, IP
 // addresses, ports, user names and paths. Nothing in it can end a YAML
 // scalar, start a comment, a flow collection, an anchor, a tag or a quoted
 // string, whether the token sits in a plain or a quoted scalar.
-var valueRE = regexp.MustCompile(`^[A-Za-z0-9_/][A-Za-z0-9._/-]*$`)
+var valueRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9_/][A-Za-z0-9._/-]*$`) })
 
 // MaxValueLen bounds one substituted value.
 const MaxValueLen = 253
@@ -31,7 +32,7 @@ const MaxValueLen = 253
 // underscores) in tmpl, sorted.
 func Placeholders(tmpl []byte) []string {
 	var out []string
-	for _, m := range placeholderRE.FindAllSubmatch(tmpl, -1) {
+	for _, m := range placeholderRE().FindAllSubmatch(tmpl, -1) {
 		out = append(out, string(m[1]))
 	}
 	slices.Sort(out)
@@ -51,7 +52,7 @@ func Render(tmpl []byte, values map[string]string) ([]byte, error) {
 		if strings.HasPrefix(name, "__") && strings.HasSuffix(name, "__") && len(name) > 4 {
 			name = name[2 : len(name)-2]
 		}
-		if !keyRE.MatchString(name) {
+		if !keyRE().MatchString(name) {
 			return nil, fmt.Errorf("render: key %q must be upper-case letters, digits and single underscores (e.g. MAC_HUB_HOST)", k)
 		}
 		if _, dup := vals[name]; dup {
@@ -81,7 +82,7 @@ func Render(tmpl []byte, values map[string]string) ([]byte, error) {
 	if len(missing) > 0 {
 		return nil, fmt.Errorf("render: no value for %s (pass --set KEY=VALUE for each)", strings.Join(missing, ", "))
 	}
-	out := placeholderRE.ReplaceAllFunc(tmpl, func(tok []byte) []byte {
+	out := placeholderRE().ReplaceAllFunc(tmpl, func(tok []byte) []byte {
 		return []byte(vals[string(tok[2:len(tok)-2])])
 	})
 	if left := Placeholders(out); len(left) > 0 {
@@ -111,7 +112,7 @@ func checkValue(v string) error {
 		return fmt.Errorf("is %d characters; at most %d allowed", len(v), MaxValueLen)
 	case strings.Contains(v, "__"):
 		return errors.New(`must not contain "__" (it would read as a placeholder)`)
-	case !valueRE.MatchString(v):
+	case !valueRE().MatchString(v):
 		return errors.New("may contain only letters, digits and . _ / - (and must not start with . or -); quotes, spaces, colons, '#', newlines and other YAML syntax are refused")
 	}
 	return nil
@@ -134,7 +135,7 @@ func sameShape(tmpl, out []byte, vals map[string]string) error {
 			return fmt.Errorf("substitution changed the document structure near line %d", y.Line)
 		}
 		if x.Kind == yaml.ScalarNode || x.Kind == yaml.AliasNode {
-			want := placeholderRE.ReplaceAllStringFunc(x.Value, func(tok string) string { return vals[tok[2:len(tok)-2]] })
+			want := placeholderRE().ReplaceAllStringFunc(x.Value, func(tok string) string { return vals[tok[2:len(tok)-2]] })
 			if want != y.Value {
 				return fmt.Errorf("substitution changed more than a value near line %d", y.Line)
 			}

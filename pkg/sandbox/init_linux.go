@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/containerd/console"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -91,15 +92,29 @@ func runInit(ctl *channel) int {
 
 func setup(ctl *channel, cfg *InitConfig) (*Confinement, int, error) {
 	s := cfg.Spec
+	t0 := time.Now()
+	var steps []string
+	mark := func(step string) {
+		if cfg.Timing {
+			steps = append(steps, fmt.Sprintf("%s=%dus", step, time.Since(t0).Microseconds()))
+		}
+	}
+	defer func() {
+		if cfg.Timing {
+			ctl.send(Message{Type: MsgLog, Level: "debug", Msg: "init timing: " + strings.Join(steps, " ")}, -1)
+		}
+	}()
 	// The cgroup namespace is created only now, after the supervisor has
 	// moved us into the sandbox cgroup, so its root is that cgroup.
 	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
 		return nil, 0, fail("namespaces", ExitSandboxFailed, fmt.Errorf("unshare cgroup namespace: %w", err))
 	}
+	mark("cgroupns")
 	nmounts, err := setupMounts(s)
 	if err != nil {
 		return nil, 0, fail("mounts", ExitSandboxFailed, err)
 	}
+	mark("mounts")
 	if s.Hostname != "" {
 		if err := unix.Sethostname([]byte(s.Hostname)); err != nil {
 			return nil, 0, fail("hostname", ExitSandboxFailed, err)
@@ -126,6 +141,7 @@ func setup(ctl *channel, cfg *InitConfig) (*Confinement, int, error) {
 			return nil, 0, fail("storage-preflight", ExitSandboxFailed, err)
 		}
 	}
+	mark("host")
 	path, err := lookPath(s.Process.Args[0], s.Process.Env)
 	if err != nil {
 		return nil, 0, fail("exec", ExitNotFound, err)
@@ -139,6 +155,7 @@ func setup(ctl *channel, cfg *InitConfig) (*Confinement, int, error) {
 		conf.Namespaces = append(conf.Namespaces, string(ns.Type))
 	}
 	pid, err := spawnConfined(cfg, path, stdio, pty != nil, conf)
+	mark("spawn")
 	if pty != nil {
 		pty.Close() // the command holds the slave; the supervisor the master
 	}
@@ -155,6 +172,7 @@ func setup(ctl *channel, cfg *InitConfig) (*Confinement, int, error) {
 		unix.Kill(pid, unix.SIGKILL)
 		return nil, 0, fail("verify", ExitSandboxFailed, err)
 	}
+	mark("verify")
 	return conf, pid, nil
 }
 

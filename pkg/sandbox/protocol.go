@@ -31,6 +31,9 @@ type InitConfig struct {
 	// StorageCheck, when set, is a path that must be a writable tmpfs
 	// before the command runs (bounded-tmpfs profile preflight).
 	StorageCheck string `json:"storage_check,omitempty"`
+	// Timing asks the init to report how long each setup step took (a
+	// debug-level log message).
+	Timing bool `json:"timing,omitempty"`
 }
 
 // Message is one JSON message on the control socket.

@@ -28,7 +28,6 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -103,7 +102,23 @@ type Labels struct {
 	Extra map[string]string `json:"extra,omitempty"`
 }
 
-var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+// validName is ^[a-z0-9][a-z0-9._-]{0,62}$ without a regexp (compiling
+// one at package init costs every supervisor and init start ~0.2 ms).
+func validName(name string) bool {
+	if len(name) == 0 || len(name) > 63 {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
+		case i > 0 && (c == '.' || c == '_' || c == '-'):
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 // ValidateName checks a user-given sandbox name: 1 to 63 characters of
 // [a-z0-9._-], starting with a letter or digit (so never ".", ".." or a
@@ -112,7 +127,7 @@ func ValidateName(name string) error {
 	if name == "" {
 		return errors.New("sandbox name: empty")
 	}
-	if !nameRE.MatchString(name) {
+	if !validName(name) {
 		return fmt.Errorf("sandbox name %q: want 1-63 characters of a-z, 0-9, '.', '_', '-', starting with a letter or digit", name)
 	}
 	return nil
