@@ -38,6 +38,9 @@ func (d decisionEngine) Decide(r DecideRequest) Verdict {
 	if v.Entry == "" {
 		v.Entry = res.Entry
 	}
+	if ep := res.Endpoint; res.Allowed && ep != nil {
+		v.L7Rules = ep.Protocol == policy.ProtocolREST || ep.Access != "" || len(ep.Rules) > 0 || len(ep.DenyRules) > 0
+	}
 	if !res.Allowed {
 		v.Reason = res.Reason.String()
 	}

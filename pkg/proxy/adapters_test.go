@@ -59,7 +59,15 @@ func TestRealSSRFDialerDeniesLoopback(t *testing.T) {
 }
 
 func TestDecisionAdapter(t *testing.T) {
-	p, err := policy.Parse([]byte(policyYAML(443, "")))
+	p, err := policy.Parse([]byte(policyYAML(443, `  api:
+    endpoints:
+      - host: api.test
+        port: 443
+        protocol: rest
+        access: read-only
+    binaries:
+      - path: /usr/bin/curl
+`)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,8 +76,12 @@ func TestDecisionAdapter(t *testing.T) {
 		t.Fatal(err)
 	}
 	v := d.Decide(DecideRequest{Host: "allowed.test", Port: 443, Binary: pythonExe, Ancestors: []string{curlExe}})
-	if !v.Allowed || v.Entry != "web" || v.Reason != "" || !v.Scope.ExactHost {
+	if !v.Allowed || v.Entry != "web" || v.Reason != "" || !v.Scope.ExactHost || v.L7Rules {
 		t.Fatalf("allowed through an ancestor: %+v", v)
+	}
+	v = d.Decide(DecideRequest{Host: "api.test", Port: 443, Binary: curlExe})
+	if !v.Allowed || v.Entry != "api" || !v.L7Rules {
+		t.Fatalf("endpoint with L7 rules: %+v", v)
 	}
 	v = d.Decide(DecideRequest{Host: "x.wild.test", Port: 443, Binary: curlExe})
 	if !v.Allowed || v.Scope.ExactHost {

@@ -40,8 +40,13 @@ type Verdict struct {
 	Allowed bool
 	Entry   string // matched network_policies entry ("" when none)
 	Reason  string // machine-readable reason (the engine's Reason.String())
-	Audit   bool   // allowed only because the endpoint is in audit mode
+	Audit   bool   // the endpoint's enforcement is audit (L7 violations logged, not blocked)
 	Scope   Scope
+	// L7Rules is set when the matched endpoint carries L7 rules
+	// (protocol rest, access, rules or deny_rules). This proxy does not
+	// inspect requests yet: such connections are allowed at L4 and
+	// reported with egress_proxy.l7 = "not_enforced".
+	L7Rules bool
 }
 
 // Decider is one compiled policy generation. Decide must be safe for

@@ -124,7 +124,7 @@ func (p *Proxy) handleExplicit(c *net.TCPConn, rec *Record) {
 		}
 	}
 	v := g.Decider.Decide(dr)
-	rec.Entry, rec.Reason, rec.Audit = v.Entry, v.Reason, v.Audit
+	rec.Entry, rec.Reason, rec.Audit, rec.L7Rules = v.Entry, v.Reason, v.Audit, v.L7Rules
 	if !v.Allowed {
 		p.deny(c, rec, OutcomePolicyDenied)
 		return

@@ -149,7 +149,7 @@ network_policies:
 
 // testEnv is one proxy on loopback with its fakes.
 type testEnv struct {
-	t          *testing.T
+	t          testing.TB
 	p          *Proxy
 	addr       string
 	dir        string
@@ -161,7 +161,7 @@ type testEnv struct {
 
 type envOpt func(*Config)
 
-func newEnv(t *testing.T, yaml string, opts ...envOpt) *testEnv {
+func newEnv(t testing.TB, yaml string, opts ...envOpt) *testEnv {
 	t.Helper()
 	dir := t.TempDir()
 	pp := filepath.Join(dir, "policy.yaml")
@@ -264,7 +264,7 @@ type echoServer struct {
 	port     int
 }
 
-func newEchoServer(t *testing.T) *echoServer {
+func newEchoServer(t testing.TB) *echoServer {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

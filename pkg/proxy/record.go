@@ -74,7 +74,8 @@ type Record struct {
 	Entry      string // matched policy entry ("" when none)
 	Reason     string
 	Audit      bool
-	Status     int // HTTP status sent to the client (0: none)
+	L7Rules    bool // the endpoint has L7 rules this proxy did not enforce
+	Status     int  // HTTP status sent to the client (0: none)
 	Method     string
 	URL        *url.URL // forwarded request URL (redacted when emitted)
 	BytesUp    int64    // client to upstream
@@ -190,6 +191,7 @@ func (r *Record) unmapped() map[string]any {
 		"generation": r.Generation,
 		"reason":     r.Reason,
 		"audit":      r.Audit,
+		"l7":         l7State(r.L7Rules),
 		"bytes_up":   r.BytesUp,
 		"bytes_down": r.BytesDown,
 	}}
@@ -255,6 +257,13 @@ func (r *Record) stamp(b *ocsf.Base, sandbox string) {
 	}
 	b.Metadata.CorrelationUID = sandbox + ":conn:" + strconv.FormatUint(r.ConnID, 10)
 	b.Unmapped = r.unmapped()
+}
+
+func l7State(rules bool) string {
+	if rules {
+		return "not_enforced"
+	}
+	return "none"
 }
 
 type causeErr string

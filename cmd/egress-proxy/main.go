@@ -1,0 +1,412 @@
+// Command egress-proxy is the only way out of a Palisade sandbox: an
+// explicit CONNECT and forward-HTTP proxy that decides every connection
+// against the policy's network_policies before any DNS lookup, dials only
+// addresses the SSRF guard accepts, answers denials with a 403 JSON body,
+// catches direct-connection attempts on its fence listener, and records
+// everything as OCSF events. See docs/egress-proxy.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime/debug"
+	"syscall"
+	"time"
+
+	"github.com/palisade-sandbox/palisade/pkg/attribution"
+	"github.com/palisade-sandbox/palisade/pkg/cgroup"
+	"github.com/palisade-sandbox/palisade/pkg/cli"
+	"github.com/palisade-sandbox/palisade/pkg/fence"
+	"github.com/palisade-sandbox/palisade/pkg/ocsf"
+	"github.com/palisade-sandbox/palisade/pkg/proxy"
+	"github.com/palisade-sandbox/palisade/pkg/ssrf"
+)
+
+const usage = `Usage:
+  egress-proxy --policy FILE [--listen ADDR] [--fence-listen ADDR]
+               [--control PATH] [--events FILE|-] [--hosts-file FILE]
+               [--sandbox NAME --cgroup NAME --init-pid PID] [--pins FILE]
+               [--ready-fd N] [limits] [--log-format text|json]
+
+Serves an explicit HTTP proxy (CONNECT host:port, absolute-form http://)
+that allows exactly what the policy's network_policies allow, for exactly
+the binaries they list. Denials are HTTP 403 with a one-line JSON body
+{"error":"policy_denied"|"ssrf_denied","host","port","binary","pid",
+"policy","reason"}. The policy file's directory is watched; SIGHUP and
+POST /reload on the control socket reload too. A policy that does not
+load, validate and compile is rejected and the last good one stays.
+
+Modes:
+  sandbox     --cgroup and --init-pid name the sandbox (sandbox-supervisor
+              passes them): callers are attributed among that cgroup's
+              processes only, through the sandbox's network namespace.
+  standalone  neither flag: callers are attributed by scanning every
+              process of the host (slower per connection; for one host's
+              own tools, not for sandboxes).
+
+Flags:
+  --policy FILE          policy file (required)
+  --listen ADDR          explicit proxy address (default 127.0.0.1:3128)
+  --fence-listen ADDR    fence listener for nftables-redirected connections
+  --control PATH         root-only (0600) control socket: GET /status,
+                         GET /metrics, POST /reload
+  --events FILE|-        OCSF events as JSON lines (- for stdout; default none)
+  --hosts-file FILE      resolve names from this hosts file only (no DNS)
+  --sandbox NAME         sandbox name in events (default "host")
+  --cgroup NAME          sandbox cgroup (sandbox mode, with --init-pid)
+  --init-pid PID         host pid of the sandbox init (sandbox mode)
+  --pins FILE            binary sha256 pins (trust on first use); default
+                         binary-pins.json next to --control, else memory
+  --ready-fd N           write "ready\n" to fd N once listening, then close it
+  --max-conns N          concurrent client connections (default 4096)
+  --max-head-bytes N     request head limit, 431 beyond (default 8192)
+  --head-timeout D       request head read timeout, 408 beyond (default 10s)
+  --connect-timeout D    upstream resolve+connect timeout, 504 beyond (default 10s)
+  --idle-timeout D       close tunnels idle this long (default 15m)
+  --deny-window D        report a repeated denial at most once per D, with a
+                         count (default 10s; 0 reports every one)
+  --log-format F         text or json logs on stderr (default text)
+
+Exit status: 0 after SIGTERM/SIGINT, 1 when the policy does not load or a
+listener fails, 2 on bad flags.
+
+Examples:
+  # Started by sandbox-supervisor (next to it), on the host side of the veth:
+  egress-proxy --policy /etc/palisade/policy.yaml \
+      --listen 10.200.0.1:3128 --fence-listen 10.200.0.1:3129 \
+      --sandbox task-42 --cgroup task-42 --init-pid 12345 \
+      --control /run/palisade/sandboxes/task-42/proxy.sock \
+      --events /var/log/palisade/events.jsonl --ready-fd 3
+
+  # Standalone on a host: loopback listener, same policy and events.
+  egress-proxy --policy ~/.mac/openshell-policy.yaml --events - \
+      --control /run/egress-proxy.sock
+  HTTPS_PROXY=http://127.0.0.1:3128 curl https://api.github.com/zen
+
+  # Inspect and reload a running proxy.
+  curl --unix-socket /run/egress-proxy.sock http://proxy/status
+  curl --unix-socket /run/egress-proxy.sock -X POST http://proxy/reload
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	cli.Exit("egress-proxy", err, os.Stderr)
+}
+
+type flags struct {
+	policy, listen, fenceListen, control, events, hostsFile string
+	sandbox, cgroup, pins, logFormat                        string
+	initPID, readyFD, maxConns, maxHeadBytes                int
+	headTimeout, connectTimeout, idleTimeout, denyWindow    time.Duration
+}
+
+func parseFlags(args []string, stdout io.Writer) (*flags, bool, error) {
+	f := &flags{}
+	fs := flag.NewFlagSet("egress-proxy", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&f.policy, "policy", "", "policy file")
+	fs.StringVar(&f.listen, "listen", "127.0.0.1:3128", "explicit proxy address")
+	fs.StringVar(&f.fenceListen, "fence-listen", "", "fence listener address")
+	fs.StringVar(&f.control, "control", "", "control socket path")
+	fs.StringVar(&f.events, "events", "", "OCSF events destination")
+	fs.StringVar(&f.hostsFile, "hosts-file", "", "static hosts file")
+	fs.StringVar(&f.sandbox, "sandbox", "host", "sandbox name")
+	fs.StringVar(&f.cgroup, "cgroup", "", "sandbox cgroup name")
+	fs.IntVar(&f.initPID, "init-pid", 0, "sandbox init pid")
+	fs.StringVar(&f.pins, "pins", "", "binary pin file")
+	fs.IntVar(&f.readyFD, "ready-fd", -1, "readiness fd")
+	fs.IntVar(&f.maxConns, "max-conns", proxy.DefaultMaxConns, "concurrent connections")
+	fs.IntVar(&f.maxHeadBytes, "max-head-bytes", proxy.DefaultMaxHeadBytes, "request head limit")
+	fs.DurationVar(&f.headTimeout, "head-timeout", proxy.DefaultHeadTimeout, "head read timeout")
+	fs.DurationVar(&f.connectTimeout, "connect-timeout", proxy.DefaultConnectTimeout, "upstream connect timeout")
+	fs.DurationVar(&f.idleTimeout, "idle-timeout", proxy.DefaultIdleTimeout, "tunnel idle timeout")
+	fs.DurationVar(&f.denyWindow, "deny-window", proxy.DefaultDenyWindow, "denial rate-limit window")
+	fs.StringVar(&f.logFormat, "log-format", "text", "text or json")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, usage)
+			return nil, true, nil
+		}
+		return nil, false, cli.Usagef("%v; see egress-proxy --help", err)
+	}
+	if fs.NArg() > 0 {
+		return nil, false, cli.Usagef("unexpected argument %q; see egress-proxy --help", fs.Arg(0))
+	}
+	switch {
+	case f.policy == "":
+		return nil, false, cli.Usagef("--policy is required; see egress-proxy --help")
+	case f.listen == "":
+		return nil, false, cli.Usagef("--listen must not be empty")
+	case (f.cgroup == "") != (f.initPID == 0):
+		return nil, false, cli.Usagef("--cgroup and --init-pid go together (sandbox mode) or not at all (standalone)")
+	case f.initPID < 0:
+		return nil, false, cli.Usagef("--init-pid %d: want a positive pid", f.initPID)
+	case f.readyFD != -1 && f.readyFD < 3:
+		return nil, false, cli.Usagef("--ready-fd %d: want 3 or more (0-2 are stdio)", f.readyFD)
+	case f.maxConns < 1:
+		return nil, false, cli.Usagef("--max-conns %d: want at least 1", f.maxConns)
+	case f.maxHeadBytes < 512 || f.maxHeadBytes > 1<<20:
+		return nil, false, cli.Usagef("--max-head-bytes %d: want 512..1048576", f.maxHeadBytes)
+	case f.headTimeout <= 0:
+		return nil, false, cli.Usagef("--head-timeout %v: want a positive duration", f.headTimeout)
+	case f.connectTimeout <= 0:
+		return nil, false, cli.Usagef("--connect-timeout %v: want a positive duration", f.connectTimeout)
+	case f.idleTimeout <= 0:
+		return nil, false, cli.Usagef("--idle-timeout %v: want a positive duration", f.idleTimeout)
+	case f.denyWindow < 0:
+		return nil, false, cli.Usagef("--deny-window %v: must not be negative", f.denyWindow)
+	case f.sandbox == "":
+		return nil, false, cli.Usagef("--sandbox must not be empty")
+	}
+	if f.pins == "" && f.control != "" {
+		f.pins = filepath.Join(filepath.Dir(f.control), "binary-pins.json")
+	}
+	return f, false, nil
+}
+
+func productVersion() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "dev"
+}
+
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	f, help, err := parseFlags(args, stdout)
+	if help || err != nil {
+		return err
+	}
+	log, err := cli.NewLogger(f.logFormat, stderr, slog.LevelInfo)
+	if err != nil {
+		return err
+	}
+
+	var events ocsf.Emitter = ocsf.Discard
+	if f.events != "" {
+		w, err := ocsf.OpenDest(f.events, stdout)
+		if err != nil {
+			return cli.Usagef("--events: %v", err)
+		}
+		defer w.Close()
+		events = w
+	}
+	src := ocsf.NewSource(f.sandbox, proxy.Component, productVersion())
+
+	var resolver ssrf.Resolver = ssrf.SystemResolver{}
+	if f.hostsFile != "" {
+		hr, err := ssrf.NewHostsResolver(f.hostsFile)
+		if err != nil {
+			return cli.Failf("--hosts-file: %v", err)
+		}
+		resolver = hr
+	}
+
+	attr, closeAttr, err := attributor(f, log)
+	if err != nil {
+		return cli.Failf("%v", err)
+	}
+	defer closeAttr()
+	pinner, err := attribution.NewPinner(f.pins, 0)
+	if err != nil {
+		return cli.Failf("--pins: %v", err)
+	}
+
+	// Bind everything before the policy loads, so a port conflict is
+	// reported before anything else; nothing is served until New.
+	ln, err := net.Listen("tcp", f.listen)
+	if err != nil {
+		return cli.Failf("--listen: %v", err)
+	}
+	defer ln.Close()
+	self := []netip.Addr{}
+	addSelf := func(a net.Addr) {
+		if ap := a.(*net.TCPAddr).AddrPort(); !ap.Addr().IsUnspecified() {
+			self = append(self, ap.Addr().Unmap())
+		}
+	}
+	addSelf(ln.Addr())
+	var fenceLn net.Listener
+	if f.fenceListen != "" {
+		if fenceLn, err = net.Listen("tcp", f.fenceListen); err != nil {
+			return cli.Failf("--fence-listen: %v", err)
+		}
+		defer fenceLn.Close()
+		addSelf(fenceLn.Addr())
+	}
+	var ctlLn net.Listener
+	if f.control != "" {
+		if ctlLn, err = proxy.ListenControl(f.control); err != nil {
+			return cli.Failf("--control: %v", err)
+		}
+		defer ctlLn.Close()
+	}
+
+	p, err := proxy.New(proxy.Config{
+		PolicyPath:   f.policy,
+		Compile:      proxy.CompileDecision,
+		Canonicalize: proxy.CanonicalHost,
+		Dialer: proxy.SSRFDialer{Dialer: &ssrf.Dialer{
+			Resolver: resolver,
+			Guard:    &ssrf.Guard{Self: self},
+			Timeout:  f.connectTimeout,
+		}},
+		Attributor:  proxy.AttributionBackend{Backend: attr},
+		Pinner:      proxy.AttributionPinner{Pinner: pinner},
+		OriginalDst: fence.OriginalDst,
+		Source:      src,
+		Events:      events,
+		Logger:      log,
+		Limits: proxy.Limits{
+			MaxHeadBytes:   f.maxHeadBytes,
+			HeadTimeout:    f.headTimeout,
+			ConnectTimeout: f.connectTimeout,
+			IdleTimeout:    f.idleTimeout,
+			MaxConns:       f.maxConns,
+			DenyWindow:     f.denyWindow,
+		},
+	})
+	if err != nil {
+		return cli.Failf("%v", err)
+	}
+	defer p.Close()
+
+	if os.Geteuid() == 0 {
+		if err := proxy.DropCapabilities(proxy.KeepCapabilities); err != nil {
+			log.Warn("capabilities not dropped; the proxy keeps root's full set", "err", err)
+		} else {
+			log.Info("dropped every capability but CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH")
+		}
+	}
+
+	errc := make(chan error, 4)
+	go func() { errc <- p.Serve(ln) }()
+	if fenceLn != nil {
+		go func() { errc <- p.ServeFence(fenceLn) }()
+	}
+	if ctlLn != nil {
+		go func() { errc <- p.ServeControl(ctlLn) }()
+	}
+	wctx, cancelWatch := context.WithCancel(ctx)
+	defer cancelWatch()
+	go func() {
+		if err := p.Watch(wctx); err != nil {
+			log.Error("policy watch stopped; reload with SIGHUP or POST /reload", "err", err)
+		}
+	}()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+
+	attrs := []any{"listen", ln.Addr().String(), "sandbox", f.sandbox, "mode", mode(f)}
+	if fenceLn != nil {
+		attrs = append(attrs, "fence", fenceLn.Addr().String())
+	}
+	if f.control != "" {
+		attrs = append(attrs, "control", f.control)
+	}
+	log.Info("egress-proxy listening", attrs...)
+	if f.readyFD >= 0 {
+		if err := signalReady(f.readyFD); err != nil {
+			return cli.Failf("--ready-fd: %v", err)
+		}
+	}
+
+	for {
+		select {
+		case <-ctx.Done():
+			log.Info("egress-proxy stopping")
+			return nil
+		case <-hup:
+			p.Reload("sighup")
+		case err := <-errc:
+			if err != nil {
+				return cli.Failf("%v", err)
+			}
+		}
+	}
+}
+
+func mode(f *flags) string {
+	if f.cgroup != "" {
+		return "sandbox"
+	}
+	return "standalone"
+}
+
+// signalReady writes "ready\n" to fd and closes it.
+func signalReady(fd int) error {
+	w := os.NewFile(uintptr(fd), "ready")
+	if w == nil {
+		return fmt.Errorf("fd %d is not open", fd)
+	}
+	defer w.Close()
+	_, err := io.WriteString(w, "ready\n")
+	return err
+}
+
+// attributor returns the /proc attribution backend: scoped to the
+// sandbox's cgroup and network namespace in sandbox mode, to every
+// process of the host in standalone mode.
+func attributor(f *flags, log *slog.Logger) (attribution.Backend, func(), error) {
+	if f.cgroup == "" {
+		b, err := attribution.NewProcBackend(attribution.ProcConfig{
+			NetnsPID: os.Getpid,
+			Procs:    allProcs,
+		})
+		return b, func() {}, err
+	}
+	g, err := cgroup.Open(f.cgroup)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--cgroup %s: %w", f.cgroup, err)
+	}
+	if _, err := os.Stat(fmt.Sprintf("/proc/%d/ns/net", f.initPID)); err != nil {
+		g.Close()
+		return nil, nil, fmt.Errorf("--init-pid %d: %w", f.initPID, err)
+	}
+	initPID := f.initPID
+	b, err := attribution.NewProcBackend(attribution.ProcConfig{
+		NetnsPID: func() int { return initPID },
+		Procs:    g.Procs,
+		InitPID:  initPID,
+	})
+	if err != nil {
+		g.Close()
+		return nil, nil, err
+	}
+	log.Debug("attribution scoped to the sandbox", "cgroup", f.cgroup, "init_pid", initPID)
+	return b, func() { g.Close() }, nil
+}
+
+// allProcs lists every pid in /proc (standalone mode).
+func allProcs() ([]int, error) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	pids := make([]int, 0, len(ents))
+	for _, e := range ents {
+		n := 0
+		for _, c := range e.Name() {
+			if c < '0' || c > '9' {
+				n = -1
+				break
+			}
+			n = n*10 + int(c-'0')
+		}
+		if n > 0 {
+			pids = append(pids, n)
+		}
+	}
+	return pids, nil
+}

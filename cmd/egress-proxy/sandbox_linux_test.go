@@ -1,0 +1,241 @@
+//go:build linux
+
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/palisade-sandbox/palisade/pkg/cgroup"
+	"github.com/palisade-sandbox/palisade/pkg/fence"
+	"github.com/palisade-sandbox/palisade/pkg/nettest"
+	"github.com/palisade-sandbox/palisade/pkg/ocsf/ocsftest"
+	"github.com/palisade-sandbox/palisade/pkg/proxy"
+	"github.com/palisade-sandbox/palisade/pkg/testutil"
+)
+
+// sandboxLab is a minimal sandbox: a process in its own network namespace
+// and cgroup, fenced to a throwaway "host" namespace where the proxy runs
+// and a fake internet is routed.
+type sandboxLab struct {
+	t        *testing.T
+	name     string
+	hostNs   string // /run/netns/<name>
+	initPID  int
+	group    *cgroup.Group
+	fence    *fence.Fence
+	internet *nettest.Internet
+}
+
+func newSandboxLab(t *testing.T) *sandboxLab {
+	t.Helper()
+	testutil.RequireRoot(t)
+	testutil.RequireFeature(t, "ns:net")
+	testutil.RequireCommand(t, "nsenter")
+	if err := cgroup.Supported(); err != nil {
+		testutil.RequireFeature(t, "cgroup:pids")
+	}
+	l := &sandboxLab{t: t, name: testutil.UniqueName("pxt")}
+	hostName, hostNs := testutil.NamedNetns(t, "pxh")
+	l.hostNs = "/run/netns/" + hostName
+
+	// The sandbox init: a sleeper in a new network namespace.
+	init := exec.Command("sleep", "600")
+	init.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET}
+	if err := init.Start(); err != nil {
+		t.Fatal(err)
+	}
+	l.initPID = init.Process.Pid
+	t.Cleanup(func() { init.Process.Kill(); init.Wait() })
+
+	g, err := cgroup.New(l.name, cgroup.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.group = g
+	t.Cleanup(func() {
+		g.Kill()
+		if err := g.Destroy(); err != nil {
+			t.Errorf("destroy cgroup: %v", err)
+		}
+	})
+	if err := g.AddPID(l.initPID); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	f, err := fence.Setup(ctx, fence.Config{
+		Sandbox:   l.name,
+		NetnsPath: fmt.Sprintf("/proc/%d/ns/net", l.initPID),
+		ProxyPort: 3128,
+		FencePort: 3129,
+		StateDir:  t.TempDir(),
+		HostNetns: l.hostNs,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.fence = f
+	t.Cleanup(func() {
+		if err := f.Teardown(); err != nil {
+			t.Errorf("fence teardown: %v", err)
+		}
+	})
+	l.internet = nettest.NewInternet(t, nettest.WithHostNetns(hostNs))
+	return l
+}
+
+// inSandbox runs argv inside the sandbox: in its network namespace and,
+// before it execs, in its cgroup (the shell waits for a line on stdin
+// until the test has moved it there).
+func (l *sandboxLab) inSandbox(argv ...string) (string, error) {
+	l.t.Helper()
+	script := `read go; exec "$@"`
+	cmd := exec.Command("nsenter", append([]string{"--net=/proc/" + strconv.Itoa(l.initPID) + "/ns/net", "--", "sh", "-c", script, "sh"}, argv...)...)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		l.t.Fatal(err)
+	}
+	if err := l.group.AddPID(cmd.Process.Pid); err != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+		l.t.Fatal(err)
+	}
+	io.WriteString(stdin, "go\n")
+	stdin.Close()
+	err = cmd.Wait()
+	return out.String(), err
+}
+
+func TestSandboxModeWithFence(t *testing.T) {
+	curlBin := testutil.RequireCommand(t, "curl")
+	l := newSandboxLab(t)
+	hosts := l.internet.HostsFile(map[string]string{"allowed.test": l.internet.V4[0].String(), "denied.test": l.internet.V4[0].String()})
+	dir := t.TempDir()
+	policyPath := filepath.Join(dir, "policy.yaml")
+	os.WriteFile(policyPath, []byte(`version: 1
+network_policies:
+  web:
+    endpoints:
+      - host: allowed.test
+        port: 80
+    binaries:
+      - path: `+curlBin+`
+`), 0o600)
+	stateDir := t.TempDir()
+	events := filepath.Join(stateDir, "events.jsonl")
+	sock := filepath.Join(stateDir, "proxy.sock")
+
+	// The proxy runs in the "host" namespace, as sandbox-supervisor
+	// starts it: the same flags, readiness on fd 3.
+	bin := testutil.Binary(t, "egress-proxy")
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var stderr syncBuffer
+	px := exec.Command("nsenter", "--net="+l.hostNs, "--", bin,
+		"--policy", policyPath,
+		"--listen", l.fence.ProxyAddr().String(),
+		"--fence-listen", l.fence.FenceAddr().String(),
+		"--sandbox", l.name, "--cgroup", l.name, "--init-pid", strconv.Itoa(l.initPID),
+		"--control", sock, "--events", events, "--hosts-file", hosts,
+		"--ready-fd", "3", "--log-format", "json")
+	px.ExtraFiles = []*os.File{w}
+	px.Stderr = &stderr
+	if err := px.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	t.Cleanup(func() { px.Process.Kill(); px.Wait() })
+	ready := make(chan string, 1)
+	go func() { line, _ := bufio.NewReader(r).ReadString('\n'); ready <- line }()
+	select {
+	case line := <-ready:
+		if line != "ready\n" {
+			t.Fatalf("ready: %q\n%s", line, &stderr)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("not ready\n%s", &stderr)
+	}
+
+	proxyURL := "http://" + l.fence.ProxyAddr().String()
+	out, err := l.inSandbox(curlBin, "-sS", "--max-time", "5", "-x", proxyURL, "http://allowed.test/in-sandbox")
+	if err != nil || !strings.Contains(out, `"server":"http"`) {
+		t.Fatalf("allowed from the sandbox: %v %s\n%s", err, out, &stderr)
+	}
+	out, _ = l.inSandbox(curlBin, "-sS", "--max-time", "5", "-x", proxyURL, "http://denied.test/")
+	var d proxy.DenialBody
+	if err := json.Unmarshal([]byte(out), &d); err != nil || d.Error != "policy_denied" || d.Binary != curlBin || d.PID == 0 {
+		t.Fatalf("denied from the sandbox: %s", out)
+	}
+	// A direct connection around the proxy fails fast and is reported.
+	start := time.Now()
+	out, err = l.inSandbox(curlBin, "-sS", "--max-time", "5", "--noproxy", "*", "http://"+l.internet.V4[0].String()+"/direct")
+	if err == nil {
+		t.Fatalf("direct connection succeeded: %s", out)
+	}
+	if e := time.Since(start); e > 2*time.Second {
+		t.Errorf("direct connection failed after %v, want well under the 5 s curl timeout", e)
+	}
+	for _, h := range l.internet.Hits() {
+		if h.Path == "/direct" || h.Host == "denied.test" {
+			t.Errorf("reached the internet around the policy: %+v", h)
+		}
+	}
+
+	px.Process.Signal(syscall.SIGTERM)
+	px.Wait()
+	data, err := os.ReadFile(events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ocsftest.ValidateLines(t, data)
+	var sawBypass, sawFinding bool
+	for _, line := range bytes.Split(bytes.TrimSpace(data), []byte("\n")) {
+		var ev map[string]any
+		json.Unmarshal(line, &ev)
+		pid, _ := get(ev, "actor", "process", "pid").(float64)
+		exe, _ := get(ev, "actor", "process", "file", "path").(string)
+		switch {
+		case get(ev, "class_uid") == float64(4001) && get(ev, "activity_id") == float64(5):
+			sawBypass = pid > 0 && exe == curlBin && get(ev, "dst_endpoint", "ip") == l.internet.V4[0].String()
+		case get(ev, "class_uid") == float64(2004):
+			sawFinding = pid > 0 && exe == curlBin
+		}
+	}
+	if !sawBypass || !sawFinding {
+		t.Errorf("bypass refuse event with pid and binary: %v, finding: %v\n%s", sawBypass, sawFinding, data)
+	}
+}
+
+func get(m map[string]any, path ...string) any {
+	var cur any = m
+	for _, k := range path {
+		mm, ok := cur.(map[string]any)
+		if !ok {
+			return nil
+		}
+		cur = mm[k]
+	}
+	return cur
+}
