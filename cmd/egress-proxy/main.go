@@ -191,6 +191,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if err != nil {
 		return err
 	}
+	if err := proxy.CheckFDLimit(f.maxConns); err != nil {
+		log.Warn("file descriptor limit", "err", err)
+	}
 
 	var events ocsf.Emitter = ocsf.Discard
 	if f.events != "" {

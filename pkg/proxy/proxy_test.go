@@ -291,8 +291,9 @@ func TestSlowHeadersAreCutAtTheTimeout(t *testing.T) {
 	const timeout = 300 * time.Millisecond
 	env := newEnv(t, policyYAML(9, ""), func(c *Config) { c.Limits.HeadTimeout = timeout })
 	var wg sync.WaitGroup
-	errs := make(chan error, 20)
-	for i := 0; i < 20; i++ {
+	const clients = 200
+	errs := make(chan error, clients)
+	for i := 0; i < clients; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -333,8 +334,8 @@ func TestSlowHeadersAreCutAtTheTimeout(t *testing.T) {
 		t.Error(err)
 	}
 	waitFor(t, "connections to end", func() bool { return env.p.Counters().ActiveConnections == 0 })
-	if got := env.p.Counters().BadRequests; got != 20 {
-		t.Errorf("bad requests counted %d, want 20", got)
+	if got := env.p.Counters().BadRequests; got != clients {
+		t.Errorf("bad requests counted %d, want %d", got, clients)
 	}
 }
 
