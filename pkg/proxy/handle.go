@@ -32,6 +32,11 @@ func putReader(br *bufio.Reader) {
 
 var headPool = sync.Pool{New: func() any { b := make([]byte, 0, DefaultMaxHeadBytes); return &b }}
 
+func isHeadError(err error) bool {
+	var he *HeadError
+	return errors.As(err, &he)
+}
+
 // request is what handleExplicit learnt from the head.
 type request struct {
 	head    *Head
@@ -52,18 +57,23 @@ func (p *Proxy) handleExplicit(c *net.TCPConn, rec *Record) {
 		}
 	}
 	defer release()
-	hb := headPool.Get().(*[]byte)
-	defer headPool.Put(hb)
-
 	c.SetReadDeadline(time.Now().Add(lim.HeadTimeout))
+	hb := headPool.Get().(*[]byte)
 	raw, err := readHead(br, lim.MaxHeadBytes, (*hb)[:0])
+	var h *Head
+	if err == nil {
+		h, err = ParseHead(raw)
+	}
 	*hb = raw[:0]
+	headPool.Put(hb) // the parsed head holds copies; a tunnel keeps no buffer
 	if err != nil {
 		switch {
 		case errors.Is(err, ErrHeadTooLarge):
 			p.badRequest(c, rec, http.StatusRequestHeaderFieldsTooLarge, ReasonHeadTooLarge, nil)
 		case errors.Is(err, os.ErrDeadlineExceeded):
 			p.badRequest(c, rec, http.StatusRequestTimeout, ReasonHeadTimeout, nil)
+		case isHeadError(err):
+			p.badRequest(c, rec, http.StatusBadRequest, ReasonMalformed, err)
 		case len(raw) == 0:
 			rec.silent = true // closed without a request
 			c.Close()
@@ -74,11 +84,6 @@ func (p *Proxy) handleExplicit(c *net.TCPConn, rec *Record) {
 		return
 	}
 	c.SetReadDeadline(time.Time{})
-	h, err := ParseHead(raw)
-	if err != nil {
-		p.badRequest(c, rec, http.StatusBadRequest, ReasonMalformed, err)
-		return
-	}
 	rec.Method = h.Method
 	req := request{head: h}
 	var host string
