@@ -9,6 +9,10 @@ FUZZTIME  ?= 20s
 TESTFLAGS ?= -count=1 -timeout 30m
 
 BINARIES := $(notdir $(wildcard cmd/*))
+# Static binaries: no cgo, so the egress proxy can drop capabilities on
+# every thread (AllThreadsSyscall needs a cgo-free runtime) and start-up
+# loads no shared libraries.
+export CGO_ENABLED = 0
 
 .PHONY: all build test bench fuzz generate lint install clean
 

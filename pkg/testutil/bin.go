@@ -41,6 +41,7 @@ func Binary(t testing.TB, name string) string {
 	p := filepath.Join(dir, name)
 	cmd := exec.Command("go", "build", "-o", p, "./cmd/"+name)
 	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0") // as `make build` does
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build ./cmd/%s: %v\n%s", name, err, out)
 	}
