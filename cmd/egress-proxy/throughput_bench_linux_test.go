@@ -1,0 +1,204 @@
+//go:build linux
+
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/palisade-sandbox/palisade/pkg/nettest"
+	"github.com/palisade-sandbox/palisade/pkg/testutil"
+)
+
+// benchMB is the size of one download (PALISADE_BENCH_MB, default 256).
+func benchMB() int64 {
+	if v, err := strconv.Atoi(os.Getenv("PALISADE_BENCH_MB")); err == nil && v > 0 {
+		return int64(v)
+	}
+	return 256
+}
+
+// download fetches n bytes from the internet's HTTP server over conn
+// (direct, or a tunnel already established) and discards them.
+func download(b *testing.B, conn net.Conn, host string, n int64) {
+	fmt.Fprintf(conn, "GET /bytes?n=%d HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", n, host)
+	br := bufio.NewReaderSize(conn, 64<<10)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	got, err := io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if err != nil || got != n {
+		b.Fatalf("downloaded %d of %d bytes: %v", got, n, err)
+	}
+}
+
+// tunnel opens a CONNECT tunnel to target through the proxy at addr.
+func tunnel(b *testing.B, addr, target string) net.Conn {
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		b.Fatal(err)
+	}
+	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+	if err != nil || resp.StatusCode != 200 {
+		b.Fatalf("CONNECT via %s: %v %v", addr, resp, err)
+	}
+	if br.Buffered() != 0 {
+		b.Fatal("proxy sent bytes after the CONNECT response")
+	}
+	return c
+}
+
+func waitListening(b *testing.B, addr string) {
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	b.Fatalf("nothing listens on %s", addr)
+}
+
+// startDaemon runs a third-party proxy in the foreground, killed by pid
+// at cleanup.
+func startDaemon(b *testing.B, addr string, name string, args ...string) {
+	cmd := exec.Command(name, args...)
+	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	waitListening(b, addr)
+}
+
+func freeAddr(b *testing.B) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// BenchmarkTunnelThroughput downloads benchMB MiB from an HTTP server in a
+// TEST-NET namespace behind a veth: directly, and through a CONNECT tunnel
+// of egress-proxy, tinyproxy and squid (each when installed), side by
+// side. scripts/bench/proxy.sh turns the MB/s into ratios.
+func BenchmarkTunnelThroughput(b *testing.B) {
+	testutil.RequireRoot(b)
+	inet := nettest.NewInternet(b)
+	n := benchMB() << 20
+	host := "bulk.test"
+	target := net.JoinHostPort(inet.V4[0].String(), "80")
+	dir := b.TempDir()
+
+	b.Run("direct", func(b *testing.B) {
+		b.SetBytes(n)
+		for i := 0; i < b.N; i++ {
+			c, err := net.Dial("tcp", target)
+			if err != nil {
+				b.Fatal(err)
+			}
+			download(b, c, host, n)
+			c.Close()
+		}
+	})
+
+	b.Run("egress-proxy", func(b *testing.B) {
+		bin := testutil.Binary(b, "egress-proxy")
+		hosts := inet.HostsFile(map[string]string{host: inet.V4[0].String()})
+		pol := filepath.Join(dir, "policy.yaml")
+		exe, _ := os.Executable()
+		os.WriteFile(pol, []byte(fmt.Sprintf(`version: 1
+filesystem_policy:
+  read_only: [/usr]
+  read_write: [/srv/palisade-bench-none]
+network_policies:
+  bulk:
+    endpoints:
+      - host: %s
+        port: 80
+    binaries:
+      - path: %s
+`, host, exe)), 0o600)
+		addr := freeAddr(b)
+		cmd := exec.Command(bin, "--policy", pol, "--listen", addr, "--hosts-file", hosts, "--log-format", "json")
+		cmd.Stderr = io.Discard
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		waitListening(b, addr)
+		b.SetBytes(n)
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			c := tunnel(b, addr, net.JoinHostPort(host, "80"))
+			download(b, c, host, n)
+			c.Close()
+		}
+	})
+
+	b.Run("tinyproxy", func(b *testing.B) {
+		bin, err := exec.LookPath("tinyproxy")
+		if err != nil {
+			b.Skip("tinyproxy not installed (apt install tinyproxy)")
+		}
+		addr := freeAddr(b)
+		_, port, _ := net.SplitHostPort(addr)
+		conf := filepath.Join(dir, "tinyproxy.conf")
+		os.WriteFile(conf, []byte(fmt.Sprintf("Port %s\nListen 127.0.0.1\nTimeout 600\nMaxClients 100\nAllow 127.0.0.1\nConnectPort 80\nLogLevel Critical\n", port)), 0o644)
+		startDaemon(b, addr, bin, "-d", "-c", conf)
+		b.SetBytes(n)
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			c := tunnel(b, addr, target)
+			download(b, c, host, n)
+			c.Close()
+		}
+	})
+
+	b.Run("squid", func(b *testing.B) {
+		bin, err := exec.LookPath("squid")
+		if err != nil {
+			b.Skip("squid not installed (apt install squid)")
+		}
+		addr := freeAddr(b)
+		conf := filepath.Join(dir, "squid.conf")
+		os.WriteFile(conf, []byte(fmt.Sprintf(`http_port %s
+acl localnet src 127.0.0.1/32
+acl bulk_port port 80
+acl CONNECT method CONNECT
+http_access allow CONNECT localnet bulk_port
+http_access deny all
+cache deny all
+access_log none
+cache_log /dev/null
+cache_store_log none
+pid_filename %s/squid.pid
+coredump_dir %s
+shutdown_lifetime 0 seconds
+`, addr, dir, dir)), 0o644)
+		startDaemon(b, addr, bin, "-N", "-f", conf)
+		b.SetBytes(n)
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			c := tunnel(b, addr, target)
+			download(b, c, host, n)
+			c.Close()
+		}
+	})
+}

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Egress proxy benchmarks, side by side in one run:
+#  - bulk CONNECT-tunnel throughput to a server behind a veth in a TEST-NET
+#    namespace: direct vs egress-proxy vs tinyproxy vs squid
+#    (targets: egress-proxy >= 0.9x direct, faster than both others);
+#  - the policy decision with 10,000 endpoints (go test -bench);
+#  - /proc attribution latency at 500 and 5,000 sandbox processes.
+# Needs root; tinyproxy and squid from apt for their rows.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+export PALISADE_BIN_DIR=${PALISADE_BIN_DIR:-$PWD/bin}
+[ -x "$PALISADE_BIN_DIR/egress-proxy" ] || { echo "build first: make build" >&2; exit 2; }
+MB=${PALISADE_BENCH_MB:-512}
+COUNT=${COUNT:-5}
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+
+echo "== tunnel throughput (${MB} MiB per download, ${COUNT} downloads each)"
+PALISADE_BENCH_MB=$MB go test -run '^$' -bench 'TunnelThroughput' -benchtime "${COUNT}x" ./cmd/egress-proxy | tee "$out"
+awk '/TunnelThroughput\// { split($1, a, "/"); sub(/-[0-9]+$/, "", a[2]); mbs[a[2]] = $(NF-1) }
+END {
+  d = mbs["direct"]; p = mbs["egress-proxy"]
+  if (d > 0 && p > 0) printf "egress-proxy / direct = %.2fx (target >= 0.90x)\n", p / d
+  if (mbs["tinyproxy"] > 0) printf "egress-proxy / tinyproxy = %.2fx (target > 1x)\n", p / mbs["tinyproxy"]
+  if (mbs["squid"] > 0) printf "egress-proxy / squid = %.2fx (target > 1x)\n", p / mbs["squid"]
+}' "$out"
+
+echo "== decision with 10,000 endpoints"
+go test -run '^$' -bench 'Decide' -benchmem ./pkg/decision | grep -E '^Benchmark'
+
+echo "== /proc attribution latency at 500 and 5,000 sandbox processes"
+go test -run '^$' -bench 'ProcLookup' -benchtime 50x ./pkg/attribution | grep -E '^Benchmark'
