@@ -5,7 +5,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -143,7 +142,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		unsandboxed = fs.Bool("unsandboxed-gates", false, "")
 		fs.Func("approve-new-file", "", func(s string) error { approve = append(approve, s); return nil })
 	}
-	pos, err := parseInterspersed(fs, args)
+	pos, err := cli.ParseInterspersed(fs, args)
 	if errors.Is(err, flag.ErrHelp) {
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -212,7 +211,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			Record   *finalizer.Record `json:"record"`
 			Executed bool              `json:"executed"`
 		}{plan, rec, rec != nil}
-		if jerr := writeJSON(stdout, out); jerr != nil {
+		if jerr := cli.WriteJSON(stdout, out); jerr != nil {
 			return jerr
 		}
 	} else if rec == nil {
@@ -249,36 +248,7 @@ func recordLocation(p *finalizer.Plan, opts finalizer.Options) string {
 
 func printPlan(w io.Writer, p *finalizer.Plan, asJSON bool) error {
 	if asJSON {
-		return writeJSON(w, p)
+		return cli.WriteJSON(w, p)
 	}
 	return p.WriteText(w)
-}
-
-// parseInterspersed parses flags that may come before, between or after
-// positional arguments, and returns the positional ones. "--" ends flags.
-func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			return pos, nil
-		}
-		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
-			return append(pos, rest...), nil
-		}
-		pos = append(pos, rest[0])
-		args = rest[1:]
-	}
-}
-
-func writeJSON(w io.Writer, v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	_, err = w.Write(append(b, '\n'))
-	return err
 }

@@ -6,7 +6,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -89,7 +88,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	default:
 		return cli.Usagef("unknown subcommand %q (want show, set, check or env); see image-pin --help", sub)
 	}
-	pos, err := parseInterspersed(fs, rest)
+	pos, err := cli.ParseInterspersed(fs, rest)
 	if errors.Is(err, flag.ErrHelp) {
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -126,7 +125,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			log.Warn(pin.SidecarProblem)
 		}
 		if *asJSON {
-			return writeJSON(stdout, pin)
+			return cli.WriteJSON(stdout, pin)
 		}
 		fmt.Fprintln(stdout, pin.Ref)
 		return nil
@@ -154,7 +153,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			log.Warn(w)
 		}
 		if *asJSON {
-			if jerr := writeJSON(stdout, rep); jerr != nil {
+			if jerr := cli.WriteJSON(stdout, rep); jerr != nil {
 				return jerr
 			}
 		}
@@ -184,33 +183,4 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return err
 	}
 	return nil
-}
-
-// parseInterspersed parses flags that may come before, between or after
-// positional arguments, and returns the positional ones. "--" ends flags.
-func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			return pos, nil
-		}
-		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
-			return append(pos, rest...), nil
-		}
-		pos = append(pos, rest[0])
-		args = rest[1:]
-	}
-}
-
-func writeJSON(w io.Writer, v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	_, err = w.Write(append(b, '\n'))
-	return err
 }

@@ -102,7 +102,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	fs := flag.NewFlagSet(prog+" "+c.name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	runner := c.flags(fs)
-	pos, err := parseInterspersed(fs, rest)
+	pos, err := cli.ParseInterspersed(fs, rest)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			commandUsage(stdout, c, fs)
@@ -112,27 +112,6 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return cli.Usagef("%s: %v", c.name, err)
 	}
 	return runner(ctx, a, pos)
-}
-
-// parseInterspersed parses flags that may come before, between or after
-// positional arguments ("check FILE --json"); "--" ends flag parsing.
-func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		rest := fs.Args()
-		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
-			return append(pos, rest...), nil // everything after "--" is positional
-		}
-		if len(rest) == 0 {
-			return pos, nil
-		}
-		// flag stopped at a positional argument; keep it and go on.
-		pos = append(pos, rest[0])
-		args = rest[1:]
-	}
 }
 
 func mainUsage(w io.Writer, global *flag.FlagSet) {

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -66,7 +64,7 @@ directory when include_workdir is true.`,
 				res.Policy = p
 			}
 			if *asJSON {
-				if err := writeJSON(a.stdout, res); err != nil {
+				if err := cli.WriteJSON(a.stdout, res); err != nil {
 					return err
 				}
 			} else {
@@ -145,7 +143,7 @@ weaker source.`,
 			}
 			res := resolveResult{Source: r.Source, Path: r.Path, Reason: r.Reason, Checksum: r.Policy.Checksum()}
 			if *asJSON {
-				return writeJSON(a.stdout, res)
+				return cli.WriteJSON(a.stdout, res)
 			}
 			fmt.Fprintf(a.stdout, "source:   %s\npath:     %s\nchecksum: %s\nreason:   %s\n", res.Source, res.Path, res.Checksum, res.Reason)
 			return nil
@@ -217,13 +215,4 @@ goes to stdout, or to OUT written atomically with mode 0600.`,
 			return nil
 		}
 	},
-}
-
-func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return errors.Join(errors.New("write JSON"), err)
-	}
-	return nil
 }

@@ -49,7 +49,7 @@ func (h *hubFlags) syncer(a *app, name string, args []string) (*policysync.Synce
 		res := s.Once(context.Background()) // reports OutcomeDisabled without any I/O
 		a.log.Info("policy sync disabled", "outcome", res.Outcome, "reason", res.Reason)
 		if h.asJSON {
-			return nil, writeJSON(a.stdout, res)
+			return nil, cli.WriteJSON(a.stdout, res)
 		}
 		return nil, nil
 	}
@@ -81,7 +81,7 @@ func (h *hubFlags) report(a *app, res policysync.Result) error {
 		a.log.Warn("convergence report not delivered", "error", res.ReportError)
 	}
 	if h.asJSON {
-		return writeJSON(a.stdout, res)
+		return cli.WriteJSON(a.stdout, res)
 	}
 	return nil
 }

@@ -3,8 +3,10 @@ package cli
 import (
 	"bytes"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
+	"strings"
 	"testing"
 )
 
@@ -53,5 +55,22 @@ func TestNewLogger(t *testing.T) {
 	}
 	if _, err := NewLogger("xml", &buf, slog.LevelInfo); Code(err) != ExitUsage {
 		t.Fatalf("unknown format: got %v, want usage error", err)
+	}
+}
+
+func TestParseInterspersed(t *testing.T) {
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	j := fs.Bool("json", false, "")
+	o := fs.String("o", "", "")
+	pos, err := ParseInterspersed(fs, []string{"a", "--json", "b", "-o", "out", "--", "-c", "--json"})
+	if err != nil || !*j || *o != "out" || strings.Join(pos, " ") != "a b -c --json" {
+		t.Fatalf("pos %q json %v o %q err %v", pos, *j, *o, err)
+	}
+}
+
+func TestWriteJSON(t *testing.T) {
+	var buf bytes.Buffer
+	if err := WriteJSON(&buf, map[string]string{"a": "<b>"}); err != nil || buf.String() != "{\"a\":\"<b>\"}\n" {
+		t.Fatalf("%q %v", buf.String(), err)
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strings"
 	"time"
@@ -18,6 +17,8 @@ import (
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+
+	"github.com/palisade-sandbox/palisade/pkg/nsthread"
 	"golang.org/x/sys/unix"
 )
 
@@ -513,29 +514,4 @@ func writeSysctls(ns netns.NsHandle, list []sysctl) error {
 // inNetns runs fn on a locked OS thread that has entered ns, then moves
 // the thread back. If it cannot move back, the thread stays locked and
 // the runtime discards it when the goroutine ends.
-func inNetns(ns netns.NsHandle, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("get thread netns: %w", err)
-			return
-		}
-		defer orig.Close()
-		if err := netns.Set(ns); err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("enter netns: %w", err)
-			return
-		}
-		ferr := fn()
-		if err := netns.Set(orig); err != nil {
-			errc <- errors.Join(ferr, fmt.Errorf("restore thread netns: %w", err))
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- ferr
-	}()
-	return <-errc
-}
+func inNetns(ns netns.NsHandle, fn func() error) error { return nsthread.Run(ns, fn) }

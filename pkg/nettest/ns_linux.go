@@ -3,11 +3,12 @@
 package nettest
 
 import (
-	"errors"
 	"fmt"
 	"runtime"
 
 	"github.com/vishvananda/netns"
+
+	"github.com/palisade-sandbox/palisade/pkg/nsthread"
 )
 
 // Do runs fn on a locked OS thread that has entered ns and returns fn's
@@ -15,32 +16,7 @@ import (
 // is: listen (or dial) inside Do, serve from any goroutine. The caller's
 // goroutine and thread are never moved; if the helper thread cannot
 // return to its namespace it stays locked and the runtime discards it.
-func Do(ns netns.NsHandle, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("nettest: get thread netns: %w", err)
-			return
-		}
-		defer orig.Close()
-		if err := netns.Set(ns); err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("nettest: enter netns: %w", err)
-			return
-		}
-		ferr := fn()
-		if err := netns.Set(orig); err != nil {
-			errc <- errors.Join(ferr, fmt.Errorf("nettest: restore thread netns: %w", err))
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- ferr
-	}()
-	return <-errc
-}
+func Do(ns netns.NsHandle, fn func() error) error { return nsthread.Run(ns, fn) }
 
 // newNetns creates an anonymous network namespace and returns a handle
 // to it; it lives while the handle or a socket in it is open.
