@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -381,5 +382,32 @@ func TestTaskEgressExpansion(t *testing.T) {
 	// The temporary expanded policy does not outlive the command.
 	if ents, _ := os.ReadDir(state); len(ents) != 0 {
 		t.Fatalf("left in the state root: %v", ents)
+	}
+}
+
+// A policy, hosts file or events file the sandbox could change is
+// refused before anything is created: an agent able to edit the policy
+// the proxy hot-reloads would widen its own egress.
+func TestTrustedFilesOutOfReach(t *testing.T) {
+	dir := t.TempDir()
+	wd := filepath.Join(dir, "work")
+	os.Mkdir(wd, 0o755)
+	inWD := filepath.Join(wd, "policy.yaml")
+	os.WriteFile(inWD, []byte(egressBase), 0o600)
+	safe := filepath.Join(dir, "policy.yaml")
+	os.WriteFile(safe, []byte(egressBase), 0o600)
+	for _, args := range [][]string{
+		{"--policy", inWD},
+		{"--policy", safe, "--hosts-file", filepath.Join(wd, "hosts")},
+		{"--policy", safe, "--events", filepath.Join(wd, "events.jsonl")},
+	} {
+		full := append(append([]string{"spec", "--workdir", wd}, args...), "--", "/bin/true")
+		if err := run(context.Background(), full, strings.NewReader(""), io.Discard, io.Discard); cli.Code(err) != 125 || !strings.Contains(err.Error(), "can write") {
+			t.Errorf("%v: %v, want exit 125 naming the writable location", args, err)
+		}
+	}
+	full := []string{"spec", "--workdir", wd, "--policy", safe, "--events", filepath.Join(dir, "events.jsonl"), "--", "/bin/true"}
+	if err := run(context.Background(), full, strings.NewReader(""), io.Discard, io.Discard); err != nil {
+		t.Fatalf("safe files refused: %v", err)
 	}
 }

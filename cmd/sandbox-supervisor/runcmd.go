@@ -220,6 +220,9 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	}
 	mem, _ := parseSize(f.memory)
 	pinfo := policyInfo(resolved)
+	if err := outOfReach(resolved, f, pinfo, workdir); err != nil {
+		return sandboxFailed(err)
+	}
 	env, err := sandbox.BuildEnv(sandbox.EnvInput{
 		Host: os.Environ(), Set: f.env, Passthrough: strings.Split(f.passthrough, ","),
 		Workdir: workdir, Name: f.name, TTY: f.tty, Profile: f.profile,
@@ -367,4 +370,39 @@ func expandTaskEgress(base *policy.Resolved, workdir string, f *runFlags, stderr
 	tmp.Close()
 	return &policy.Resolved{Policy: p, Source: base.Source, Path: path,
 		Reason: base.Reason + "; expanded with per-task egress (MAC_OPENSHELL_TASK_EGRESS=1)", Raw: out}, cleanup, nil
+}
+
+// privateRW are read-write paths that are fresh filesystems inside the
+// sandbox: the host's files there are out of its reach.
+var privateRW = []string{"/tmp", "/dev/shm", "/dev/null", "/dev/zero", "/dev/full", "/dev/tty", "/dev/pts"}
+
+// outOfReach refuses a policy file, hosts file or events file that the
+// sandbox could change: through the policy file or hosts file (both
+// reloaded or read by the proxy while the sandbox runs) an agent could
+// widen its own egress; through the events file it could forge its trail.
+func outOfReach(r *policy.Resolved, f *runFlags, p sandbox.PolicyInfo, workdir string) error {
+	uid, gid, err := sandbox.ResolveIdentity(p.RunAsUser, p.RunAsGroup)
+	if err != nil {
+		return err
+	}
+	rw := p.ReadWrite
+	check := func(label, path string) error {
+		return sandbox.OutOfReach(label, path, uid, gid, workdir, rw, privateRW)
+	}
+	if r.Source != policy.SourceBundled {
+		if err := check("policy", r.Path); err != nil {
+			return err
+		}
+	}
+	if f.hostsFile != "" {
+		if err := check("--hosts-file", f.hostsFile); err != nil {
+			return err
+		}
+	}
+	if f.events != "" && f.events != "-" {
+		if err := check("--events", f.events); err != nil {
+			return err
+		}
+	}
+	return nil
 }
