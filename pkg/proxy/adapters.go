@@ -39,7 +39,8 @@ func (d decisionEngine) Decide(r DecideRequest) Verdict {
 		v.Entry = res.Entry
 	}
 	if ep := res.Endpoint; res.Allowed && ep != nil {
-		v.L7Rules = ep.Protocol == policy.ProtocolREST || ep.Access != "" || len(ep.Rules) > 0 || len(ep.DenyRules) > 0
+		v.L7Rules = ep.Protocol == policy.ProtocolREST || ep.L7()
+		v.Endpoint = ep
 	}
 	if !res.Allowed {
 		v.Reason = res.Reason.String()

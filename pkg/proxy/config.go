@@ -43,10 +43,14 @@ type Verdict struct {
 	Audit   bool   // the endpoint's enforcement is audit (L7 violations logged, not blocked)
 	Scope   Scope
 	// L7Rules is set when the matched endpoint carries L7 rules
-	// (protocol rest, access, rules or deny_rules). This proxy does not
-	// inspect requests yet: such connections are allowed at L4 and
-	// reported with egress_proxy.l7 = "not_enforced".
+	// (protocol rest, access, rules or deny_rules). Forwarded http://
+	// requests are checked against them (Endpoint.CheckRequest); CONNECT
+	// tunnels are not inspected yet (no TLS termination): they are allowed
+	// at L4 and reported with egress_proxy.l7 = "not_enforced".
 	L7Rules bool
+	// Endpoint is the matched endpoint when Allowed (nil for fakes that
+	// carry no L7 constraints).
+	Endpoint *policy.Endpoint
 }
 
 // Decider is one compiled policy generation. Decide must be safe for

@@ -95,12 +95,12 @@ func (p *Proxy) Reload(trigger string) (ReloadResult, error) {
 		if len(l7) == 0 {
 			return
 		}
-		// Say it loudly: these entries are enforced more loosely than
-		// written (host, port and binary only) until TLS/L7 inspection.
+		// Say it loudly: CONNECT tunnels to these entries are enforced
+		// more loosely than written until TLS/L7 inspection.
 		ev.SeverityID = ocsf.SeverityLow
 		ev.StatusDetail = joinDetail(ev.StatusDetail, "L7 rules (access, rules, deny_rules) of entries "+strings.Join(l7, ", ")+
-			" are not enforced: those entries allow by host, port and binary only")
-		p.log.Warn("policy has L7 rules this proxy does not enforce yet; those entries allow by host, port and binary only", "entries", l7)
+			" are enforced for plain http:// requests only: CONNECT (https) tunnels to them are allowed by host, port and binary")
+		p.log.Warn("policy has L7 rules; CONNECT tunnels to their endpoints are not inspected (no TLS termination yet) and are allowed by host, port and binary only", "entries", l7)
 	}
 	if cur == nil {
 		// The first generation: its static sections are the sandbox's.

@@ -134,6 +134,20 @@ func (p *Proxy) handleExplicit(c *net.TCPConn, rec *Record) {
 		p.deny(c, rec, OutcomePolicyDenied)
 		return
 	}
+	// A forwarded http:// request is visible in full: hold it to the
+	// endpoint's L7 rules before anything reaches upstream. (A CONNECT
+	// tunnel's requests are not visible without TLS termination.)
+	if rec.Kind == KindHTTP && v.Endpoint != nil && v.Endpoint.L7() {
+		rec.L7Checked = true
+		if ok, why := v.Endpoint.CheckRequest(h.Method, req.url.EscapedPath(), req.url.Query()); !ok {
+			if !v.Audit {
+				rec.Reason = why
+				p.deny(c, rec, OutcomePolicyDenied)
+				return
+			}
+			p.log.Warn("L7 rule violation allowed by enforcement: audit", "host", canon, "method", h.Method, "reason", why, "entry", v.Entry)
+		}
+	}
 
 	// Only now may the name be resolved: policy allowed it.
 	ctx, cancel := context.WithTimeout(context.Background(), lim.ConnectTimeout)

@@ -347,6 +347,7 @@ type headerSpy struct {
 	uri    string
 	body   string
 	port   int
+	count  int // requests served
 }
 
 func newHeaderSpy(t *testing.T) *headerSpy {
@@ -361,6 +362,7 @@ func newHeaderSpy(t *testing.T) *headerSpy {
 		b, _ := io.ReadAll(r.Body)
 		s.mu.Lock()
 		s.header, s.host, s.uri, s.body = r.Header.Clone(), r.Host, r.RequestURI, string(b)
+		s.count++
 		s.mu.Unlock()
 		w.Header().Set("X-Upstream", "yes")
 		w.Header().Set("Keep-Alive", "timeout=5")

@@ -74,7 +74,8 @@ type Record struct {
 	Entry      string // matched policy entry ("" when none)
 	Reason     string
 	Audit      bool
-	L7Rules    bool // the endpoint has L7 rules this proxy did not enforce
+	L7Rules    bool // the endpoint has L7 rules
+	L7Checked  bool // and this request was checked against them (forward HTTP)
 	Status     int  // HTTP status sent to the client (0: none)
 	Method     string
 	URL        *url.URL // forwarded request URL (redacted when emitted)
@@ -191,7 +192,7 @@ func (r *Record) unmapped() map[string]any {
 		"generation": r.Generation,
 		"reason":     r.Reason,
 		"audit":      r.Audit,
-		"l7":         l7State(r.L7Rules),
+		"l7":         l7State(r.L7Rules, r.L7Checked),
 		"bytes_up":   r.BytesUp,
 		"bytes_down": r.BytesDown,
 	}}
@@ -259,8 +260,11 @@ func (r *Record) stamp(b *ocsf.Base, sandbox string) {
 	b.Unmapped = r.unmapped()
 }
 
-func l7State(rules bool) string {
-	if rules {
+func l7State(rules, checked bool) string {
+	switch {
+	case rules && checked:
+		return "enforced"
+	case rules:
 		return "not_enforced"
 	}
 	return "none"

@@ -1,0 +1,141 @@
+package policy
+
+import (
+	"net/url"
+	"strings"
+)
+
+// L7 reasons CheckRequest returns; the proxy puts them in its 403 body.
+const (
+	L7DeniedByRule   = "l7_deny_rule"      // a deny_rules entry matched
+	L7AccessDenied   = "l7_access_denied"  // the method is outside access
+	L7NoRuleMatched  = "l7_no_rule"        // rules exist and none allows it
+	L7AmbiguousPath  = "l7_ambiguous_path" // dot segments or encoded separators
+	L7InvalidRequest = "l7_invalid_request"
+)
+
+// L7 reports whether the endpoint constrains HTTP requests (access,
+// rules or deny_rules).
+func (e *Endpoint) L7() bool {
+	return e.Access != "" || len(e.Rules) > 0 || len(e.DenyRules) > 0
+}
+
+// CheckRequest judges one HTTP request against the endpoint's L7
+// constraints: a matching deny rule denies; then access, when set, must
+// allow the method; then rules, when set, must contain a matching allow.
+// escapedPath is the request path as sent (URL.EscapedPath). A path that
+// servers might read differently from this matcher — dot segments, or an
+// encoded "/", "\" or "." — is denied whenever the endpoint has L7
+// constraints: rules are written against one reading only.
+func (e *Endpoint) CheckRequest(method, escapedPath string, query url.Values) (bool, string) {
+	if !e.L7() {
+		return true, ""
+	}
+	if method == "" || strings.ContainsAny(method, " \t\r\n") {
+		return false, L7InvalidRequest
+	}
+	if escapedPath == "" {
+		escapedPath = "/"
+	}
+	if ambiguousPath(escapedPath) {
+		return false, L7AmbiguousPath
+	}
+	for _, d := range e.DenyRules {
+		if d.matches(method, escapedPath, query) {
+			return false, L7DeniedByRule
+		}
+	}
+	if e.Access != "" && !AccessAllows(e.Access, method) {
+		return false, L7AccessDenied
+	}
+	if len(e.Rules) > 0 {
+		for _, r := range e.Rules {
+			if r.Allow.matches(method, escapedPath, query) {
+				return true, ""
+			}
+		}
+		return false, L7NoRuleMatched
+	}
+	return true, ""
+}
+
+func (m RequestMatch) matches(method, path string, query url.Values) bool {
+	if m.Method != "*" && !strings.EqualFold(m.Method, method) {
+		return false
+	}
+	if !pathGlob(m.Path, path) {
+		return false
+	}
+	for name, qm := range m.Query {
+		vals, ok := query[name]
+		if !ok || len(vals) == 0 {
+			return false
+		}
+		for _, v := range vals {
+			any := false
+			for _, g := range qm.Any {
+				if pathGlob(g, v) {
+					any = true
+					break
+				}
+			}
+			if !any {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func ambiguousPath(p string) bool {
+	if !strings.HasPrefix(p, "/") || strings.Contains(p, "\\") {
+		return true
+	}
+	lower := strings.ToLower(p)
+	for _, enc := range []string{"%2f", "%5c", "%2e", "%00"} {
+		if strings.Contains(lower, enc) {
+			return true
+		}
+	}
+	for _, seg := range strings.Split(p, "/") {
+		if seg == "." || seg == ".." {
+			return true
+		}
+	}
+	return false
+}
+
+// pathGlob matches s against a glob in which "*" and "**" match any run
+// of characters (including "/") and "?" exactly one; "*" or "**" alone
+// match everything. Matching is iterative (no backtracking blow-up).
+func pathGlob(pattern, s string) bool {
+	if pattern == "*" || pattern == "**" {
+		return true
+	}
+	// Collapse "**" to "*": both mean any run of characters.
+	for strings.Contains(pattern, "**") {
+		pattern = strings.ReplaceAll(pattern, "**", "*")
+	}
+	p, i := 0, 0
+	star, mark := -1, 0
+	for i < len(s) {
+		switch {
+		case p < len(pattern) && (pattern[p] == '?' || pattern[p] == s[i]):
+			p++
+			i++
+		case p < len(pattern) && pattern[p] == '*':
+			star, mark = p, i
+			p++
+		case star >= 0:
+			p = star + 1
+			mark++
+			i = mark
+		default:
+			return false
+		}
+	}
+	for p < len(pattern) && pattern[p] == '*' {
+		p++
+	}
+	return p == len(pattern)
+}

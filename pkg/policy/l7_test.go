@@ -1,0 +1,93 @@
+package policy
+
+import (
+	"net/url"
+	"testing"
+)
+
+func TestPathGlob(t *testing.T) {
+	for _, c := range []struct {
+		pat, s string
+		want   bool
+	}{
+		{"/v1/chat/completions", "/v1/chat/completions", true},
+		{"/v1/chat/completions", "/v1/chat/completions/x", false},
+		{"/v1/*", "/v1/a/b", true},
+		{"/v1/**", "/v1/a/b", true},
+		{"/v1/*/x", "/v1/a/b/x", true},
+		{"/v?/x", "/v1/x", true},
+		{"/v?/x", "/v12/x", false},
+		{"*", "/anything", true},
+		{"/a*b*c", "/axxbyyc", true},
+		{"/a*b*c", "/axxbyy", false},
+		{"/simple/**", "/simple", false},
+	} {
+		if got := pathGlob(c.pat, c.s); got != c.want {
+			t.Errorf("pathGlob(%q, %q) = %v", c.pat, c.s, got)
+		}
+	}
+}
+
+func TestCheckRequest(t *testing.T) {
+	router := &Endpoint{Rules: []Rule{
+		{Allow: RequestMatch{Method: "POST", Path: "/v1/chat/completions"}},
+		{Allow: RequestMatch{Method: "POST", Path: "/v1/embeddings"}},
+	}}
+	readOnly := &Endpoint{Access: AccessReadOnly, DenyRules: []RequestMatch{{Method: "*", Path: "/admin/**"}}}
+	query := &Endpoint{Rules: []Rule{{Allow: RequestMatch{Method: "GET", Path: "/search", Query: map[string]QueryMatch{"q": {Any: []string{"palisade*"}}}}}}}
+	plain := &Endpoint{}
+	for _, c := range []struct {
+		name   string
+		ep     *Endpoint
+		method string
+		path   string
+		q      string
+		ok     bool
+		reason string
+	}{
+		{"allowed route", router, "POST", "/v1/chat/completions", "", true, ""},
+		{"second route", router, "POST", "/v1/embeddings", "", true, ""},
+		{"wrong method", router, "GET", "/v1/chat/completions", "", false, L7NoRuleMatched},
+		{"other path", router, "POST", "/v1/models", "", false, L7NoRuleMatched},
+		{"dot segments", router, "POST", "/v1/embeddings/../admin", "", false, L7AmbiguousPath},
+		{"encoded slash", router, "POST", "/v1%2fchat/completions", "", false, L7AmbiguousPath},
+		{"encoded dot", router, "POST", "/v1/%2e%2e/admin", "", false, L7AmbiguousPath},
+		{"read-only GET", readOnly, "GET", "/simple/pkg/", "", true, ""},
+		{"read-only POST", readOnly, "POST", "/simple/pkg/", "", false, L7AccessDenied},
+		{"deny rule beats access", readOnly, "GET", "/admin/users", "", false, L7DeniedByRule},
+		{"query matches", query, "GET", "/search", "q=palisade-sandbox", true, ""},
+		{"query mismatch", query, "GET", "/search", "q=secret", false, L7NoRuleMatched},
+		{"query missing", query, "GET", "/search", "", false, L7NoRuleMatched},
+		{"query one bad value", query, "GET", "/search", "q=palisade&q=secret", false, L7NoRuleMatched},
+		{"no L7 constraints", plain, "DELETE", "/../anything", "", true, ""},
+	} {
+		qv, _ := url.ParseQuery(c.q)
+		ok, reason := c.ep.CheckRequest(c.method, c.path, qv)
+		if ok != c.ok || reason != c.reason {
+			t.Errorf("%s: CheckRequest = %v %q, want %v %q", c.name, ok, reason, c.ok, c.reason)
+		}
+	}
+}
+
+func FuzzPathGlob(f *testing.F) {
+	f.Add("/v1/*/x", "/v1/a/b/x")
+	f.Add("**", "")
+	f.Fuzz(func(t *testing.T, pat, s string) {
+		if len(pat) > 64 || len(s) > 256 {
+			return
+		}
+		pathGlob(pat, s) // must terminate quickly and not panic
+		if pathGlob(s, s) != true && !containsMeta(s) {
+			t.Fatalf("a literal pattern does not match itself: %q", s)
+		}
+	})
+}
+
+func containsMeta(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] == '*' || s[i] == '?' {
+			return true
+		}
+	}
+	return false
+}
