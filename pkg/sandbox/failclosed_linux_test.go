@@ -3,10 +3,15 @@
 package sandbox
 
 import (
+	"bufio"
 	"context"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/containerd/console"
 
 	"github.com/palisade-sandbox/palisade/pkg/feature"
 )
@@ -142,4 +147,62 @@ func TestTTY(t *testing.T) {
 	if !strings.Contains(out, `"isatty":"ENOTTY"`) || !strings.Contains(out, `"ctty":"ENXIO"`) {
 		t.Fatalf("without --tty: %s", out)
 	}
+}
+
+// With --tty the command starts with the caller's window size, and a
+// window-size change of the caller's terminal reaches it.
+func TestTTYWindowSize(t *testing.T) {
+	f := newFixture(t)
+	caller, slavePath, err := console.NewPty()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer caller.Close()
+	slave, err := os.OpenFile(slavePath, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slave.Close()
+	caller.Resize(console.WinSize{Height: 33, Width: 111})
+	env, _ := BuildEnv(EnvInput{Workdir: f.workdir, Name: "t", TTY: true})
+	o := f.options([]string{"/bin/sh", "-c", `stty size; trap 'stty size; exit 0' WINCH; echo ready; i=0; while [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; exit 3`}, env)
+	o.TTY, o.Stdin, o.Stdout, o.Stderr = true, slave, slave, slave
+	done := make(chan Result, 1)
+	go func() {
+		res, err := Run(context.Background(), o)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- res
+	}()
+	out := bufio.NewReader(caller)
+	var seen []string
+	readUntil := func(want string) {
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) {
+			line, err := out.ReadString('\n')
+			seen = append(seen, strings.TrimSpace(line))
+			if strings.Contains(line, want) {
+				return
+			}
+			if err != nil {
+				break
+			}
+		}
+		t.Fatalf("no %q in %q", want, seen)
+	}
+	readUntil("33 111")
+	readUntil("ready")
+	caller.Resize(console.WinSize{Height: 44, Width: 122})
+	syscall.Kill(os.Getpid(), syscall.SIGWINCH) // what the caller's terminal would send
+	readUntil("44 122")
+	select {
+	case res := <-done:
+		if res.ExitCode != 0 {
+			t.Fatalf("exit %d after the resize, want 0 (trap ran)", res.ExitCode)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("sandbox did not end")
+	}
+	RestoreTerminals()
 }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/containerd/console"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
 	"github.com/palisade-sandbox/palisade/pkg/cgroup"
@@ -139,6 +140,16 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if err != nil {
 		return failf("spec", err)
 	}
+	if o.TTY {
+		// The command starts with the caller's window size.
+		if f, ok := o.Stdin.(*os.File); ok {
+			if cur, err := console.ConsoleFromFile(f); err == nil {
+				if ws, err := cur.Size(); err == nil && ws.Height > 0 && ws.Width > 0 {
+					spec.Process.ConsoleSize = &specs.Box{Height: uint(ws.Height), Width: uint(ws.Width)}
+				}
+			}
+		}
+	}
 	icfg := &InitConfig{Spec: spec, Seccomp: plan.Seccomp, Timing: o.Logger.Enabled(ctx, slog.LevelDebug)}
 	if plan.Landlock {
 		icfg.Landlock = LandlockRules(o.Policy, workdir, o.Profile)
@@ -242,14 +253,17 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	defer signal.Stop(sigs)
 	var relay sync.WaitGroup
 	var pty console.Console
+	var ptyMu sync.Mutex // pty is set by the message loop, read on SIGWINCH
 	stopSignals := make(chan struct{})
 	go func() {
 		for {
 			select {
 			case s := <-sigs:
+				ptyMu.Lock()
 				if s == unix.SIGWINCH && pty != nil {
-					resizeFromCaller(pty)
+					resizeFromCaller(pty, o.Stdin)
 				}
+				ptyMu.Unlock()
 				unix.Kill(initPID, s.(syscall.Signal))
 			case <-stopSignals:
 				return
@@ -278,7 +292,9 @@ func Run(ctx context.Context, o Options) (Result, error) {
 			if fd < 0 {
 				return failf("tty", errors.New("init sent no PTY master"))
 			}
+			ptyMu.Lock()
 			pty, err = startRelay(fd, o, &relay)
+			ptyMu.Unlock()
 			if err != nil {
 				return failf("tty", err)
 			}
@@ -399,7 +415,7 @@ func startRelay(fd int, o Options, wg *sync.WaitGroup) (console.Console, error) 
 			if err := cur.SetRaw(); err == nil {
 				restoreOnExit(cur)
 			}
-			resizeFromCaller(pty)
+			resizeFromCaller(pty, o.Stdin)
 		}
 	}
 	if o.Stdin != nil {
@@ -435,8 +451,14 @@ func RestoreTerminals() {
 	restoreList = nil
 }
 
-func resizeFromCaller(pty console.Console) {
-	cur, err := console.ConsoleFromFile(os.Stdin)
+// resizeFromCaller gives the sandbox's terminal the caller's window size
+// when the caller's stdin is a terminal.
+func resizeFromCaller(pty console.Console, stdin io.Reader) {
+	f, ok := stdin.(*os.File)
+	if !ok {
+		return
+	}
+	cur, err := console.ConsoleFromFile(f)
 	if err != nil {
 		return
 	}
