@@ -143,10 +143,8 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if o.TTY {
 		// The command starts with the caller's window size.
 		if f, ok := o.Stdin.(*os.File); ok {
-			if cur, err := console.ConsoleFromFile(f); err == nil {
-				if ws, err := cur.Size(); err == nil && ws.Height > 0 && ws.Width > 0 {
-					spec.Process.ConsoleSize = &specs.Box{Height: uint(ws.Height), Width: uint(ws.Width)}
-				}
+			if ws, err := winsize(f); err == nil && ws.Row > 0 && ws.Col > 0 {
+				spec.Process.ConsoleSize = &specs.Box{Height: uint(ws.Row), Width: uint(ws.Col)}
 			}
 		}
 	}
@@ -252,7 +250,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	signal.Notify(sigs, forwarded...)
 	defer signal.Stop(sigs)
 	var relay sync.WaitGroup
-	var pty console.Console
+	var pty *os.File     // the PTY master, when --tty
 	var ptyMu sync.Mutex // pty is set by the message loop, read on SIGWINCH
 	stopSignals := make(chan struct{})
 	go func() {
@@ -325,7 +323,10 @@ func Run(ctx context.Context, o Options) (Result, error) {
 			mark("init-reaped")
 			if pty != nil {
 				relay.Wait()
+				ptyMu.Lock()
 				pty.Close()
+				pty = nil
+				ptyMu.Unlock()
 			}
 			o.Events.Exited(cmdPID, m.Code, m.Signal)
 			res.Signal = m.Signal
@@ -403,11 +404,10 @@ func cutEnv(kv string) (string, string, bool) {
 
 // startRelay copies between the caller's stdio and the PTY master, with
 // the caller's terminal in raw mode when it is one.
-func startRelay(fd int, o Options, wg *sync.WaitGroup) (console.Console, error) {
-	f := os.NewFile(uintptr(fd), "ptmx")
-	pty, err := console.ConsoleFromFile(f)
-	if err != nil {
-		f.Close()
+func startRelay(fd int, o Options, wg *sync.WaitGroup) (*os.File, error) {
+	pty := os.NewFile(uintptr(fd), "ptmx")
+	if _, err := winsize(pty); err != nil {
+		pty.Close()
 		return nil, fmt.Errorf("pty master: %w", err)
 	}
 	if in, ok := o.Stdin.(*os.File); ok {
@@ -452,17 +452,34 @@ func RestoreTerminals() {
 }
 
 // resizeFromCaller gives the sandbox's terminal the caller's window size
-// when the caller's stdin is a terminal.
-func resizeFromCaller(pty console.Console, stdin io.Reader) {
+// when the caller's stdin is a terminal. It goes through SyscallConn, not
+// Fd, so it is safe while other goroutines read and write the files.
+func resizeFromCaller(pty *os.File, stdin io.Reader) {
 	f, ok := stdin.(*os.File)
 	if !ok {
 		return
 	}
-	cur, err := console.ConsoleFromFile(f)
+	ws, err := winsize(f)
 	if err != nil {
 		return
 	}
-	if ws, err := cur.Size(); err == nil {
-		pty.Resize(ws)
+	rc, err := pty.SyscallConn()
+	if err != nil {
+		return
 	}
+	rc.Control(func(fd uintptr) { unix.IoctlSetWinsize(int(fd), unix.TIOCSWINSZ, ws) })
+}
+
+// winsize reads a terminal's window size.
+func winsize(f *os.File) (*unix.Winsize, error) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	var ws *unix.Winsize
+	var ierr error
+	if err := rc.Control(func(fd uintptr) { ws, ierr = unix.IoctlGetWinsize(int(fd), unix.TIOCGWINSZ) }); err != nil {
+		return nil, err
+	}
+	return ws, ierr
 }

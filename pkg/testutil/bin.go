@@ -11,12 +11,13 @@ import (
 var (
 	buildMu  sync.Mutex
 	builtBin = map[string]string{}
+	buildDir string // one directory, so binaries find each other (sandbox-supervisor runs egress-proxy from beside itself)
 )
 
 // Binary returns the path of the named cmd/ binary for integration tests:
 // $PALISADE_BIN_DIR/<name> when `make test` built it, otherwise a fresh
-// `go build` of ./cmd/<name> into a directory that lives as long as the
-// test process.
+// `go build` of ./cmd/<name> into one directory shared by every binary
+// the test process builds (it lives as long as the test process).
 func Binary(t testing.TB, name string) string {
 	t.Helper()
 	if dir := os.Getenv("PALISADE_BIN_DIR"); dir != "" {
@@ -34,11 +35,14 @@ func Binary(t testing.TB, name string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir, err := os.MkdirTemp("", "palisade-bin-")
-	if err != nil {
-		t.Fatal(err)
+	if buildDir == "" {
+		dir, err := os.MkdirTemp("", "palisade-bin-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		buildDir = dir
 	}
-	p := filepath.Join(dir, name)
+	p := filepath.Join(buildDir, name)
 	cmd := exec.Command("go", "build", "-o", p, "./cmd/"+name)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0") // as `make build` does
