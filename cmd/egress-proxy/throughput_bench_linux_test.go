@@ -15,7 +15,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netlink"
+
+	"github.com/palisade-sandbox/palisade/pkg/cgroup"
 	"github.com/palisade-sandbox/palisade/pkg/nettest"
+	"github.com/palisade-sandbox/palisade/pkg/nsthread"
 	"github.com/palisade-sandbox/palisade/pkg/testutil"
 )
 
@@ -200,5 +204,137 @@ shutdown_lifetime 0 seconds
 			download(b, c, host, n)
 			c.Close()
 		}
+	})
+}
+
+// BenchmarkTunnelThroughputSandboxPath measures the sandbox's real path:
+// curl runs in its own network namespace and cgroup behind a veth to a
+// "host" namespace, as in a sandbox, and the server is in the TEST-NET
+// internet beyond the host. "direct" lets the host forward curl's
+// connection (what a sandbox without the fence would do); "egress-proxy"
+// sends it through a CONNECT tunnel of the proxy, in sandbox mode
+// (attribution through the cgroup), on the host side of the same veth.
+// Both cross the same two veths, so the ratio is the proxy's cost.
+func BenchmarkTunnelThroughputSandboxPath(b *testing.B) {
+	testutil.RequireRoot(b)
+	curl := testutil.RequireCommand(b, "curl")
+	_, hostNS := testutil.NamedNetns(b, "bh")
+	_, clientNS := testutil.NamedNetns(b, "bc")
+	inet := nettest.NewInternet(b, nettest.WithHostNetns(hostNS))
+	n := benchMB() << 20
+	host := "bulk.test"
+
+	// The client's link: 192.0.2.0/30 (TEST-NET-1), host side .1.
+	if err := nsthread.Run(hostNS, func() error {
+		la := netlink.NewLinkAttrs()
+		la.Name = "bcl0"
+		if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: la, PeerName: "bcl1"}); err != nil {
+			return err
+		}
+		h0, _ := netlink.LinkByName("bcl0")
+		h1, _ := netlink.LinkByName("bcl1")
+		if err := netlink.LinkSetNsFd(h1, int(clientNS)); err != nil {
+			return err
+		}
+		addr, _ := netlink.ParseAddr("192.0.2.1/30")
+		netlink.AddrAdd(h0, addr)
+		if err := netlink.LinkSetUp(h0); err != nil {
+			return err
+		}
+		if lo, err := netlink.LinkByName("lo"); err == nil {
+			netlink.LinkSetUp(lo)
+		}
+		return os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644)
+	}); err != nil {
+		b.Fatal(err)
+	}
+	if err := nsthread.Run(clientNS, func() error {
+		c1, err := netlink.LinkByName("bcl1")
+		if err != nil {
+			return err
+		}
+		addr, _ := netlink.ParseAddr("192.0.2.2/30")
+		netlink.AddrAdd(c1, addr)
+		netlink.LinkSetUp(c1)
+		if lo, err := netlink.LinkByName("lo"); err == nil {
+			netlink.LinkSetUp(lo)
+		}
+		return netlink.RouteAdd(&netlink.Route{LinkIndex: c1.Attrs().Index, Gw: net.ParseIP("192.0.2.1")})
+	}); err != nil {
+		b.Fatal(err)
+	}
+	// The "sandbox": a cgroup, an anchor process in the client namespace
+	// standing in for the init, and curl started inside both.
+	cg, err := cgroup.New(testutil.UniqueName("bcg-"), cgroup.Limits{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { cg.Destroy() })
+	inSandbox := func(args ...string) *exec.Cmd {
+		cmd := exec.Command(args[0], args[1:]...)
+		cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
+		if err := nsthread.Run(clientNS, func() error { return cg.StartIn(cmd) }); err != nil {
+			b.Fatal(err)
+		}
+		return cmd
+	}
+	anchor := inSandbox("/bin/sleep", "3600")
+	b.Cleanup(func() { anchor.Process.Kill(); anchor.Wait() })
+	url := fmt.Sprintf("http://%s/bytes?n=%d", host, n)
+	resolve := fmt.Sprintf("%s:80:%s", host, inet.V4[0])
+
+	run := func(b *testing.B, args ...string) {
+		b.SetBytes(n)
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			cmd := inSandbox(append([]string{curl, "-sS", "--fail", "-o", "/dev/null", "--max-time", "120"}, args...)...)
+			if err := cmd.Wait(); err != nil {
+				b.Fatalf("curl %v: %v", args, err)
+			}
+		}
+	}
+	b.Run("direct", func(b *testing.B) { run(b, "--noproxy", "*", "--resolve", resolve, url) })
+
+	b.Run("egress-proxy", func(b *testing.B) {
+		bin := testutil.Binary(b, "egress-proxy")
+		hosts := inet.HostsFile(map[string]string{host: inet.V4[0].String()})
+		pol := filepath.Join(b.TempDir(), "policy.yaml")
+		os.WriteFile(pol, []byte(fmt.Sprintf(`version: 1
+network_policies:
+  bulk:
+    endpoints:
+      - host: %s
+        port: 80
+    binaries:
+      - path: %s
+`, host, curl)), 0o600)
+		addr := "192.0.2.1:3128"
+		cmd := exec.Command(bin, "--policy", pol, "--listen", addr, "--hosts-file", hosts, "--log-format", "json",
+			"--sandbox", "bench", "--cgroup", cg.Name(), "--init-pid", strconv.Itoa(anchor.Process.Pid))
+		cmd.Stderr = io.Discard
+		// Started from a thread inside the host namespace: the proxy is
+		// born there.
+		if err := nsthread.Run(hostNS, cmd.Start); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			err := nsthread.Run(clientNS, func() error {
+				c, err := net.Dial("tcp", addr)
+				if err == nil {
+					c.Close()
+				}
+				return err
+			})
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				b.Fatalf("proxy not listening: %v", err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		run(b, "--proxytunnel", "--proxy", "http://"+addr, url)
 	})
 }
