@@ -266,6 +266,18 @@ func TestKeepListStatus(t *testing.T) {
 	if cli.Code(err) != 5 {
 		t.Fatalf("exit %d: %v %s", cli.Code(err), err, errs)
 	}
+	// The kept sandbox's full description is beside its labels.
+	var cfg struct {
+		Spec     struct{ Hostname string }
+		Landlock struct {
+			ReadWrite []string `json:"ReadWrite"`
+		}
+		Seccomp bool
+	}
+	b, err := os.ReadFile(filepath.Join(st, name, "config.json"))
+	if err != nil || json.Unmarshal(b, &cfg) != nil || cfg.Spec.Hostname != name || !cfg.Seccomp || len(cfg.Landlock.ReadWrite) == 0 {
+		t.Fatalf("config.json: %v %s", err, b)
+	}
 	out, _, err := runCLI(t, "list", "--state-dir", st, "--json")
 	var l state.Labels
 	if err != nil || json.Unmarshal([]byte(out), &l) != nil || l.Name != name || l.Kind != "task" || !l.Keep || l.ExitCode == nil || *l.ExitCode != 5 || l.AgentID != "agent_x" {

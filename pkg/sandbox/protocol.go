@@ -11,6 +11,11 @@ import (
 // anything else.
 const InitCommand = "__palisade_init"
 
+// ConfigFile is the name, in a sandbox's state directory, of its
+// InitConfig as JSON (the OCI spec plus Landlock and seccomp), written
+// when the sandbox starts.
+const ConfigFile = "config.json"
+
 // initFD is the number of the control socket in the init process.
 const initFD = 3
 

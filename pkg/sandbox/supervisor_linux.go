@@ -4,6 +4,7 @@ package sandbox
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -21,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/palisade-sandbox/palisade/pkg/cgroup"
+	"github.com/palisade-sandbox/palisade/pkg/fsutil"
 	"github.com/palisade-sandbox/palisade/pkg/landlock"
 	"github.com/palisade-sandbox/palisade/pkg/state"
 )
@@ -244,6 +246,16 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		l.InitStartTime = st
 		l.Cgroup = cg.Name()
 	})
+	// The sandbox's full description (OCI spec, Landlock rules, seccomp)
+	// beside its labels: for inspection, and for a later `exec` into the
+	// running sandbox, which must confine a new process identically.
+	if dir, err := store.Dir(name); err == nil {
+		if b, err := json.MarshalIndent(icfg, "", "  "); err == nil {
+			if err := fsutil.ReplaceFile(filepath.Join(dir, ConfigFile), append(b, '\n'), 0o600); err != nil {
+				o.Logger.Warn("write sandbox config", "sandbox", name, "err", err)
+			}
+		}
+	}
 
 	// Forward signals to the init, which passes them to the command.
 	sigs := make(chan os.Signal, 16)
