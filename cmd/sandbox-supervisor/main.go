@@ -17,12 +17,17 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/palisade-sandbox/palisade/pkg/cli"
 	"github.com/palisade-sandbox/palisade/pkg/sandbox"
 )
 
+// mainStart is when main began (for --log-level debug start-up timing).
+var mainStart time.Time
+
 func main() {
+	mainStart = time.Now()
 	// The init stage is dispatched before anything else is parsed.
 	if len(os.Args) > 1 && os.Args[1] == sandbox.InitCommand {
 		sandbox.RunInit()

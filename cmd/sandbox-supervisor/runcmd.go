@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/palisade-sandbox/palisade/pkg/cli"
 	"github.com/palisade-sandbox/palisade/pkg/egress"
@@ -274,6 +275,7 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	} else if f.hostsFile != "" {
 		logger.Warn("--hosts-file ignored: the policy allows no egress, so no proxy runs", "policy", resolved.Path)
 	}
+	logger.Debug("startup", "phase", "cli", "since_main_us", time.Since(mainStart).Microseconds())
 	res, err := sandbox.Run(ctx, sandbox.Options{
 		Name: f.name, Kind: state.Kind(f.kind), AgentID: f.agentID, Args: cmdArgs, Env: env,
 		Workdir: workdir, TTY: f.tty, Keep: f.keep, StateRoot: f.stateDir, Policy: pinfo,

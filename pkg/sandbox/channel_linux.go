@@ -16,7 +16,8 @@ const maxMessage = 1 << 20
 // channel is one end of the SOCK_SEQPACKET control socket: each datagram
 // is one JSON Message, optionally carrying one fd.
 type channel struct {
-	fd int
+	fd  int
+	buf []byte // reused by recv; grown to a message's size when needed
 }
 
 func newChannel(fd int) (*channel, error) {
@@ -73,10 +74,27 @@ func (c *channel) send(m Message, fd int) error {
 // recv returns the next message and the fd it carried (-1 if none). At
 // end of stream it returns an error wrapping os.ErrClosed.
 func (c *channel) recv() (Message, int, error) {
-	buf := make([]byte, maxMessage)
-	oob := make([]byte, unix.CmsgSpace(4))
+	// Size the buffer to the datagram (MSG_PEEK|MSG_TRUNC reports its
+	// length) instead of allocating the 1 MiB maximum for every message.
 	var n, oobn int
 	var err error
+	for {
+		n, _, _, _, err = unix.Recvmsg(c.fd, nil, nil, unix.MSG_PEEK|unix.MSG_TRUNC)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		return Message{}, -1, fmt.Errorf("control recv: %w", err)
+	}
+	if n > maxMessage {
+		return Message{}, -1, fmt.Errorf("control recv: message of %d bytes exceeds %d", n, maxMessage)
+	}
+	if cap(c.buf) < n || cap(c.buf) == 0 {
+		c.buf = make([]byte, max(n, 4096))
+	}
+	buf := c.buf[:cap(c.buf)]
+	oob := make([]byte, unix.CmsgSpace(4))
 	for {
 		n, oobn, _, _, err = unix.Recvmsg(c.fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
 		if err != unix.EINTR {

@@ -77,6 +77,9 @@ func runInit(ctl *channel) int {
 		return report(fail("config", ExitSandboxFailed, fmt.Errorf("no configuration from supervisor: %v", err)))
 	}
 	cfg := m.Config
+	if cfg.Timing {
+		ctl.send(Message{Type: MsgLog, Level: "debug", Msg: "init has its configuration"}, -1)
+	}
 	if m, _, err = ctl.recv(); err != nil || m.Type != MsgGo {
 		// The supervisor went away or aborted: create nothing.
 		return ExitSandboxFailed

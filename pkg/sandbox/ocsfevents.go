@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -155,4 +156,12 @@ func (e *OCSFEvents) Incident(kind, title, detail string) {
 	ev := e.src.Finding(ocsf.FindingInfo{Title: title, Desc: detail, Types: []string{kind}}, ocsf.SeverityHigh,
 		ocsf.Evidence{Name: kind, Device: e.src.Device(), Data: map[string]any{"detail": detail}})
 	e.send(ev)
+}
+
+// warmEventEncoders builds encoding/json's encoders for the event types
+// the supervisor emits.
+func warmEventEncoders() {
+	for _, v := range []any{&ocsf.ConfigStateChange{}, &ocsf.ProcessActivity{}, &ocsf.DetectionFinding{}, ocsf.Confinement{}} {
+		json.Marshal(v)
+	}
 }
