@@ -423,3 +423,36 @@ func TestTrustedFilesOutOfReach(t *testing.T) {
 		t.Fatalf("safe files refused: %v", err)
 	}
 }
+
+// A policy that does not validate, or a missing explicit policy, stops
+// everything with 125 and names the problem; nothing falls back to a
+// weaker source.
+func TestBadPolicyFailsClosed(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	os.WriteFile(bad, []byte("version: 1\nprocess:\n  run_as_user: \"0\"\nsurprise: true\n"), 0o600)
+	for _, c := range []struct {
+		args []string
+		env  string
+		want []string
+	}{
+		{[]string{"--policy", bad}, "", []string{"run_as_user", "surprise"}},
+		{[]string{"--policy", filepath.Join(dir, "missing.yaml")}, "", []string{"missing.yaml"}},
+		{nil, filepath.Join(dir, "missing-env.yaml"), []string{"MAC_OPENSHELL_POLICY"}},
+	} {
+		if c.env != "" {
+			t.Setenv("MAC_OPENSHELL_POLICY", c.env)
+		}
+		args := append(append([]string{"spec", "--workdir", dir}, c.args...), "--", "/bin/true")
+		err := run(context.Background(), args, strings.NewReader(""), io.Discard, io.Discard)
+		if cli.Code(err) != 125 {
+			t.Errorf("%v: exit %d (%v), want 125", c.args, cli.Code(err), err)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%v: error %q does not mention %q", c.args, err, w)
+			}
+		}
+	}
+}
