@@ -165,18 +165,28 @@ func setup(ctl *channel, cfg *InitConfig) (*Confinement, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	// Verify after the fact: the kernel's view of the command must show
-	// the drop. A mismatch kills the command before reporting it started.
-	st, err := caps.ReadStatus(pid)
-	if err == nil {
-		err = caps.Verify(st, caps.Expect{UID: uid, GID: gid, Seccomp: cfg.Seccomp})
-	}
-	if err != nil && !exitedAlready(pid) {
-		unix.Kill(pid, unix.SIGKILL)
+	if err := verifyConfined(pid, uid, gid, cfg.Seccomp); err != nil {
 		return nil, 0, fail("verify", ExitSandboxFailed, err)
 	}
 	mark("verify")
 	return conf, pid, nil
+}
+
+// verifyConfined checks after the fact that the kernel's view of the
+// command shows the drop (identity, all five capability sets empty,
+// no_new_privs, seccomp filter mode). On a mismatch it kills the command
+// and returns the reason. A command that already exited (a zombie) has
+// nothing left to check.
+func verifyConfined(pid int, uid, gid uint32, seccomp bool) error {
+	st, err := caps.ReadStatus(pid)
+	if err == nil {
+		err = caps.Verify(st, caps.Expect{UID: uid, GID: gid, Seccomp: seccomp})
+	}
+	if err != nil && !exitedAlready(pid) {
+		unix.Kill(pid, unix.SIGKILL)
+		return err
+	}
+	return nil
 }
 
 // exitedAlready reports whether pid is a zombie whose status no longer
