@@ -57,6 +57,9 @@ Flags:
   --policy FILE          policy file (required)
   --listen ADDR          explicit proxy address (default 127.0.0.1:3128)
   --fence-listen ADDR    fence listener for nftables-redirected connections
+  --client-cc NAME       TCP congestion control of accepted (client-side)
+                         connections (default cubic, else reno; "" keeps
+                         the system default)
   --control PATH         root-only (0600) control socket: GET /status,
                          GET /metrics, POST /reload
   --events FILE|-        OCSF events as JSON lines (- for stdout; default none)
@@ -106,7 +109,7 @@ func main() {
 
 type flags struct {
 	policy, listen, fenceListen, control, events, hostsFile string
-	sandbox, cgroup, pins, logFormat                        string
+	sandbox, cgroup, pins, logFormat, clientCC              string
 	initPID, readyFD, maxConns, maxHeadBytes                int
 	headTimeout, connectTimeout, idleTimeout, denyWindow    time.Duration
 }
@@ -118,6 +121,7 @@ func parseFlags(args []string, stdout io.Writer) (*flags, bool, error) {
 	fs.StringVar(&f.policy, "policy", "", "policy file")
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:3128", "explicit proxy address")
 	fs.StringVar(&f.fenceListen, "fence-listen", "", "fence listener address")
+	fs.StringVar(&f.clientCC, "client-cc", proxy.DefaultClientCongestion, "TCP congestion control of accepted connections (empty: system default)")
 	fs.StringVar(&f.control, "control", "", "control socket path")
 	fs.StringVar(&f.events, "events", "", "OCSF events destination")
 	fs.StringVar(&f.hostsFile, "hosts-file", "", "static hosts file")
@@ -227,7 +231,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 
 	// Bind everything before the policy loads, so a port conflict is
 	// reported before anything else; nothing is served until New.
-	ln, err := net.Listen("tcp", f.listen)
+	ln, err := proxy.Listen(ctx, f.listen, f.clientCC)
 	if err != nil {
 		return cli.Failf("--listen: %v", err)
 	}
@@ -241,7 +245,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	addSelf(ln.Addr())
 	var fenceLn net.Listener
 	if f.fenceListen != "" {
-		if fenceLn, err = net.Listen("tcp", f.fenceListen); err != nil {
+		if fenceLn, err = proxy.Listen(ctx, f.fenceListen, f.clientCC); err != nil {
 			return cli.Failf("--fence-listen: %v", err)
 		}
 		defer fenceLn.Close()

@@ -193,7 +193,7 @@ func newEnv(t testing.TB, yaml string, opts ...envOpt) *testEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := Listen(context.Background(), "127.0.0.1:0", DefaultClientCongestion)
 	if err != nil {
 		t.Fatal(err)
 	}
