@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -89,13 +90,17 @@ func listCmd(args []string, stdout, stderr io.Writer) error {
 	return tw.Flush()
 }
 
-const statusUsage = `usage: sandbox-supervisor status NAME [--json] [--state-dir DIR]
+const statusUsage = `usage: sandbox-supervisor status NAME [--json | --config] [--state-dir DIR]
 
 Shows one sandbox's labels. Exit status 1 when it does not exist.
+--config prints the sandbox's full configuration instead, as JSON: the OCI
+spec, the Landlock rules, whether seccomp is on and the filter's
+instruction count (from init.conf in its state directory).
 
 Examples:
   sudo sandbox-supervisor status task-42
   sudo sandbox-supervisor status task-42 --json | jq .policy_sha256
+  sudo sandbox-supervisor status task-42 --config | jq .spec.mounts
 
 Flags:
 `
@@ -103,6 +108,7 @@ Flags:
 func statusCmd(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("status", statusUsage, stderr)
 	asJSON := fs.Bool("json", false, "print the labels as one JSON object")
+	config := fs.Bool("config", false, "print the sandbox's configuration (spec, Landlock, seccomp) as JSON")
 	dir := fs.String("state-dir", state.DefaultRoot, "state root")
 	// Accept the name before or after the flags.
 	var name string
@@ -121,6 +127,9 @@ func statusCmd(args []string, stdout, stderr io.Writer) error {
 	if err := state.ValidateName(name); err != nil {
 		return cli.Usagef("status: %v", err)
 	}
+	if *asJSON && *config {
+		return cli.Usagef("status: --json and --config are mutually exclusive")
+	}
 	store, err := state.Open(*dir)
 	if err != nil {
 		return err
@@ -128,6 +137,28 @@ func statusCmd(args []string, stdout, stderr io.Writer) error {
 	l, err := store.Get(name)
 	if err != nil {
 		return cli.Failf("status: %v", err)
+	}
+	if *config {
+		sdir, err := store.Dir(name)
+		if err != nil {
+			return cli.Failf("status: %v", err)
+		}
+		p := filepath.Join(sdir, sandbox.ConfigFile)
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return cli.Failf("status: %s has no configuration yet: %v", name, err)
+		}
+		cfg, err := sandbox.DecodeConfig(b)
+		if err != nil {
+			return cli.Failf("status: %s: %v", p, err)
+		}
+		out := struct {
+			*sandbox.InitConfig
+			SeccompInstructions int `json:"seccomp_instructions"`
+		}{cfg, len(cfg.SeccompFilter)}
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(out)
 	}
 	if *asJSON {
 		return json.NewEncoder(stdout).Encode(l)

@@ -8,11 +8,11 @@ import (
 	"github.com/palisade-sandbox/palisade/pkg/sandbox"
 )
 
-// openEvents opens the --events destination ("" discards events, "-" is
+// openEvents opens the --events destination ("" drops events, "-" is
 // stdout) and returns the emitter and its closer.
 func openEvents(spec string, stdout io.Writer) (ocsf.Emitter, func() error, error) {
 	if spec == "" {
-		return ocsf.Discard, func() error { return nil }, nil
+		return ocsf.Nowhere, func() error { return nil }, nil
 	}
 	w, err := ocsf.OpenDest(spec, stdout)
 	if err != nil {

@@ -266,17 +266,27 @@ func TestKeepListStatus(t *testing.T) {
 	if cli.Code(err) != 5 {
 		t.Fatalf("exit %d: %v %s", cli.Code(err), err, errs)
 	}
-	// The kept sandbox's full description is beside its labels.
+	// The kept sandbox's full description is beside its labels, and
+	// status --config shows it.
 	var cfg struct {
 		Spec     struct{ Hostname string }
 		Landlock struct {
 			ReadWrite []string `json:"ReadWrite"`
 		}
-		Seccomp bool
+		Seccomp             bool
+		SeccompRules        int `json:"seccomp_rules"`
+		SeccompInstructions int `json:"seccomp_instructions"`
 	}
-	b, err := os.ReadFile(filepath.Join(st, name, "config.json"))
-	if err != nil || json.Unmarshal(b, &cfg) != nil || cfg.Spec.Hostname != name || !cfg.Seccomp || len(cfg.Landlock.ReadWrite) == 0 {
-		t.Fatalf("config.json: %v %s", err, b)
+	if _, err := os.Stat(filepath.Join(st, name, sandbox.ConfigFile)); err != nil {
+		t.Fatalf("kept sandbox has no %s: %v", sandbox.ConfigFile, err)
+	}
+	cfgOut, _, err := runCLI(t, "status", name, "--state-dir", st, "--config")
+	if err != nil || json.Unmarshal([]byte(cfgOut), &cfg) != nil || cfg.Spec.Hostname != name || !cfg.Seccomp ||
+		len(cfg.Landlock.ReadWrite) == 0 || cfg.SeccompRules < 60 || cfg.SeccompInstructions < cfg.SeccompRules {
+		t.Fatalf("status --config: %v %s", err, cfgOut)
+	}
+	if _, _, err := runCLI(t, "status", name, "--state-dir", st, "--config", "--json"); cli.Code(err) != 2 {
+		t.Fatalf("status --config --json: want usage error 2, got %v", err)
 	}
 	out, _, err := runCLI(t, "list", "--state-dir", st, "--json")
 	var l state.Labels

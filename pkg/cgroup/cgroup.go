@@ -29,6 +29,9 @@ import (
 	"strings"
 )
 
+// ErrExists is wrapped by New's error when a group of that name exists.
+var ErrExists = errors.New("cgroup exists")
+
 // DefaultPids is the pids limit a sandbox gets when Limits.Pids is 0.
 const DefaultPids = 2048
 

@@ -298,7 +298,7 @@ func newGroup(name string, lim Limits, forceFreezer bool) (*Group, error) {
 		}
 		if err := os.Mkdir(h.dir, 0o755); err != nil {
 			if errors.Is(err, fs.ErrExist) {
-				return fail(fmt.Errorf("cgroup: group %q already exists (%s)", name, h.dir))
+				return fail(fmt.Errorf("cgroup: group %q already exists (%s): %w", name, h.dir, ErrExists))
 			}
 			return fail(fmt.Errorf("cgroup: create %s: %w", h.dir, err))
 		}

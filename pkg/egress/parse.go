@@ -9,6 +9,7 @@ import (
 	"path"
 	"regexp"
 	"strings"
+	"sync"
 )
 
 // Kind is a repository file that can name package registry hosts.
@@ -111,11 +112,11 @@ func Parse(kind Kind, data []byte) ([]Ref, error) {
 	case KindYarnLock:
 		err = eachLine(data, func(l string, n int) bool { return yarnLine(l, n, emit) })
 	case KindPnpmLock:
-		err = eachLine(data, func(l string, n int) bool { return regexLine(pnpmKey, l, n, emit) })
+		err = eachLine(data, func(l string, n int) bool { return regexLine(pnpmKey(), l, n, emit) })
 	case KindRequirements:
 		err = requirements(data, emit)
 	case KindUVLock, KindPoetryLock:
-		err = eachLine(data, func(l string, n int) bool { return regexLine(tomlKey, l, n, emit) })
+		err = eachLine(data, func(l string, n int) bool { return regexLine(tomlKey(), l, n, emit) })
 	default:
 		err = fmt.Errorf("unknown file kind %q", kind)
 	}
@@ -186,11 +187,18 @@ func yarnLine(l string, n int, emit func(string, int) bool) bool {
 	return emit(v, n)
 }
 
+// The key patterns compile on first use, not at package init: every
+// sandbox start (and the init inside it) links this package, few parse a
+// lockfile.
 var (
 	// pnpm-lock.yaml: resolution: {tarball: URL}, registry: URL, repo: URL.
-	pnpmKey = regexp.MustCompile(`(?:^|[\s{,])(?:tarball|registry|repo):\s*(?:'([^']*)'|"([^"]*)"|([^\s,'"{}]+))`)
+	pnpmKey = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`(?:^|[\s{,])(?:tarball|registry|repo):\s*(?:'([^']*)'|"([^"]*)"|([^\s,'"{}]+))`)
+	})
 	// uv.lock and poetry.lock: registry = "...", url = "...", git = "...".
-	tomlKey = regexp.MustCompile(`(?:^|[\s{,\[])(?:registry|url|git)\s*=\s*(?:"([^"]*)"|'([^']*)')`)
+	tomlKey = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`(?:^|[\s{,\[])(?:registry|url|git)\s*=\s*(?:"([^"]*)"|'([^']*)')`)
+	})
 )
 
 // regexLine emits every URL-looking value the key pattern captures.

@@ -3,9 +3,9 @@
 package sandbox
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -14,9 +14,14 @@ import (
 const maxMessage = 1 << 20
 
 // channel is one end of the SOCK_SEQPACKET control socket: each datagram
-// is one JSON Message, optionally carrying one fd.
+// is one Message in wire form (wire.go), optionally carrying one fd. The
+// socket is non-blocking and waits in the Go netpoller: a goroutine parked
+// on it costs nothing, where a blocking recvmsg would make the runtime
+// hand its P to another thread (a thread wake-up or creation, and a busy
+// sysmon) every time the other side takes more than 20 µs to answer.
 type channel struct {
-	fd  int
+	f   *os.File
+	rc  syscall.RawConn
 	buf []byte // reused by recv; grown to a message's size when needed
 }
 
@@ -29,7 +34,21 @@ func newChannel(fd int) (*channel, error) {
 		return nil, fmt.Errorf("fd %d is not a SOCK_SEQPACKET socket", fd)
 	}
 	unix.CloseOnExec(fd)
-	return &channel{fd: fd}, nil
+	return fileChannel(fd)
+}
+
+// fileChannel wraps fd, made non-blocking, for the netpoller.
+func fileChannel(fd int) (*channel, error) {
+	if err := unix.SetNonblock(fd, true); err != nil {
+		return nil, fmt.Errorf("control socket: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "palisade-ctl")
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("control socket: %w", err)
+	}
+	return &channel{f: f, rc: rc}, nil
 }
 
 // socketPair returns the supervisor's end as a channel and the init's end
@@ -44,14 +63,17 @@ func socketPair() (*channel, *os.File, error) {
 		unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, maxMessage*2)
 		unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, maxMessage*2)
 	}
-	return &channel{fd: fds[0]}, os.NewFile(uintptr(fds[1]), "palisade-init-ctl"), nil
+	c, err := fileChannel(fds[0])
+	if err != nil {
+		unix.Close(fds[0])
+		unix.Close(fds[1])
+		return nil, nil, err
+	}
+	return c, os.NewFile(uintptr(fds[1]), "palisade-init-ctl"), nil
 }
 
 func (c *channel) send(m Message, fd int) error {
-	b, err := json.Marshal(m)
-	if err != nil {
-		return err
-	}
+	b := encodeMessage(m)
 	if len(b) > maxMessage {
 		return fmt.Errorf("control message %s too large (%d bytes)", m.Type, len(b))
 	}
@@ -59,11 +81,13 @@ func (c *channel) send(m Message, fd int) error {
 	if fd >= 0 {
 		oob = unix.UnixRights(fd)
 	}
-	for {
-		err = unix.Sendmsg(c.fd, b, oob, nil, 0)
-		if err != unix.EINTR {
-			break
-		}
+	var serr error
+	err := c.rc.Write(func(s uintptr) bool {
+		serr = unix.Sendmsg(int(s), b, oob, nil, 0)
+		return serr != unix.EAGAIN && serr != unix.EINTR
+	})
+	if err == nil {
+		err = serr
 	}
 	if err != nil {
 		return fmt.Errorf("control send %s: %w", m.Type, err)
@@ -76,13 +100,15 @@ func (c *channel) send(m Message, fd int) error {
 func (c *channel) recv() (Message, int, error) {
 	// Size the buffer to the datagram (MSG_PEEK|MSG_TRUNC reports its
 	// length) instead of allocating the 1 MiB maximum for every message.
+	// There is one reader, so the datagram peeked at is the one read.
 	var n, oobn int
-	var err error
-	for {
-		n, _, _, _, err = unix.Recvmsg(c.fd, nil, nil, unix.MSG_PEEK|unix.MSG_TRUNC)
-		if err != unix.EINTR {
-			break
-		}
+	var rerr error
+	err := c.rc.Read(func(s uintptr) bool {
+		n, _, _, _, rerr = unix.Recvmsg(int(s), nil, nil, unix.MSG_PEEK|unix.MSG_TRUNC)
+		return rerr != unix.EAGAIN && rerr != unix.EINTR
+	})
+	if err == nil {
+		err = rerr
 	}
 	if err != nil {
 		return Message{}, -1, fmt.Errorf("control recv: %w", err)
@@ -95,11 +121,12 @@ func (c *channel) recv() (Message, int, error) {
 	}
 	buf := c.buf[:cap(c.buf)]
 	oob := make([]byte, unix.CmsgSpace(4))
-	for {
-		n, oobn, _, _, err = unix.Recvmsg(c.fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
-		if err != unix.EINTR {
-			break
-		}
+	err = c.rc.Read(func(s uintptr) bool {
+		n, oobn, _, _, rerr = unix.Recvmsg(int(s), buf, oob, unix.MSG_CMSG_CLOEXEC)
+		return rerr != unix.EAGAIN && rerr != unix.EINTR
+	})
+	if err == nil {
+		err = rerr
 	}
 	if err != nil {
 		return Message{}, -1, fmt.Errorf("control recv: %w", err)
@@ -119,8 +146,8 @@ func (c *channel) recv() (Message, int, error) {
 			}
 		}
 	}
-	var m Message
-	if err := json.Unmarshal(buf[:n], &m); err != nil {
+	m, err := decodeMessage(buf[:n])
+	if err != nil {
 		if fd >= 0 {
 			unix.Close(fd)
 		}
@@ -129,4 +156,4 @@ func (c *channel) recv() (Message, int, error) {
 	return m, fd, nil
 }
 
-func (c *channel) close() error { return unix.Close(c.fd) }
+func (c *channel) close() error { return c.f.Close() }

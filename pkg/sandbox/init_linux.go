@@ -268,11 +268,10 @@ func spawnConfined(cfg *InitConfig, path string, stdio [3]*os.File, tty bool, co
 				conf.Landlock = res
 			}
 			if cfg.Seccomp {
-				n, err := installSeccomp()
-				if err != nil {
+				if err := installSeccomp(cfg.SeccompFilter); err != nil {
 					return 0, fail("seccomp", ExitSandboxFailed, err)
 				}
-				conf.SeccompRules = n
+				conf.SeccompRules = cfg.SeccompRules
 			}
 			cmd := &exec.Cmd{
 				Path:   path,

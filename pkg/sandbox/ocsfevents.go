@@ -158,9 +158,13 @@ func (e *OCSFEvents) Incident(kind, title, detail string) {
 	e.send(ev)
 }
 
-// warmEventEncoders builds encoding/json's encoders for the event types
-// the supervisor emits.
-func warmEventEncoders() {
+// Warm builds encoding/json's encoders for the event types the supervisor
+// emits, so the first event does not pay for it; nothing when events go
+// nowhere.
+func (e *OCSFEvents) Warm() {
+	if e.emit == nil || e.emit == ocsf.Nowhere {
+		return
+	}
 	for _, v := range []any{&ocsf.ConfigStateChange{}, &ocsf.ProcessActivity{}, &ocsf.DetectionFinding{}, ocsf.Confinement{}} {
 		json.Marshal(v)
 	}

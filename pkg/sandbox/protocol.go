@@ -1,6 +1,8 @@
 package sandbox
 
 import (
+	"golang.org/x/net/bpf"
+
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/palisade-sandbox/palisade/pkg/landlock"
@@ -12,9 +14,11 @@ import (
 const InitCommand = "__palisade_init"
 
 // ConfigFile is the name, in a sandbox's state directory, of its
-// InitConfig as JSON (the OCI spec plus Landlock and seccomp), written
-// when the sandbox starts.
-const ConfigFile = "config.json"
+// InitConfig (the OCI spec, the Landlock rules and the compiled seccomp
+// filter) in the control socket's wire form, written when the sandbox
+// starts. ReadConfig decodes it; `sandbox-supervisor status NAME
+// --config` prints it as JSON.
+const ConfigFile = "init.conf"
 
 // initFD is the number of the control socket in the init process.
 const initFD = 3
@@ -33,6 +37,11 @@ type InitConfig struct {
 	// without it); the supervisor has already reported the degraded run.
 	Landlock *landlock.Rules `json:"landlock,omitempty"`
 	Seccomp  bool            `json:"seccomp"`
+	// SeccompFilter is the compiled filter the init installs when Seccomp
+	// is set (compiled by the supervisor, off the init's critical path),
+	// and SeccompRules the number of profile rules it encodes.
+	SeccompFilter []bpf.RawInstruction `json:"-"`
+	SeccompRules  int                  `json:"seccomp_rules,omitempty"`
 	// StorageCheck, when set, is a path that must be a writable tmpfs
 	// before the command runs (bounded-tmpfs profile preflight).
 	StorageCheck string `json:"storage_check,omitempty"`
@@ -41,7 +50,8 @@ type InitConfig struct {
 	Timing bool `json:"timing,omitempty"`
 }
 
-// Message is one JSON message on the control socket.
+// Message is one message on the control socket (binary wire form, see
+// wire.go; the json tags serve config.json and debugging output).
 type Message struct {
 	Type string `json:"type"` // see the Msg* constants
 

@@ -4,7 +4,6 @@ package sandbox
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -39,10 +38,12 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	}
 	res := Result{Name: o.Name, ExitCode: ExitSandboxFailed}
 	t0 := time.Now()
-	// Building encoding/json's encoders for the spec and the event types
-	// costs ~1 ms on first use; do it on the other CPU while the preflight,
-	// state and cgroup are set up, not on the critical path later.
-	go warmEncoders()
+	// Building encoding/json's encoders for the event types costs ~1 ms
+	// of CPU on first use; when events are written, do it on the other CPU
+	// while the preflight, state and cgroup are set up.
+	if w, ok := o.Events.(interface{ Warm() }); ok {
+		go w.Warm()
+	}
 	// mark logs, at debug level, how long start-up has taken so far
 	// (`--log-level debug` shows where a slow start spends its time).
 	mark := func(phase string) {
@@ -79,52 +80,6 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		return failf("profile", fmt.Errorf("--profile %q: want default or bounded-tmpfs", o.Profile))
 	}
 
-	store, err := state.Open(o.StateRoot)
-	if err != nil {
-		return failf("state", err)
-	}
-	labels, err := store.Create(o.Name, state.Labels{
-		Kind: o.Kind, Keep: o.Keep, AgentID: o.AgentID,
-		PolicySHA256: o.Policy.SHA256, PolicySource: o.Policy.Source,
-	})
-	if err != nil {
-		return failf("state", err)
-	}
-	name := labels.Name
-	res.Name = name
-	mark("state")
-	o.Events.Created(name, string(labels.Kind))
-	o.Events.PolicyLoaded(o.Policy)
-	for _, d := range plan.Degraded {
-		o.Events.Degraded(d.Feature, d.Detail, d.OptIn)
-		o.Logger.Warn("running degraded", "sandbox", name, "feature", d.Feature, "detail", d.Detail, "opt_in", d.OptIn)
-	}
-
-	var cleanups []func() error
-	teardown := func(exitCode *int) {
-		for i := len(cleanups) - 1; i >= 0; i-- {
-			if err := cleanups[i](); err != nil {
-				o.Logger.Warn("teardown", "sandbox", name, "err", err)
-			}
-		}
-		if o.Keep {
-			store.Update(name, func(l *state.Labels) {
-				l.Status = state.StatusExited
-				l.ExitCode = exitCode
-				l.Exited = time.Now().UTC().Truncate(time.Second)
-			})
-			return
-		}
-		if err := store.Remove(name); err != nil {
-			o.Logger.Warn("remove state", "sandbox", name, "err", err)
-		}
-	}
-	code := ExitSandboxFailed
-	defer func() {
-		teardown(&code)
-		mark("teardown")
-	}()
-
 	// Memory and CPU limits of the bounded-tmpfs profile.
 	pids, mem, cpus := o.PidsLimit, o.Memory, o.CPUs
 	if o.Profile == ProfileBoundedTmpfs {
@@ -136,38 +91,53 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if pids <= 0 {
 		pids = DefaultPidsLimit
 	}
-	spec, err := BuildSpec(SpecInput{
-		Name: name, Kind: string(o.Kind), Args: o.Args, Env: o.Env, Workdir: workdir,
-		UID: uid, GID: gid, TTY: o.TTY, Hostname: name, PolicySHA: o.Policy.SHA256,
-		Compat: compatName(o.Policy.HardRequirement), Profile: o.Profile,
-		PidsLimit: pids, MemoryBytes: mem, CPUs: cpus,
-		HidePaths: []string{store.Root()},
-	})
+
+	store, err := state.Open(o.StateRoot)
 	if err != nil {
-		return failf("spec", err)
+		return failf("state", err)
 	}
-	if o.TTY {
-		// The command starts with the caller's window size.
-		if f, ok := o.Stdin.(*os.File); ok {
-			if ws, err := winsize(f); err == nil && ws.Row > 0 && ws.Col > 0 {
-				spec.Process.ConsoleSize = &specs.Box{Height: uint(ws.Row), Width: uint(ws.Col)}
+	// The state directory and the cgroup are independent: both are made
+	// at once, on the two CPUs a start-up has.
+	labels, cg, err := createStateAndCgroup(store, o, cgroup.Limits{Pids: pids, MemoryBytes: mem, CPUs: cpus})
+	if err != nil {
+		return failf(err.(*stageError).stage, err.(*stageError).err)
+	}
+	name := labels.Name
+	res.Name = name
+	mark("state+cgroup")
+
+	var cleanups []func() error
+	cleanups = append(cleanups, cg.Destroy)
+	teardown := func(exitCode *int) {
+		// The state directory goes while the cgroup and network are
+		// taken down; neither needs the other.
+		stateDone := make(chan struct{})
+		go func() {
+			defer close(stateDone)
+			if o.Keep {
+				store.Update(name, func(l *state.Labels) {
+					l.Status = state.StatusExited
+					l.ExitCode = exitCode
+					l.Exited = time.Now().UTC().Truncate(time.Second)
+				})
+				return
+			}
+			if err := store.Remove(name); err != nil {
+				o.Logger.Warn("remove state", "sandbox", name, "err", err)
+			}
+		}()
+		for i := len(cleanups) - 1; i >= 0; i-- {
+			if err := cleanups[i](); err != nil {
+				o.Logger.Warn("teardown", "sandbox", name, "err", err)
 			}
 		}
+		<-stateDone
 	}
-	icfg := &InitConfig{Spec: spec, Seccomp: plan.Seccomp, Timing: o.Logger.Enabled(ctx, slog.LevelDebug)}
-	if plan.Landlock {
-		icfg.Landlock = LandlockRules(o.Policy, workdir, o.Profile)
-	}
-	if o.Profile == ProfileBoundedTmpfs {
-		icfg.StorageCheck = BoundedStoragePath
-	}
-
-	cg, err := cgroup.New(name, cgroup.Limits{Pids: pids, MemoryBytes: mem, CPUs: cpus})
-	if err != nil {
-		return failf("cgroup", err)
-	}
-	cleanups = append(cleanups, cg.Destroy)
-	mark("cgroup")
+	code := ExitSandboxFailed
+	defer func() {
+		teardown(&code)
+		mark("teardown")
+	}()
 
 	ctl, initEnd, err := socketPair()
 	if err != nil {
@@ -199,12 +169,41 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		// no handle on the caller's terminal.
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, nil, o.Stderr
 	}
-	// The init starts inside the sandbox cgroup: no migration afterwards.
-	if err := cg.StartIn(cmd); err != nil {
+	// The init starts inside the sandbox cgroup (no migration afterwards)
+	// and boots while its configuration is put together here: a fresh
+	// process's start-up is the longest single step of a sandbox start.
+	startErr := make(chan error, 1)
+	go func() { startErr <- cg.StartIn(cmd) }()
+	joined := false
+	join := func() error {
+		joined = true
+		err := <-startErr
 		initEnd.Close()
-		return failf("init", fmt.Errorf("start %s: %w", exe, err))
+		return err
 	}
-	initEnd.Close()
+	cleanups = append(cleanups, func() error {
+		if !joined && join() == nil {
+			// Failed before the init got its configuration.
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+		return nil
+	})
+
+	o.Events.Created(name, string(labels.Kind))
+	o.Events.PolicyLoaded(o.Policy)
+	for _, d := range plan.Degraded {
+		o.Events.Degraded(d.Feature, d.Detail, d.OptIn)
+		o.Logger.Warn("running degraded", "sandbox", name, "feature", d.Feature, "detail", d.Detail, "opt_in", d.OptIn)
+	}
+	icfg, spec, err := initConfig(o, plan, name, workdir, uid, gid, pids, mem, cpus, store.Root())
+	if err != nil {
+		return failf("spec", err)
+	}
+
+	if serr := join(); serr != nil {
+		return failf("init", fmt.Errorf("start %s: %w", exe, serr))
+	}
 	initPID := cmd.Process.Pid
 	mark("init-started")
 	waited := false
@@ -254,10 +253,8 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	// beside its labels: for inspection, and for a later `exec` into the
 	// running sandbox, which must confine a new process identically.
 	if dir, err := store.Dir(name); err == nil {
-		if b, err := json.MarshalIndent(icfg, "", "  "); err == nil {
-			if err := fsutil.ReplaceFile(filepath.Join(dir, ConfigFile), append(b, '\n'), 0o600); err != nil {
-				o.Logger.Warn("write sandbox config", "sandbox", name, "err", err)
-			}
+		if err := fsutil.ReplaceFile(filepath.Join(dir, ConfigFile), EncodeConfig(icfg), 0o600); err != nil {
+			o.Logger.Warn("write sandbox config", "sandbox", name, "err", err)
 		}
 	}
 
@@ -355,6 +352,96 @@ func Run(ctx context.Context, o Options) (Result, error) {
 			return res, nil
 		}
 	}
+}
+
+// stageError is a creation failure and the stage it belongs to.
+type stageError struct {
+	stage string
+	err   error
+}
+
+func (e *stageError) Error() string { return e.stage + ": " + e.err.Error() }
+
+// createStateAndCgroup reserves the sandbox's name with its state
+// directory and creates its cgroup, concurrently. A generated name that
+// is taken (or whose cgroup exists) is drawn again; on any error nothing
+// is left behind.
+func createStateAndCgroup(store *state.Store, o Options, lim cgroup.Limits) (state.Labels, *cgroup.Group, error) {
+	name := o.Name
+	generated := name == ""
+	for attempt := 0; ; attempt++ {
+		if generated {
+			name = state.GenerateName()
+		} else if err := state.ValidateName(name); err != nil {
+			return state.Labels{}, nil, &stageError{"state", err}
+		}
+		type cgResult struct {
+			g   *cgroup.Group
+			err error
+		}
+		cgc := make(chan cgResult, 1)
+		go func() {
+			g, err := cgroup.New(name, lim)
+			cgc <- cgResult{g, err}
+		}()
+		labels, serr := store.Create(name, state.Labels{
+			Kind: o.Kind, Keep: o.Keep, AgentID: o.AgentID,
+			PolicySHA256: o.Policy.SHA256, PolicySource: o.Policy.Source,
+		})
+		cr := <-cgc
+		if serr == nil && cr.err == nil {
+			return labels, cr.g, nil
+		}
+		if serr == nil {
+			store.Remove(name)
+		}
+		if cr.err == nil {
+			cr.g.Destroy()
+		}
+		if generated && attempt < 8 && (errors.Is(serr, state.ErrNameTaken) || errors.Is(cr.err, cgroup.ErrExists)) {
+			continue
+		}
+		if serr != nil {
+			return state.Labels{}, nil, &stageError{"state", serr}
+		}
+		return state.Labels{}, nil, &stageError{"cgroup", cr.err}
+	}
+}
+
+// initConfig builds the sandbox's OCI spec and everything else the init
+// needs, including the compiled seccomp filter.
+func initConfig(o Options, plan Plan, name, workdir string, uid, gid uint32, pids, mem int64, cpus float64, stateRoot string) (*InitConfig, *specs.Spec, error) {
+	spec, err := BuildSpec(SpecInput{
+		Name: name, Kind: string(o.Kind), Args: o.Args, Env: o.Env, Workdir: workdir,
+		UID: uid, GID: gid, TTY: o.TTY, Hostname: name, PolicySHA: o.Policy.SHA256,
+		Compat: compatName(o.Policy.HardRequirement), Profile: o.Profile,
+		PidsLimit: pids, MemoryBytes: mem, CPUs: cpus,
+		HidePaths: []string{stateRoot},
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	if o.TTY {
+		// The command starts with the caller's window size.
+		if f, ok := o.Stdin.(*os.File); ok {
+			if ws, err := winsize(f); err == nil && ws.Row > 0 && ws.Col > 0 {
+				spec.Process.ConsoleSize = &specs.Box{Height: uint(ws.Row), Width: uint(ws.Col)}
+			}
+		}
+	}
+	icfg := &InitConfig{Spec: spec, Seccomp: plan.Seccomp, Timing: o.Logger.Enabled(context.Background(), slog.LevelDebug)}
+	if plan.Landlock {
+		icfg.Landlock = LandlockRules(o.Policy, workdir, o.Profile)
+	}
+	if o.Profile == ProfileBoundedTmpfs {
+		icfg.StorageCheck = BoundedStoragePath
+	}
+	if plan.Seccomp {
+		if icfg.SeccompFilter, icfg.SeccompRules, err = compileSeccomp(); err != nil {
+			return nil, nil, fmt.Errorf("seccomp: %w", err)
+		}
+	}
+	return icfg, spec, nil
 }
 
 func stderrOf(o Options) io.Writer {
@@ -499,12 +586,4 @@ func winsize(f *os.File) (*unix.Winsize, error) {
 		return nil, err
 	}
 	return ws, ierr
-}
-
-// warmEncoders marshals zero values of the types the supervisor encodes,
-// so encoding/json has built (and cached) their encoders before they are
-// needed.
-func warmEncoders() {
-	json.Marshal(Message{Config: &InitConfig{Spec: &specs.Spec{Process: &specs.Process{}, Linux: &specs.Linux{Resources: &specs.LinuxResources{}}, Root: &specs.Root{}}, Landlock: &landlock.Rules{}}})
-	warmEventEncoders()
 }

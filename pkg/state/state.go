@@ -296,7 +296,7 @@ func (s *Store) Create(name string, l Labels) (Labels, error) {
 			if generated && attempt < 8 {
 				continue
 			}
-			return Labels{}, fmt.Errorf("sandbox name %q is taken", name)
+			return Labels{}, nameTaken(name)
 		}
 		return Labels{}, fmt.Errorf("create sandbox state %s: %w", dir, err)
 	}
@@ -319,6 +319,14 @@ func writeLabels(dir string, l Labels) error {
 
 // ErrNotFound is wrapped by errors for sandboxes that do not exist.
 var ErrNotFound = fs.ErrNotExist
+
+// ErrNameTaken matches (errors.Is) Create's error for a name in use.
+var ErrNameTaken = errors.New("sandbox name is taken")
+
+type nameTaken string
+
+func (n nameTaken) Error() string        { return fmt.Sprintf("sandbox name %q is taken", string(n)) }
+func (n nameTaken) Is(target error) bool { return target == ErrNameTaken }
 
 // Get reads the labels of one sandbox. A sandbox that does not exist gives
 // an error satisfying errors.Is(err, ErrNotFound).
