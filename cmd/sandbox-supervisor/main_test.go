@@ -5,7 +5,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/palisade-sandbox/palisade/pkg/cgroup"
 	"github.com/palisade-sandbox/palisade/pkg/cli"
 	"github.com/palisade-sandbox/palisade/pkg/feature"
 	"github.com/palisade-sandbox/palisade/pkg/sandbox"
@@ -464,5 +467,29 @@ func TestBadPolicyFailsClosed(t *testing.T) {
 				t.Errorf("%v: error %q does not mention %q", c.args, err, w)
 			}
 		}
+	}
+}
+
+// A run whose policy does not load fails closed, and the cgroup and init
+// prestarted from its command line are gone with it.
+func TestBadPolicyRunLeavesNothing(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.RequireFeature(t, "cgroup")
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	os.WriteFile(bad, []byte("version: 1\nsurprise: true\n"), 0o600)
+	st := t.TempDir()
+	name := testutil.UniqueName("bp-")
+	var errb strings.Builder
+	err := run(context.Background(), []string{"run", "--policy", bad, "--name", name, "--state-dir", st, "--workdir", dir, "--", "/bin/true"},
+		strings.NewReader(""), io.Discard, &errb)
+	if cli.Code(err) != 125 || !strings.Contains(err.Error(), "surprise") {
+		t.Fatalf("exit %d (%v), want 125 naming the bad key", cli.Code(err), err)
+	}
+	if _, err := cgroup.Open(name); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("cgroup %s after a failed run: Open = %v, want not-exist", name, err)
+	}
+	if ents, _ := os.ReadDir(st); len(ents) != 0 {
+		t.Fatalf("state left behind: %v", ents)
 	}
 }

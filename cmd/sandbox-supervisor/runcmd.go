@@ -195,6 +195,18 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	sandboxFailed := func(err error) error {
 		return cli.WithCode(sandbox.ExitSandboxFailed, fmt.Errorf("sandbox not created: %w", err))
 	}
+	var pre *sandbox.Prestarted
+	if !specOnly {
+		// The sandbox's cgroup and init depend only on the command line:
+		// the init boots while the policy is loaded and checked below.
+		// Run takes it, or it is killed on the way out.
+		mem, _ := parseSize(f.memory)
+		pre = sandbox.Prestart(sandbox.PrestartOptions{
+			Name: f.name, Profile: f.profile, PidsLimit: f.pids, Memory: mem, CPUs: f.cpus,
+			TTY: f.tty, Stdin: stdin, Stdout: stdout, Stderr: stderr,
+		})
+		defer pre.Abort()
+	}
 	resolved, err := policy.Resolve(policy.ResolveOptions{Flag: f.policy})
 	if err != nil {
 		return sandboxFailed(fmt.Errorf("policy: %w", err))
@@ -281,7 +293,7 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		Workdir: workdir, TTY: f.tty, Keep: f.keep, StateRoot: f.stateDir, Policy: pinfo,
 		Profile: f.profile, PidsLimit: f.pids, Memory: mem, CPUs: f.cpus,
 		AllowDegraded: f.allowDegraded, Required: cli.Truthy(os.Getenv("MAC_OPENSHELL_REQUIRED")),
-		Probe: probe, Events: events, Logger: logger, Network: network,
+		Probe: probe, Events: events, Logger: logger, Network: network, Prestarted: pre,
 		Stdin: stdin, Stdout: stdout, Stderr: stderr,
 	})
 	if events.Lost > 0 {

@@ -757,7 +757,9 @@ func (g *Group) Kill() error {
 			case killCgroup:
 				err = writeFile(filepath.Join(g.hier(Unified).dir, "cgroup.kill"), "1")
 				if errors.Is(err, fs.ErrNotExist) {
-					return nil
+					// The unified group is gone (Destroy removed it
+					// empty) but a process is left elsewhere.
+					err = signalAll(pids, self)
 				}
 			case killFreeze:
 				err = g.freezeAndSignal(self, deadline)
@@ -851,12 +853,27 @@ func signalAll(pids []int, self int) error {
 // empty and removes its directory in every hierarchy. Destroying a group
 // that is already gone succeeds.
 func (g *Group) Destroy() error {
+	g.Close()
+	// Fast path, the normal end of a sandbox: every process has exited,
+	// so each group is empty and childless and rmdir succeeds at once,
+	// with nothing to read or kill. rmdir refuses (EBUSY) a group that
+	// still has a process or a child group; then the slow path kills and
+	// removes whatever is left.
+	left := g.hiers[:0:0]
+	for _, h := range g.hiers {
+		if err := unix.Rmdir(h.dir); err != nil && err != unix.ENOENT {
+			left = append(left, h)
+		}
+	}
+	if len(left) == 0 {
+		return nil
+	}
 	if err := g.Kill(); err != nil {
 		return err
 	}
 	g.Close()
 	var errs []error
-	for _, h := range g.hiers {
+	for _, h := range left {
 		if err := removeTree(h.dir); err != nil {
 			errs = append(errs, fmt.Errorf("cgroup: remove %s: %w", h.dir, err))
 		}

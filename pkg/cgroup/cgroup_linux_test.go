@@ -618,3 +618,35 @@ func TestNestedGroups(t *testing.T) {
 		t.Fatalf("Procs after Destroy = %v, %v", procs, err)
 	}
 }
+
+// Destroy's fast path removes empty groups without reading or killing
+// anything; a process left in only some hierarchies (here: moved out of
+// the unified group by root, so that group empties and goes first) is
+// still killed, and every group still goes.
+func TestDestroyKillsWhatTheFastPathLeaves(t *testing.T) {
+	g := newTestGroup(t, Limits{}, false)
+	uni := g.hier(Unified)
+	if uni == nil || len(g.hiers) < 2 {
+		t.Skip("needs a unified hierarchy beside v1 ones (a hybrid host)")
+	}
+	c, done := startCmd(t, "sleep", "30")
+	if err := g.AddPID(c.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeFile(filepath.Join(uni.mount, "cgroup.procs"), strconv.Itoa(c.Process.Pid)); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a process left in the v1 groups survived Destroy")
+	}
+	for _, h := range g.hiers {
+		if exists(h.dir) {
+			t.Errorf("%s survived Destroy", h.dir)
+		}
+	}
+}

@@ -42,10 +42,14 @@ type Options struct {
 	Required      bool // MAC_OPENSHELL_REQUIRED
 
 	InitExe string // the supervisor binary to re-execute ("" = /proc/self/exe)
-	Probe   Prober // nil = real kernel probes
-	Network NetworkAttacher
-	Events  Events
-	Logger  *slog.Logger
+	// Prestarted, when set, holds a cgroup and init started (Prestart)
+	// from the same command line before the policy was loaded; Run takes
+	// them when they fit and aborts them otherwise.
+	Prestarted *Prestarted
+	Probe      Prober // nil = real kernel probes
+	Network    NetworkAttacher
+	Events     Events
+	Logger     *slog.Logger
 
 	Stdin          io.Reader
 	Stdout, Stderr io.Writer
@@ -56,4 +60,19 @@ type Result struct {
 	Name     string
 	ExitCode int // the command's status, 128+N for signal N, 125/126/127
 	Signal   int
+}
+
+// PrestartOptions are what the init's start depends on: all known from
+// the command line, before the policy is loaded.
+type PrestartOptions struct {
+	Name      string // "" generates sbx-<hex>
+	Profile   string
+	PidsLimit int64
+	Memory    int64
+	CPUs      float64
+	TTY       bool
+	InitExe   string
+
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
 }

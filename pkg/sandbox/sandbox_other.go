@@ -26,3 +26,12 @@ func Collect(l state.Labels) error { return fmt.Errorf("sandbox: %w", feature.Er
 
 // RegisterCollector does nothing on this platform.
 func RegisterCollector(fn func(state.Labels) error) {}
+
+// Prestarted is empty on this platform.
+type Prestarted struct{}
+
+// Prestart does nothing on this platform.
+func Prestart(PrestartOptions) *Prestarted { return nil }
+
+// Abort does nothing on this platform.
+func (p *Prestarted) Abort() {}

@@ -9,7 +9,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"sync"
@@ -37,6 +36,9 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	res := Result{Name: o.Name, ExitCode: ExitSandboxFailed}
+	// A prestarted init that this run does not take (it failed before, or
+	// it does not fit) is killed and its cgroup removed.
+	defer o.Prestarted.Abort()
 	t0 := time.Now()
 	// Building encoding/json's encoders for the event types costs ~1 ms
 	// of CPU on first use; when events are written, do it on the other CPU
@@ -80,27 +82,35 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		return failf("profile", fmt.Errorf("--profile %q: want default or bounded-tmpfs", o.Profile))
 	}
 
-	// Memory and CPU limits of the bounded-tmpfs profile.
-	pids, mem, cpus := o.PidsLimit, o.Memory, o.CPUs
-	if o.Profile == ProfileBoundedTmpfs {
-		if mem != 0 || cpus != 0 {
-			return failf("profile", errors.New("--cpus/--memory cannot be combined with --profile bounded-tmpfs"))
-		}
-		mem, cpus = BoundedMemory, BoundedCPUs
+	lim, err := sandboxLimits(o.Profile, o.PidsLimit, o.Memory, o.CPUs)
+	if err != nil {
+		return failf("profile", err)
 	}
-	if pids <= 0 {
-		pids = DefaultPidsLimit
-	}
+	pids, mem, cpus := lim.Pids, lim.MemoryBytes, lim.CPUs
 
 	store, err := state.Open(o.StateRoot)
 	if err != nil {
 		return failf("state", err)
 	}
-	// The state directory and the cgroup are independent: both are made
-	// at once, on the two CPUs a start-up has.
-	labels, cg, err := createStateAndCgroup(store, o, cgroup.Limits{Pids: pids, MemoryBytes: mem, CPUs: cpus})
-	if err != nil {
-		return failf(err.(*stageError).stage, err.(*stageError).err)
+	var labels state.Labels
+	var cg *cgroup.Group
+	var ip *initProc
+	if pname, pcg, pinit, ok := o.Prestarted.take(o, lim); ok {
+		// The cgroup exists and the init has been booting since the
+		// command line was parsed.
+		cg, ip = pcg, pinit
+		if labels, err = store.Create(pname, newLabels(o)); err != nil {
+			ip.kill()
+			cg.Destroy()
+			return failf("state", err)
+		}
+	} else {
+		// The state directory and the cgroup are independent: both are
+		// made at once, on the two CPUs a start-up has.
+		labels, cg, err = createStateAndCgroup(store, o, lim)
+		if err != nil {
+			return failf(err.(*stageError).stage, err.(*stageError).err)
+		}
 	}
 	name := labels.Name
 	res.Name = name
@@ -139,53 +149,18 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		mark("teardown")
 	}()
 
-	ctl, initEnd, err := socketPair()
-	if err != nil {
-		return failf("init", err)
+	if ip == nil {
+		// The init boots while its configuration is put together here.
+		if ip, err = startInit(cg, o.InitExe, o.TTY, o.Stdin, o.Stdout, o.Stderr); err != nil {
+			return failf("init", err)
+		}
 	}
+	ctl, cmd := ip.ctl, ip.cmd
 	defer ctl.close()
-	exe := o.InitExe
-	if exe == "" {
-		exe = "/proc/self/exe"
-	}
-	cmd := &exec.Cmd{
-		Path: exe,
-		Args: []string{"palisade-init", InitCommand},
-		// The init needs no parallelism; one P starts measurably faster.
-		Env:        []string{"GOMAXPROCS=1"},
-		Stdin:      o.Stdin,
-		Stdout:     o.Stdout,
-		Stderr:     o.Stderr,
-		ExtraFiles: []*os.File{initEnd},
-		SysProcAttr: &syscall.SysProcAttr{
-			Cloneflags: unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWNET,
-			// The init, and with it the whole PID namespace, dies with
-			// the supervisor.
-			Pdeathsig: unix.SIGKILL,
-		},
-	}
-	if o.TTY {
-		// The command's terminal is the sandbox's own PTY; the init keeps
-		// no handle on the caller's terminal.
-		cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, nil, o.Stderr
-	}
-	// The init starts inside the sandbox cgroup (no migration afterwards)
-	// and boots while its configuration is put together here: a fresh
-	// process's start-up is the longest single step of a sandbox start.
-	startErr := make(chan error, 1)
-	go func() { startErr <- cg.StartIn(cmd) }()
-	joined := false
-	join := func() error {
-		joined = true
-		err := <-startErr
-		initEnd.Close()
-		return err
-	}
 	cleanups = append(cleanups, func() error {
-		if !joined && join() == nil {
+		if !ip.joined {
 			// Failed before the init got its configuration.
-			cmd.Process.Kill()
-			cmd.Wait()
+			ip.kill()
 		}
 		return nil
 	})
@@ -201,8 +176,8 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		return failf("spec", err)
 	}
 
-	if serr := join(); serr != nil {
-		return failf("init", fmt.Errorf("start %s: %w", exe, serr))
+	if err := ip.join(); err != nil {
+		return failf("init", err)
 	}
 	initPID := cmd.Process.Pid
 	mark("init-started")
@@ -384,10 +359,7 @@ func createStateAndCgroup(store *state.Store, o Options, lim cgroup.Limits) (sta
 			g, err := cgroup.New(name, lim)
 			cgc <- cgResult{g, err}
 		}()
-		labels, serr := store.Create(name, state.Labels{
-			Kind: o.Kind, Keep: o.Keep, AgentID: o.AgentID,
-			PolicySHA256: o.Policy.SHA256, PolicySource: o.Policy.Source,
-		})
+		labels, serr := store.Create(name, newLabels(o))
 		cr := <-cgc
 		if serr == nil && cr.err == nil {
 			return labels, cr.g, nil
@@ -405,6 +377,14 @@ func createStateAndCgroup(store *state.Store, o Options, lim cgroup.Limits) (sta
 			return state.Labels{}, nil, &stageError{"state", serr}
 		}
 		return state.Labels{}, nil, &stageError{"cgroup", cr.err}
+	}
+}
+
+// newLabels are the labels a sandbox's state starts with.
+func newLabels(o Options) state.Labels {
+	return state.Labels{
+		Kind: o.Kind, Keep: o.Keep, AgentID: o.AgentID,
+		PolicySHA256: o.Policy.SHA256, PolicySource: o.Policy.Source,
 	}
 }
 

@@ -1,0 +1,192 @@
+//go:build linux
+
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/palisade-sandbox/palisade/pkg/cgroup"
+	"github.com/palisade-sandbox/palisade/pkg/state"
+)
+
+// An initProc is the sandbox's init being started: the re-executed
+// supervisor binary in new mount, PID, IPC, UTS and network namespaces,
+// inside the sandbox cgroup, holding the other end of the control socket.
+// It does nothing until the supervisor sends its configuration.
+type initProc struct {
+	cmd      *exec.Cmd
+	ctl      *channel
+	initEnd  *os.File
+	startErr chan error
+	joined   bool
+	err      error // the start's result, once joined
+}
+
+// startInit starts the init in cg without waiting for the exec to finish:
+// the caller joins it once it has the configuration ready.
+func startInit(cg *cgroup.Group, exe string, tty bool, stdin io.Reader, stdout, stderr io.Writer) (*initProc, error) {
+	ctl, initEnd, err := socketPair()
+	if err != nil {
+		return nil, err
+	}
+	if exe == "" {
+		exe = "/proc/self/exe"
+	}
+	cmd := &exec.Cmd{
+		Path: exe,
+		Args: []string{"palisade-init", InitCommand},
+		// The init needs no parallelism; one P starts measurably faster.
+		Env:        []string{"GOMAXPROCS=1"},
+		Stdin:      stdin,
+		Stdout:     stdout,
+		Stderr:     stderr,
+		ExtraFiles: []*os.File{initEnd},
+		SysProcAttr: &syscall.SysProcAttr{
+			Cloneflags: unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWNET,
+			// The init, and with it the whole PID namespace, dies with
+			// the supervisor.
+			Pdeathsig: unix.SIGKILL,
+		},
+	}
+	if tty {
+		// The command's terminal is the sandbox's own PTY; the init keeps
+		// no handle on the caller's terminal.
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, nil, stderr
+	}
+	p := &initProc{cmd: cmd, ctl: ctl, initEnd: initEnd, startErr: make(chan error, 1)}
+	// The init starts inside the sandbox cgroup (no migration afterwards).
+	go func() { p.startErr <- cg.StartIn(cmd) }()
+	return p, nil
+}
+
+// join waits for the start to finish and returns its error.
+func (p *initProc) join() error {
+	if !p.joined {
+		p.joined = true
+		p.err = <-p.startErr
+		p.initEnd.Close()
+		if p.err != nil {
+			p.err = fmt.Errorf("start %s: %w", p.cmd.Path, p.err)
+		}
+	}
+	return p.err
+}
+
+// kill ends an init that never got its configuration and reaps it.
+func (p *initProc) kill() {
+	if p.join() == nil {
+		p.cmd.Process.Kill()
+		p.cmd.Wait()
+	}
+	p.ctl.close()
+}
+
+// Prestarted is a sandbox cgroup and init started before the policy was
+// loaded, handed to Run through Options.Prestarted. A fresh process's
+// start-up (the Go runtime) is the longest single step of a sandbox start;
+// a prestarted init boots while the supervisor loads the policy, runs the
+// preflight and records the sandbox. Nothing runs in it until Run sends a
+// configuration: if the preflight or anything else fails, Abort kills it
+// and removes the cgroup, and the run fails as it would have anyway.
+type Prestarted struct {
+	mu     sync.Mutex
+	opts   PrestartOptions
+	limits cgroup.Limits
+	name   string
+	cg     *cgroup.Group
+	init   *initProc
+	err    error // why nothing was prestarted (Run then starts normally)
+	done   bool  // taken by Run or aborted
+}
+
+// Prestart creates the sandbox's cgroup and starts its init. It never
+// fails outright: when it cannot prestart (bad limits, a taken name, a
+// missing cgroup controller, not root) Run creates the sandbox the normal
+// way, after its preflight, and reports the problem there.
+func Prestart(o PrestartOptions) *Prestarted {
+	p := &Prestarted{opts: o}
+	p.limits, p.err = sandboxLimits(o.Profile, o.PidsLimit, o.Memory, o.CPUs)
+	if p.err != nil {
+		return p
+	}
+	p.name = o.Name
+	if p.name == "" {
+		p.name = state.GenerateName()
+	} else if p.err = state.ValidateName(p.name); p.err != nil {
+		return p
+	}
+	if p.cg, p.err = cgroup.New(p.name, p.limits); p.err != nil {
+		return p
+	}
+	if p.init, p.err = startInit(p.cg, o.InitExe, o.TTY, o.Stdin, o.Stdout, o.Stderr); p.err != nil {
+		p.cg.Destroy()
+		p.cg = nil
+	}
+	return p
+}
+
+// take hands the prestarted cgroup and init to Run when they fit o.
+func (p *Prestarted) take(o Options, lim cgroup.Limits) (string, *cgroup.Group, *initProc, bool) {
+	if p == nil {
+		return "", nil, nil, false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	fits := p.err == nil && !p.done && p.limits == lim && p.opts.TTY == o.TTY &&
+		p.opts.InitExe == o.InitExe && (o.Name == "" || o.Name == p.name) &&
+		p.opts.Stdin == o.Stdin && p.opts.Stdout == o.Stdout && p.opts.Stderr == o.Stderr
+	if !fits {
+		p.abortLocked()
+		return "", nil, nil, false
+	}
+	p.done = true
+	return p.name, p.cg, p.init, true
+}
+
+// Abort kills a prestarted init that Run did not take and removes its
+// cgroup. It is safe to call more than once, and after Run.
+func (p *Prestarted) Abort() {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.abortLocked()
+}
+
+func (p *Prestarted) abortLocked() {
+	if p.done {
+		return
+	}
+	p.done = true
+	if p.init != nil {
+		p.init.kill()
+	}
+	if p.cg != nil {
+		p.cg.Destroy()
+	}
+}
+
+// sandboxLimits are the cgroup limits of a run: the bounded-tmpfs
+// profile's CPUs and memory (never together with explicit ones), and the
+// pids limit (DefaultPidsLimit when unset).
+func sandboxLimits(profile string, pids, mem int64, cpus float64) (cgroup.Limits, error) {
+	if profile == ProfileBoundedTmpfs {
+		if mem != 0 || cpus != 0 {
+			return cgroup.Limits{}, errors.New("--cpus/--memory cannot be combined with --profile bounded-tmpfs")
+		}
+		mem, cpus = BoundedMemory, BoundedCPUs
+	}
+	if pids <= 0 {
+		pids = DefaultPidsLimit
+	}
+	return cgroup.Limits{Pids: pids, MemoryBytes: mem, CPUs: cpus}, nil
+}
