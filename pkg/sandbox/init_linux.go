@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"runtime"
@@ -273,15 +272,15 @@ func spawnConfined(cfg *InitConfig, path string, stdio [3]*os.File, tty bool, co
 				}
 				conf.SeccompRules = cfg.SeccompRules
 			}
-			cmd := &exec.Cmd{
-				Path:   path,
-				Args:   s.Process.Args,
-				Env:    s.Process.Env,
-				Dir:    s.Process.Cwd,
-				Stdin:  stdio[0],
-				Stdout: stdio[1],
-				Stderr: stdio[2],
-				SysProcAttr: &syscall.SysProcAttr{
+			// syscall.ForkExec, not os/exec: the command is reaped by the
+			// init's wait4 loop, so it needs no pidfd, and os's one-time
+			// pidfd check (a test fork) would sit on every start's
+			// critical path.
+			pid, err := syscall.ForkExec(path, s.Process.Args, &syscall.ProcAttr{
+				Dir:   s.Process.Cwd,
+				Env:   s.Process.Env,
+				Files: []uintptr{stdio[0].Fd(), stdio[1].Fd(), stdio[2].Fd()},
+				Sys: &syscall.SysProcAttr{
 					Credential: &syscall.Credential{Uid: s.Process.User.UID, Gid: s.Process.User.GID, Groups: []uint32{}},
 					// A new session: no controlling terminal to inject into,
 					// unless the sandbox's own PTY becomes it.
@@ -289,8 +288,8 @@ func spawnConfined(cfg *InitConfig, path string, stdio [3]*os.File, tty bool, co
 					Setctty: tty,
 					Ctty:    0,
 				},
-			}
-			if err := cmd.Start(); err != nil {
+			})
+			if err != nil {
 				code := ExitSandboxFailed
 				switch {
 				case errors.Is(err, unix.ENOENT):
@@ -298,10 +297,8 @@ func spawnConfined(cfg *InitConfig, path string, stdio [3]*os.File, tty bool, co
 				case errors.Is(err, unix.EACCES), errors.Is(err, unix.ENOEXEC), errors.Is(err, unix.EPERM):
 					code = ExitNotExecutable
 				}
-				return 0, fail("exec", code, err)
+				return 0, fail("exec", code, &os.PathError{Op: "fork/exec", Path: path, Err: err})
 			}
-			pid := cmd.Process.Pid
-			cmd.Process.Release() // reaped by the init's wait4 loop
 			return pid, nil
 		}()
 		rc <- result{pid, err}
