@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"reflect"
 	"sync"
 	"syscall"
 
@@ -147,13 +148,23 @@ func (p *Prestarted) take(o Options, lim cgroup.Limits) (string, *cgroup.Group, 
 	defer p.mu.Unlock()
 	fits := p.err == nil && !p.done && p.limits == lim && p.opts.TTY == o.TTY &&
 		p.opts.InitExe == o.InitExe && (o.Name == "" || o.Name == p.name) &&
-		p.opts.Stdin == o.Stdin && p.opts.Stdout == o.Stdout && p.opts.Stderr == o.Stderr
+		same(p.opts.Stdin, o.Stdin) && same(p.opts.Stdout, o.Stdout) && same(p.opts.Stderr, o.Stderr)
 	if !fits {
 		p.abortLocked()
 		return "", nil, nil, false
 	}
 	p.done = true
 	return p.name, p.cg, p.init, true
+}
+
+// same reports whether two stdio values are the same stream. Values of an
+// uncomparable type (which == would panic on) never are.
+func same(a, b any) bool {
+	if a == nil || b == nil {
+		return a == nil && b == nil
+	}
+	ta, tb := reflect.TypeOf(a), reflect.TypeOf(b)
+	return ta == tb && ta.Comparable() && a == b
 }
 
 // Abort kills a prestarted init that Run did not take and removes its

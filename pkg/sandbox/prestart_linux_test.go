@@ -136,3 +136,28 @@ func TestPrestartAbort(t *testing.T) {
 	var nilp *Prestarted
 	nilp.Abort()
 }
+
+// valueWriter is an io.Writer of an uncomparable type (== would panic).
+type valueWriter struct{ b []byte }
+
+func (valueWriter) Write(p []byte) (int, error) { return len(p), nil }
+
+func TestSameStream(t *testing.T) {
+	var a, b bytes.Buffer
+	for _, c := range []struct {
+		x, y any
+		want bool
+	}{
+		{&a, &a, true},
+		{&a, &b, false},
+		{nil, nil, true},
+		{&a, nil, false},
+		{os.Stdout, os.Stdout, true},
+		{os.Stdout, os.Stderr, false},
+		{valueWriter{}, valueWriter{}, false},
+	} {
+		if got := same(c.x, c.y); got != c.want {
+			t.Errorf("same(%T, %T) = %v, want %v", c.x, c.y, got, c.want)
+		}
+	}
+}
