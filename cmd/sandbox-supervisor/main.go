@@ -46,7 +46,7 @@ Commands:
   run [flags] -- CMD [ARG...]   create a sandbox from the resolved policy and run CMD in it
   spec [run flags] -- CMD       print the OCI config.json run would use, without running
   list [--json]                 list sandboxes in the state directory
-  status NAME [--json]          show one sandbox's labels
+  status NAME [--json|--config] show one sandbox's labels, or its configuration as JSON
   gc [--apply] [--stale-after DUR] [--json]
                                 collect orphaned sandboxes (dry run unless --apply)
   preflight [--json]            probe the kernel features confinement needs
