@@ -493,3 +493,59 @@ func TestBadPolicyRunLeavesNothing(t *testing.T) {
 		t.Fatalf("state left behind: %v", ents)
 	}
 }
+
+// A supervisor killed after it prestarted the init but before it read its
+// policy (held here by a FIFO that is never written) leaves no process;
+// its state directory exists, so gc finds the sandbox and removes the
+// cgroup with it.
+func TestSIGKILLDuringPrestartIsCollected(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.RequireFeature(t, "cgroup:pids")
+	bin := testutil.Binary(t, "sandbox-supervisor")
+	wd, st := sandboxDirs(t)
+	fifo := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	name := testutil.UniqueName("pre-")
+	cmd := exec.Command(bin, "run", "--policy", fifo, "--state-dir", st, "--workdir", wd, "--name", name, "--", "/bin/true")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	procsFile := "/sys/fs/cgroup/pids/palisade/" + name + "/cgroup.procs"
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		// The prestarted init is in its cgroup while the supervisor
+		// waits for the policy.
+		if b, err := os.ReadFile(procsFile); err == nil && len(strings.Fields(string(b))) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no prestarted init appeared")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := os.Stat(filepath.Join(st, name)); err != nil {
+		t.Fatalf("prestarted sandbox without a state directory: %v", err)
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	for {
+		b, _ := os.ReadFile(procsFile)
+		if len(strings.TrimSpace(string(b))) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the prestarted init survived the supervisor: %q", b)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	out, _, err := runCLI(t, "gc", "--state-dir", st, "--stale-after", "1ns", "--apply")
+	if err != nil || !strings.Contains(out, "removed "+name) {
+		t.Fatalf("gc --apply: %v\n%s", err, out)
+	}
+	if _, err := os.Stat("/sys/fs/cgroup/pids/palisade/" + name); !os.IsNotExist(err) {
+		t.Fatalf("cgroup left after gc: %v", err)
+	}
+}

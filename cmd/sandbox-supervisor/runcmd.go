@@ -202,7 +202,7 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		// Run takes it, or it is killed on the way out.
 		mem, _ := parseSize(f.memory)
 		pre = sandbox.Prestart(sandbox.PrestartOptions{
-			Name: f.name, Profile: f.profile, PidsLimit: f.pids, Memory: mem, CPUs: f.cpus,
+			Name: f.name, StateRoot: f.stateDir, Profile: f.profile, PidsLimit: f.pids, Memory: mem, CPUs: f.cpus,
 			TTY: f.tty, Stdin: stdin, Stdout: stdout, Stderr: stderr,
 		})
 		defer pre.Abort()

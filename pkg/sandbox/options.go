@@ -66,6 +66,7 @@ type Result struct {
 // the command line, before the policy is loaded.
 type PrestartOptions struct {
 	Name      string // "" generates sbx-<hex>
+	StateRoot string // where the sandbox's state directory is reserved
 	Profile   string
 	PidsLimit int64
 	Memory    int64

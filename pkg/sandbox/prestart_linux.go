@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"reflect"
 	"sync"
 	"syscall"
@@ -102,6 +103,7 @@ type Prestarted struct {
 	opts   PrestartOptions
 	limits cgroup.Limits
 	name   string
+	store  *state.Store
 	cg     *cgroup.Group
 	init   *initProc
 	err    error // why nothing was prestarted (Run then starts normally)
@@ -123,18 +125,22 @@ func Prestart(o PrestartOptions) *Prestarted {
 	if p.err != nil {
 		return p
 	}
-	p.name = o.Name
-	if p.name == "" {
-		p.name = state.GenerateName()
-	} else if p.err = state.ValidateName(p.name); p.err != nil {
+	// The state directory comes first: whatever is made for a sandbox
+	// afterwards has a state directory for gc to find.
+	if p.store, p.err = state.Open(o.StateRoot); p.err != nil {
+		return p
+	}
+	if p.name, p.err = p.store.Reserve(o.Name); p.err != nil {
 		return p
 	}
 	if p.cg, p.err = cgroup.New(p.name, p.limits); p.err != nil {
+		p.store.Remove(p.name)
 		return p
 	}
 	if p.init, p.err = startInit(p.cg, o.InitExe, o.TTY, o.Stdin, o.Stdout, o.Stderr); p.err != nil {
 		p.cg.Destroy()
 		p.cg = nil
+		p.store.Remove(p.name)
 	}
 	return p
 }
@@ -147,6 +153,7 @@ func (p *Prestarted) take(o Options, lim cgroup.Limits) (string, *cgroup.Group, 
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	fits := p.err == nil && !p.done && p.limits == lim && p.opts.TTY == o.TTY &&
+		p.store.Root() == stateRoot(o.StateRoot) &&
 		p.opts.InitExe == o.InitExe && (o.Name == "" || o.Name == p.name) &&
 		same(p.opts.Stdin, o.Stdin) && same(p.opts.Stdout, o.Stdout) && same(p.opts.Stderr, o.Stderr)
 	if !fits {
@@ -155,6 +162,14 @@ func (p *Prestarted) take(o Options, lim cgroup.Limits) (string, *cgroup.Group, 
 	}
 	p.done = true
 	return p.name, p.cg, p.init, true
+}
+
+// stateRoot is the directory state.Open uses for root.
+func stateRoot(root string) string {
+	if root == "" {
+		return state.DefaultRoot
+	}
+	return filepath.Clean(root)
 }
 
 // same reports whether two stdio values are the same stream. Values of an
@@ -188,6 +203,9 @@ func (p *Prestarted) abortLocked() {
 	}
 	if p.cg != nil {
 		p.cg.Destroy()
+	}
+	if p.err == nil {
+		p.store.Remove(p.name)
 	}
 }
 

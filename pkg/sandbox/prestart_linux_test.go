@@ -19,7 +19,7 @@ import (
 // prestart starts a cgroup and init for o, with o's stdio.
 func prestart(t *testing.T, o Options, pids int64) *Prestarted {
 	t.Helper()
-	p := Prestart(PrestartOptions{Name: o.Name, PidsLimit: pids, TTY: o.TTY, InitExe: o.InitExe,
+	p := Prestart(PrestartOptions{Name: o.Name, StateRoot: o.StateRoot, PidsLimit: pids, TTY: o.TTY, InitExe: o.InitExe,
 		Stdin: o.Stdin, Stdout: o.Stdout, Stderr: o.Stderr})
 	if p.err != nil {
 		t.Fatalf("Prestart: %v", p.err)
@@ -40,7 +40,12 @@ func assertGone(t *testing.T, p *Prestarted) {
 	if _, err := cgroup.Open(p.name); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("cgroup %s of the prestarted init: Open = %v, want not-exist", p.name, err)
 	}
+	if dir, _ := p.store.Dir(p.name); exists(dir) {
+		t.Errorf("state directory %s of the prestarted init survived", dir)
+	}
 }
+
+func exists(p string) bool { _, err := os.Stat(p); return err == nil }
 
 func stdio(o *Options) (*bytes.Buffer, *bytes.Buffer) {
 	var out, errb bytes.Buffer
@@ -115,6 +120,14 @@ func TestPrestartAbort(t *testing.T) {
 	o := f.options([]string{"true"}, nil)
 	stdio(&o)
 	p := prestart(t, o, 0)
+	// Before anything else exists, the state directory does: a crash
+	// now leaves something gc can find.
+	if dir, _ := p.store.Dir(p.name); !exists(dir) {
+		t.Fatalf("prestart made no state directory %s", dir)
+	}
+	if _, err := cgroup.Open(p.name); err != nil {
+		t.Fatalf("prestart made no cgroup: %v", err)
+	}
 	done := make(chan struct{})
 	go func() {
 		p.Abort()

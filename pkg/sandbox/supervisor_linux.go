@@ -96,12 +96,13 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	var cg *cgroup.Group
 	var ip *initProc
 	if pname, pcg, pinit, ok := o.Prestarted.take(o, lim); ok {
-		// The cgroup exists and the init has been booting since the
-		// command line was parsed.
+		// The state directory is reserved, the cgroup exists and the
+		// init has been booting since the command line was parsed.
 		cg, ip = pcg, pinit
-		if labels, err = store.Create(pname, newLabels(o)); err != nil {
+		if labels, err = store.Fill(pname, newLabels(o)); err != nil {
 			ip.kill()
 			cg.Destroy()
+			store.Remove(pname)
 			return failf("state", err)
 		}
 	} else {
@@ -355,16 +356,14 @@ type stageError struct {
 func (e *stageError) Error() string { return e.stage + ": " + e.err.Error() }
 
 // createStateAndCgroup reserves the sandbox's name with its state
-// directory and creates its cgroup, concurrently. A generated name that
-// is taken (or whose cgroup exists) is drawn again; on any error nothing
-// is left behind.
+// directory, then writes its labels and creates its cgroup concurrently.
+// The state directory always exists before the cgroup, so gc can find
+// whatever a crash leaves. A generated name whose cgroup exists (a
+// leftover) is drawn again; on any error nothing is left behind.
 func createStateAndCgroup(store *state.Store, o Options, lim cgroup.Limits) (state.Labels, *cgroup.Group, error) {
-	name := o.Name
-	generated := name == ""
 	for attempt := 0; ; attempt++ {
-		if generated {
-			name = state.GenerateName()
-		} else if err := state.ValidateName(name); err != nil {
+		name, err := store.Reserve(o.Name)
+		if err != nil {
 			return state.Labels{}, nil, &stageError{"state", err}
 		}
 		type cgResult struct {
@@ -376,22 +375,20 @@ func createStateAndCgroup(store *state.Store, o Options, lim cgroup.Limits) (sta
 			g, err := cgroup.New(name, lim)
 			cgc <- cgResult{g, err}
 		}()
-		labels, serr := store.Create(name, newLabels(o))
+		labels, serr := store.Fill(name, newLabels(o))
 		cr := <-cgc
 		if serr == nil && cr.err == nil {
 			return labels, cr.g, nil
 		}
-		if serr == nil {
-			store.Remove(name)
-		}
 		if cr.err == nil {
 			cr.g.Destroy()
 		}
-		if generated && attempt < 8 && (errors.Is(serr, state.ErrNameTaken) || errors.Is(cr.err, cgroup.ErrExists)) {
-			continue
-		}
+		store.Remove(name)
 		if serr != nil {
 			return state.Labels{}, nil, &stageError{"state", serr}
+		}
+		if o.Name == "" && attempt < 8 && errors.Is(cr.err, cgroup.ErrExists) {
+			continue
 		}
 		return state.Labels{}, nil, &stageError{"cgroup", cr.err}
 	}

@@ -249,17 +249,76 @@ func (s *Store) Dir(name string) (string, error) {
 // Created (now, UTC). Status starts as "created". A taken name is an error
 // ("sandbox name %q is taken"); on any error nothing is left behind.
 func (s *Store) Create(name string, l Labels) (Labels, error) {
+	if err := s.fillDefaults(&l); err != nil {
+		return Labels{}, err
+	}
+	name, err := s.Reserve(name)
+	if err != nil {
+		return Labels{}, err
+	}
+	l, err = s.Fill(name, l)
+	if err != nil {
+		os.RemoveAll(filepath.Join(s.root, name))
+		return Labels{}, err
+	}
+	return l, nil
+}
+
+// Reserve creates the state directory of a sandbox, without labels yet,
+// and returns its name (a generated one when name is empty). It is the
+// first thing a sandbox gets, so that anything made for it afterwards
+// (its cgroup) always has a state directory for gc to find; until Fill
+// writes the labels, gc protects the directory by its age only. A taken
+// name is an error (errors.Is ErrNameTaken).
+func (s *Store) Reserve(name string) (string, error) {
 	generated := name == ""
 	if !generated {
 		if err := ValidateName(name); err != nil {
-			return Labels{}, err
+			return "", err
 		}
 	}
+	for attempt := 0; ; attempt++ {
+		if generated {
+			name = GenerateName()
+		}
+		dir := filepath.Join(s.root, name)
+		err := os.Mkdir(dir, 0o700)
+		if err == nil {
+			return name, nil
+		}
+		if errors.Is(err, fs.ErrExist) {
+			if generated && attempt < 8 {
+				continue
+			}
+			return "", nameTaken(name)
+		}
+		return "", fmt.Errorf("create sandbox state %s: %w", dir, err)
+	}
+}
+
+// Fill writes the labels of a sandbox Reserve made, with Create's
+// defaults, and returns them. It does not remove the directory on error.
+func (s *Store) Fill(name string, l Labels) (Labels, error) {
+	dir, err := s.Dir(name)
+	if err != nil {
+		return Labels{}, err
+	}
+	if err := s.fillDefaults(&l); err != nil {
+		return Labels{}, err
+	}
+	l.Name = name
+	if err := writeLabels(dir, l); err != nil {
+		return Labels{}, err
+	}
+	return l, nil
+}
+
+func (s *Store) fillDefaults(l *Labels) error {
 	if l.Kind == "" {
 		l.Kind = KindAdhoc
 	}
 	if _, err := ParseKind(string(l.Kind)); err != nil {
-		return Labels{}, err
+		return err
 	}
 	if l.Owner == "" {
 		l.Owner = InvokingUser()
@@ -270,7 +329,7 @@ func (s *Store) Create(name string, l Labels) (Labels, error) {
 	if l.CreatorStartTime == 0 {
 		st, err := procStartTime(s.procRoot, l.CreatorPID)
 		if err != nil {
-			return Labels{}, fmt.Errorf("creator_pid %d: %w", l.CreatorPID, err)
+			return fmt.Errorf("creator_pid %d: %w", l.CreatorPID, err)
 		}
 		l.CreatorStartTime = st
 	}
@@ -281,31 +340,7 @@ func (s *Store) Create(name string, l Labels) (Labels, error) {
 	if l.Status == "" {
 		l.Status = StatusCreated
 	}
-
-	var dir string
-	for attempt := 0; ; attempt++ {
-		if generated {
-			name = GenerateName()
-		}
-		dir = filepath.Join(s.root, name)
-		err := os.Mkdir(dir, 0o700)
-		if err == nil {
-			break
-		}
-		if errors.Is(err, fs.ErrExist) {
-			if generated && attempt < 8 {
-				continue
-			}
-			return Labels{}, nameTaken(name)
-		}
-		return Labels{}, fmt.Errorf("create sandbox state %s: %w", dir, err)
-	}
-	l.Name = name
-	if err := writeLabels(dir, l); err != nil {
-		os.RemoveAll(dir)
-		return Labels{}, err
-	}
-	return l, nil
+	return nil
 }
 
 func writeLabels(dir string, l Labels) error {
