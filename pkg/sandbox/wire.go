@@ -349,49 +349,23 @@ func decodeConfinement(r *wdec) *Confinement {
 	return c
 }
 
-// optional scalars of the spec
+// optional scalars of the spec: a presence byte, then the value.
 
-func (w *wenc) optI64(p *int64) {
+func putOpt[T any](w *wenc, p *T, put func(T)) {
 	if w.opt(p != nil) {
-		w.i(*p)
+		put(*p)
 	}
 }
 
-func (r *wdec) optI64() *int64 {
+func getOpt[T any](r *wdec, get func() T) *T {
 	if !r.opt() {
 		return nil
 	}
-	v := r.i()
+	v := get()
 	return &v
 }
 
-func (w *wenc) optU64(p *uint64) {
-	if w.opt(p != nil) {
-		w.u(*p)
-	}
-}
-
-func (r *wdec) optU64() *uint64 {
-	if !r.opt() {
-		return nil
-	}
-	v := r.u()
-	return &v
-}
-
-func (w *wenc) optU32(p *uint32) {
-	if w.opt(p != nil) {
-		w.u(uint64(*p))
-	}
-}
-
-func (r *wdec) optU32() *uint32 {
-	if !r.opt() {
-		return nil
-	}
-	v := r.u32()
-	return &v
-}
+func (w *wenc) u32(v uint32) { w.u(uint64(v)) }
 
 func encodeSpec(w *wenc, s *specs.Spec) {
 	w.str(s.Version)
@@ -413,7 +387,7 @@ func encodeSpec(w *wenc, s *specs.Spec) {
 		for _, g := range p.User.AdditionalGids {
 			w.u(uint64(g))
 		}
-		w.optU32(p.User.Umask)
+		putOpt(w, p.User.Umask, w.u32)
 		w.str(p.User.Username)
 		w.strs(p.Args)
 		w.strs(p.Env)
@@ -463,15 +437,15 @@ func encodeSpec(w *wenc, s *specs.Spec) {
 		if w.opt(l.Resources != nil) {
 			res := l.Resources
 			if w.opt(res.Pids != nil) {
-				w.optI64(res.Pids.Limit)
+				putOpt(w, res.Pids.Limit, w.i)
 			}
 			if w.opt(res.Memory != nil) {
-				w.optI64(res.Memory.Limit)
-				w.optI64(res.Memory.Swap)
+				putOpt(w, res.Memory.Limit, w.i)
+				putOpt(w, res.Memory.Swap, w.i)
 			}
 			if w.opt(res.CPU != nil) {
-				w.optI64(res.CPU.Quota)
-				w.optU64(res.CPU.Period)
+				putOpt(w, res.CPU.Quota, w.i)
+				putOpt(w, res.CPU.Period, w.u)
 			}
 		}
 		w.u(uint64(len(l.Devices)))
@@ -483,8 +457,8 @@ func encodeSpec(w *wenc, s *specs.Spec) {
 			if w.opt(d.FileMode != nil) {
 				w.u(uint64(*d.FileMode))
 			}
-			w.optU32(d.UID)
-			w.optU32(d.GID)
+			putOpt(w, d.UID, w.u32)
+			putOpt(w, d.GID, w.u32)
 		}
 		w.strs(l.MaskedPaths)
 		w.strs(l.ReadonlyPaths)
@@ -514,7 +488,7 @@ func decodeSpec(r *wdec) *specs.Spec {
 				p.User.AdditionalGids[k] = r.u32()
 			}
 		}
-		p.User.Umask = r.optU32()
+		p.User.Umask = getOpt(r, r.u32)
 		p.User.Username = r.str()
 		p.Args = r.strs()
 		p.Env = r.strs()
@@ -564,13 +538,13 @@ func decodeSpec(r *wdec) *specs.Spec {
 			res := &specs.LinuxResources{}
 			l.Resources = res
 			if r.opt() {
-				res.Pids = &specs.LinuxPids{Limit: r.optI64()}
+				res.Pids = &specs.LinuxPids{Limit: getOpt(r, r.i)}
 			}
 			if r.opt() {
-				res.Memory = &specs.LinuxMemory{Limit: r.optI64(), Swap: r.optI64()}
+				res.Memory = &specs.LinuxMemory{Limit: getOpt(r, r.i), Swap: getOpt(r, r.i)}
 			}
 			if r.opt() {
-				res.CPU = &specs.LinuxCPU{Quota: r.optI64(), Period: r.optU64()}
+				res.CPU = &specs.LinuxCPU{Quota: getOpt(r, r.i), Period: getOpt(r, r.u)}
 			}
 		}
 		if n, _ := r.count(false); n > 0 {
@@ -585,8 +559,8 @@ func decodeSpec(r *wdec) *specs.Spec {
 					m := os.FileMode(r.u32())
 					d.FileMode = &m
 				}
-				d.UID = r.optU32()
-				d.GID = r.optU32()
+				d.UID = getOpt(r, r.u32)
+				d.GID = getOpt(r, r.u32)
 			}
 		}
 		l.MaskedPaths = r.strs()
