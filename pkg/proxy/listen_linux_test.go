@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/palisade-sandbox/palisade/pkg/testutil"
 )
 
 // acceptedCongestion listens with cc, connects once over loopback and
@@ -52,7 +54,7 @@ func acceptedCongestion(t *testing.T, cc string) string {
 func systemCongestion(t *testing.T) string {
 	b, err := os.ReadFile("/proc/sys/net/ipv4/tcp_congestion_control")
 	if err != nil {
-		t.Skipf("no congestion control sysctl: %v", err)
+		testutil.RequireData(t, "the TCP congestion control sysctl", err)
 	}
 	return strings.TrimSpace(string(b))
 }
