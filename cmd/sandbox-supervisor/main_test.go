@@ -549,3 +549,54 @@ func TestSIGKILLDuringPrestartIsCollected(t *testing.T) {
 		t.Fatalf("cgroup left after gc: %v", err)
 	}
 }
+
+// A SIGTERM that reaches the supervisor at any point of the sandbox's
+// start is either handled — forwarded to the command once the init
+// catches signals, so the run ends with the command's 42 (its trap) or 143
+// — or it came before the supervisor caught signals, which it does before
+// it creates anything: then it dies of it with nothing made. Either way
+// nothing is left behind. (Before the init reported MsgReady, a forwarded
+// signal was dropped by the kernel — PID 1 with a default disposition —
+// or ended the init through the Go runtime's handler.)
+func TestEarlySIGTERMIsHandled(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.RequireFeature(t, "landlock")
+	bin := testutil.Binary(t, "sandbox-supervisor")
+	wd, st := sandboxDirs(t)
+	handled := 0
+	for _, delay := range []time.Duration{0, 500 * time.Microsecond, time.Millisecond, 1500 * time.Microsecond, 2 * time.Millisecond,
+		3 * time.Millisecond, 4 * time.Millisecond, 6 * time.Millisecond, 8 * time.Millisecond, 12 * time.Millisecond} {
+		name := testutil.UniqueName("term-")
+		cmd := exec.Command(bin, "run", "--state-dir", st, "--workdir", wd, "--name", name, "--", "/bin/sh", "-c",
+			`trap 'exit 42' TERM; i=0; while [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done; exit 1`)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(delay)
+		cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			cmd.Process.Kill()
+			t.Fatalf("delay %v: the run did not end after SIGTERM", delay)
+		}
+		ws := cmd.ProcessState.Sys().(syscall.WaitStatus)
+		if !ws.Signaled() {
+			handled++
+			if code := ws.ExitStatus(); code != 42 && code != 143 {
+				t.Fatalf("delay %v: exit %d, want 42 or 143 (the signal reached the command)", delay, code)
+			}
+		}
+		if _, err := os.Stat(filepath.Join(st, name)); !os.IsNotExist(err) {
+			t.Fatalf("delay %v: state left behind (signaled %v): %v", delay, ws.Signaled(), err)
+		}
+		if _, err := os.Stat("/sys/fs/cgroup/pids/palisade/" + name); !os.IsNotExist(err) {
+			t.Fatalf("delay %v: cgroup left behind (signaled %v): %v", delay, ws.Signaled(), err)
+		}
+	}
+	if handled == 0 {
+		t.Fatal("no SIGTERM during start-up was handled: the supervisor catches signals too late")
+	}
+}

@@ -196,7 +196,13 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		return cli.WithCode(sandbox.ExitSandboxFailed, fmt.Errorf("sandbox not created: %w", err))
 	}
 	var pre *sandbox.Prestarted
+	var sigs *sandbox.Signals
 	if !specOnly {
+		// Signals to forward are caught before anything is created, so
+		// one that arrives while the sandbox is being made is forwarded
+		// rather than killing the supervisor half-way.
+		sigs = sandbox.CatchSignals()
+		defer sigs.Stop()
 		// The sandbox's cgroup and init depend only on the command line:
 		// the init boots while the policy is loaded and checked below.
 		// Run takes it, or it is killed on the way out.
@@ -293,7 +299,7 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		Workdir: workdir, TTY: f.tty, Keep: f.keep, StateRoot: f.stateDir, Policy: pinfo,
 		Profile: f.profile, PidsLimit: f.pids, Memory: mem, CPUs: f.cpus,
 		AllowDegraded: f.allowDegraded, Required: cli.Truthy(os.Getenv("MAC_OPENSHELL_REQUIRED")),
-		Probe: probe, Events: events, Logger: logger, Network: network, Prestarted: pre,
+		Probe: probe, Events: events, Logger: logger, Network: network, Prestarted: pre, Signals: sigs,
 		Stdin: stdin, Stdout: stdout, Stderr: stderr,
 	})
 	if events.Lost > 0 {

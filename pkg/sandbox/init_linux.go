@@ -66,6 +66,14 @@ func runInit(ctl *channel) int {
 		ctl.send(Message{Type: MsgError, Stage: f.stage, Code: f.code, Msg: f.err.Error()}, -1)
 		return f.code
 	}
+	// Signals may be forwarded from now on. Until this message the
+	// supervisor holds them back: as PID 1 of its namespace the init
+	// drops a signal whose disposition is still the default (before the
+	// Go runtime installs its handlers), and the runtime's handler would
+	// end the init on one that arrives before Notify.
+	if err := ctl.send(Message{Type: MsgReady}, -1); err != nil {
+		return ExitSandboxFailed
+	}
 	// Nothing the operator's shell leaked to the supervisor may reach the
 	// sandbox: every fd above 2 except the control socket closes on exec.
 	if err := unix.CloseRange(initFD+1, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {

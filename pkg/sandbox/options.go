@@ -46,10 +46,14 @@ type Options struct {
 	// from the same command line before the policy was loaded; Run takes
 	// them when they fit and aborts them otherwise.
 	Prestarted *Prestarted
-	Probe      Prober // nil = real kernel probes
-	Network    NetworkAttacher
-	Events     Events
-	Logger     *slog.Logger
+	// Signals, when set, are the forwarded signals the caller began
+	// catching (CatchSignals) before anything was created; Run stops them.
+	// nil: Run catches them itself.
+	Signals *Signals
+	Probe   Prober // nil = real kernel probes
+	Network NetworkAttacher
+	Events  Events
+	Logger  *slog.Logger
 
 	Stdin          io.Reader
 	Stdout, Stderr io.Writer

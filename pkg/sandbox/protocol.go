@@ -76,6 +76,7 @@ type Message struct {
 const (
 	MsgConfig   = "config"   // supervisor -> init: the InitConfig
 	MsgGo       = "go"       // supervisor -> init: cgroup and network are in place
+	MsgReady    = "ready"    // init -> supervisor: it catches the forwarded signals
 	MsgLog      = "log"      // init -> supervisor: a log line
 	MsgPTY      = "pty"      // init -> supervisor: carries the PTY master (SCM_RIGHTS)
 	MsgConfined = "confined" // init -> supervisor: confinement applied

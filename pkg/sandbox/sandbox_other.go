@@ -35,3 +35,12 @@ func Prestart(PrestartOptions) *Prestarted { return nil }
 
 // Abort does nothing on this platform.
 func (p *Prestarted) Abort() {}
+
+// Signals is empty on this platform.
+type Signals struct{}
+
+// CatchSignals does nothing on this platform.
+func CatchSignals() *Signals { return nil }
+
+// Stop does nothing on this platform.
+func (s *Signals) Stop() {}
