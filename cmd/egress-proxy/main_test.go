@@ -5,7 +5,6 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -84,18 +83,4 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
-}
-
-// A congestion control the kernel refuses stops start-up on Linux,
-// naming the listener and the algorithm; it never silently falls back.
-func TestUnknownClientCongestionControlFails(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("congestion control is set on Linux only")
-	}
-	p := filepath.Join(t.TempDir(), "policy.yaml")
-	os.WriteFile(p, []byte("version: 1\nnetwork_policies: {}\n"), 0o600)
-	_, errOut, code := invoke(t, "--policy", p, "--listen", "127.0.0.1:0", "--client-cc", "no-such-cc")
-	if code != cli.ExitFailed || !strings.Contains(errOut, "--listen") || !strings.Contains(errOut, "no-such-cc") {
-		t.Errorf("exit %d (%s), want 1 naming --listen and the algorithm", code, errOut)
-	}
 }

@@ -90,24 +90,15 @@ func (r *wdec) fail(err error) {
 	}
 }
 
-func (r *wdec) u() uint64 {
-	if r.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(r.b)
-	if n <= 0 {
-		r.fail(errWireShort)
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
+func (r *wdec) u() uint64 { return readVarint(r, binary.Uvarint) }
+func (r *wdec) i() int64  { return readVarint(r, binary.Varint) }
 
-func (r *wdec) i() int64 {
+// readVarint reads one varint with read (binary.Uvarint or Varint).
+func readVarint[T uint64 | int64](r *wdec, read func([]byte) (T, int)) T {
 	if r.err != nil {
 		return 0
 	}
-	v, n := binary.Varint(r.b)
+	v, n := read(r.b)
 	if n <= 0 {
 		r.fail(errWireShort)
 		return 0
