@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/palisade-sandbox/palisade/pkg/ocsf/ocsftest"
 )
 
 func readSamples(t testing.TB) [][]byte {
@@ -309,7 +311,7 @@ func TestScrubText(t *testing.T) {
 }
 
 // The class and activity tables match the OCSF 1.8.0 definitions shipped
-// in ../shared/ocsf.
+// in testdata/ocsf at the module root.
 func TestClassTablesMatchOCSFSchema(t *testing.T) {
 	dir := ocsfDir(t)
 	files, err := filepath.Glob(filepath.Join(dir, "classes", "*.json"))
@@ -371,14 +373,11 @@ func sha256Hex(b []byte) string {
 
 func ocsfDir(t testing.TB) string {
 	t.Helper()
-	// The module root is two levels up; the shared data sits beside it.
-	for _, p := range []string{"../../../shared/ocsf/v1.8.0", "../../shared/ocsf/v1.8.0"} {
-		if _, err := os.Stat(filepath.Join(p, "classes")); err == nil {
-			return p
-		}
+	dir, err := ocsftest.FindDir()
+	if err != nil {
+		t.Fatalf("OCSF 1.8.0 definitions: %v", err)
 	}
-	t.Fatal("OCSF 1.8.0 definitions not found at ../shared/ocsf/v1.8.0 beside the module")
-	return ""
+	return dir
 }
 
 func FuzzFromOCSF(f *testing.F) {

@@ -1,5 +1,5 @@
 // Package ocsftest validates OCSF events against the OCSF 1.8.0 class and
-// object definitions (the schema server export in ../shared/ocsf/v1.8.0),
+// object definitions (the schema server export the repository carries in testdata/ocsf/v1.8.0),
 // so every producer's tests can prove what it emits is well formed:
 // attribute names per class and object (profiles honoured), types, required
 // attributes, enum ids and their caption siblings, at_least_one/just_one
@@ -34,7 +34,7 @@ import (
 func RequireSchema(t testing.TB) *Schema {
 	t.Helper()
 	s, err := Default()
-	testutil.RequireData(t, "the OCSF "+Version+" definitions (../shared/ocsf/v"+Version+" or $"+DirEnv+")", err)
+	testutil.RequireData(t, "the OCSF "+Version+" definitions (testdata/ocsf/v"+Version+" or $"+DirEnv+")", err)
 	return s
 }
 

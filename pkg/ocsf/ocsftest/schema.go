@@ -77,9 +77,10 @@ type Schema struct {
 var supplement embed.FS
 
 // FindDir locates the OCSF 1.8.0 definitions: $PALISADE_OCSF_DIR (the
-// v1.8.0 directory or its parent), else the first shared/ocsf/v1.8.0 found
-// walking up from the working directory (which finds ../shared/ocsf next
-// to the repository root, as on CI and developer machines).
+// v1.8.0 directory or its parent), else testdata/ocsf/v1.8.0 at the module
+// root, found by walking up from the working directory to the directory
+// that holds go.mod. The repository carries the data, so a fresh clone
+// needs nothing beside it.
 func FindDir() (string, error) {
 	if d := os.Getenv(DirEnv); d != "" {
 		for _, c := range []string{d, filepath.Join(d, "v"+Version)} {
@@ -94,15 +95,18 @@ func FindDir() (string, error) {
 		return "", err
 	}
 	for d := wd; ; d = filepath.Dir(d) {
-		c := filepath.Join(d, "shared", "ocsf", "v"+Version)
-		if isDefDir(c) {
-			return c, nil
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			c := filepath.Join(d, "testdata", "ocsf", "v"+Version)
+			if isDefDir(c) {
+				return c, nil
+			}
+			return "", fmt.Errorf("module root %s has no testdata/ocsf/v%s/classes; set %s", d, Version, DirEnv)
 		}
 		if filepath.Dir(d) == d {
 			break
 		}
 	}
-	return "", fmt.Errorf("no shared/ocsf/v%s above %s; set %s", Version, wd, DirEnv)
+	return "", fmt.Errorf("no go.mod above %s, so no testdata/ocsf/v%s; set %s", wd, Version, DirEnv)
 }
 
 func isDefDir(d string) bool {

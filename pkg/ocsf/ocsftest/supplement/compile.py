@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Compile OCSF object definitions that the shared export lacks.
 
-The shared definitions (../shared/ocsf/v1.8.0, an export of the OCSF schema
+The carried definitions (testdata/ocsf/v1.8.0, an export of the OCSF schema
 server API) omit a few objects Palisade events carry (os, file, fingerprint,
 policy). This script compiles those objects from the OCSF schema source at the
 v1.8.0 release into the same API-export shape, so ocsftest can validate them.
