@@ -45,7 +45,10 @@ fuzz:
 generate:
 	$(GO) generate ./...
 
+# lint fails when gofmt would change a file, when go vet finds something,
+# or when `go mod tidy` would change go.mod/go.sum.
 lint:
+	$(GO) mod tidy -diff
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
