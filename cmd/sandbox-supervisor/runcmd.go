@@ -242,6 +242,9 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if err := outOfReach(resolved, f, pinfo, workdir); err != nil {
 		return sandboxFailed(err)
 	}
+	if err := sandbox.CheckPolicyPaths(pinfo, workdir, privateRW); err != nil {
+		return sandboxFailed(fmt.Errorf("policy %s: %w", resolved.Path, err))
+	}
 	env, err := sandbox.BuildEnv(sandbox.EnvInput{
 		Host: os.Environ(), Set: f.env, Passthrough: strings.Split(f.passthrough, ","),
 		Workdir: workdir, Name: f.name, TTY: f.tty, Profile: f.profile,

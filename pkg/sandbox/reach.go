@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 )
 
@@ -67,4 +68,105 @@ func OutOfReach(label, path string, uid, gid uint32, workdir string, readWrite, 
 		}
 	}
 	return nil
+}
+
+// CheckPolicyPaths refuses a policy filesystem entry (read_only or
+// read_write) that lies strictly inside the working directory or inside
+// another read-write path: the agent can write there, so between two runs
+// it could replace the entry with a symlink, and the init (root) would
+// follow it when it opens the Landlock rule and grant the symlink's
+// target on the next run. The working directory or a read-write path
+// itself is accepted: replacing it needs write access to its parent,
+// which is checked the same way.
+//
+// The check is made on the paths as named and, prefix by prefix, as the
+// host resolves them now (a root-owned symlink elsewhere that leads into
+// the working directory counts as inside it). Because an entry inside a
+// writable path is refused whatever lies there today, a symlink planted
+// later changes nothing. private lists read-write paths that are fresh
+// filesystems inside the sandbox (/tmp, /dev/shm): nothing an agent
+// writes there survives the run.
+func CheckPolicyPaths(p PolicyInfo, workdir string, private []string) error {
+	type root struct{ path, label string }
+	roots := []root{{workdir, "the working directory " + workdir}}
+	for i, rw := range p.ReadWrite {
+		if !isPrivatePath(rw, private) {
+			roots = append(roots, root{rw, fmt.Sprintf("filesystem_policy.read_write[%d] %s", i, rw)})
+		}
+	}
+	// Each root as named and as resolved now.
+	var forms []root
+	for _, r := range roots {
+		if r.path == "" || !filepath.IsAbs(r.path) {
+			continue
+		}
+		forms = append(forms, root{filepath.Clean(r.path), r.label})
+		if real, err := filepath.EvalSymlinks(r.path); err == nil && real != filepath.Clean(r.path) {
+			forms = append(forms, root{real, r.label})
+		}
+	}
+	inside := func(cand string) (string, bool) {
+		for _, r := range forms {
+			if under(cand, r.path) && filepath.Clean(cand) != r.path {
+				return r.label, true
+			}
+		}
+		return "", false
+	}
+	check := func(field, entry string) error {
+		if !filepath.IsAbs(entry) {
+			return nil // validation already refuses relative paths
+		}
+		for _, cand := range resolvedPrefixes(entry) {
+			if label, ok := inside(cand); ok {
+				return fmt.Errorf("%s %s lies inside %s, which the sandbox can write: the agent could replace it with a symlink between runs and widen its own access; name a path outside every read-write path", field, entry, label)
+			}
+		}
+		return nil
+	}
+	for i, e := range p.ReadOnly {
+		if err := check(fmt.Sprintf("filesystem_policy.read_only[%d]", i), e); err != nil {
+			return err
+		}
+	}
+	for i, e := range p.ReadWrite {
+		if err := check(fmt.Sprintf("filesystem_policy.read_write[%d]", i), e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func isPrivatePath(p string, private []string) bool {
+	for _, q := range private {
+		if filepath.Clean(p) == q {
+			return true
+		}
+	}
+	return false
+}
+
+// resolvedPrefixes lists every prefix of the absolute path p, each as
+// its already-resolved parent joined with the next name as written (so a
+// symlink shows up at its own location, not its target's), plus the
+// resolved form of each prefix that exists.
+func resolvedPrefixes(p string) []string {
+	var out []string
+	cur := "/"
+	for _, name := range strings.Split(strings.Trim(filepath.Clean(p), "/"), "/") {
+		if name == "" {
+			continue
+		}
+		cand := filepath.Join(cur, name)
+		out = append(out, cand)
+		if real, err := filepath.EvalSymlinks(cand); err == nil {
+			if real != cand {
+				out = append(out, real)
+			}
+			cur = real
+		} else {
+			cur = cand
+		}
+	}
+	return out
 }

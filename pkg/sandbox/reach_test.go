@@ -76,3 +76,56 @@ func TestOutOfReach(t *testing.T) {
 		}
 	}
 }
+
+// A policy filesystem entry inside a path the sandbox can write is
+// refused (the agent could swap it for a symlink between runs); entries
+// elsewhere, the writable paths themselves and paths under the private
+// /tmp are accepted.
+func TestCheckPolicyPaths(t *testing.T) {
+	base := t.TempDir()
+	wd := filepath.Join(base, "work")
+	shared := filepath.Join(base, "shared")
+	outside := filepath.Join(base, "outside")
+	for _, d := range []string{wd, filepath.Join(wd, "sub"), shared, outside} {
+		os.MkdirAll(d, 0o755)
+	}
+	// A root-owned symlink elsewhere that leads into the working directory.
+	via := filepath.Join(base, "via")
+	os.Symlink(filepath.Join(wd, "sub"), via)
+	// What an agent plants: a symlink in the workdir to a directory outside.
+	planted := filepath.Join(wd, "planted")
+	os.Symlink(outside, planted)
+	pol := func(ro, rw []string) PolicyInfo {
+		return PolicyInfo{ReadOnly: ro, ReadWrite: append([]string{"/tmp", "/dev/null"}, rw...), IncludeWorkdir: true}
+	}
+	private := []string{"/tmp", "/dev/null"}
+	for name, p := range map[string]PolicyInfo{
+		"system paths":           pol([]string{"/usr", "/bin", "/lib", "/etc"}, nil),
+		"the workdir itself":     pol([]string{wd}, []string{wd}),
+		"a read_write path":      pol([]string{shared}, []string{shared}),
+		"an ancestor of workdir": pol([]string{base}, nil),
+		"under private /tmp":     pol([]string{"/tmp/x"}, nil),
+		"outside":                pol([]string{outside}, nil),
+	} {
+		if err := CheckPolicyPaths(p, wd, private); err != nil {
+			t.Errorf("%s: refused: %v", name, err)
+		}
+	}
+	for name, c := range map[string]struct {
+		p    PolicyInfo
+		want string
+	}{
+		"read_only in workdir":        {pol([]string{filepath.Join(wd, "sub")}, nil), "filesystem_policy.read_only[0] " + filepath.Join(wd, "sub")},
+		"read_write in workdir":       {pol(nil, []string{filepath.Join(wd, "sub")}), "filesystem_policy.read_write[2] " + filepath.Join(wd, "sub")},
+		"planted symlink in workdir":  {pol([]string{planted}, nil), planted},
+		"not yet existing in workdir": {pol([]string{filepath.Join(wd, "later", "x")}, nil), "working directory"},
+		"through a symlink into wd":   {pol([]string{via}, nil), "working directory"},
+		"inside another read_write":   {pol([]string{filepath.Join(shared, "x")}, []string{shared}), "filesystem_policy.read_write[2] " + shared},
+		"dot-dot into workdir":        {pol([]string{outside + "/../work/sub"}, nil), "working directory"},
+	} {
+		err := CheckPolicyPaths(c.p, wd, private)
+		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "symlink") {
+			t.Errorf("%s: %v, want a refusal naming %q", name, err, c.want)
+		}
+	}
+}
