@@ -88,6 +88,11 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if o.Profile != "" && o.Profile != ProfileDefault && o.Profile != ProfileBoundedTmpfs {
 		return failf("profile", fmt.Errorf("--profile %q: want default or bounded-tmpfs", o.Profile))
 	}
+	if o.Profile == ProfileBoundedTmpfs {
+		if err := MakeTestScratch(workdir, uid, gid); err != nil {
+			return failf("profile", err)
+		}
+	}
 
 	lim, err := sandboxLimits(o.Profile, o.PidsLimit, o.Memory, o.CPUs)
 	if err != nil {
@@ -190,6 +195,9 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	icfg, spec, err := initConfig(o, plan, name, workdir, uid, gid, pids, mem, cpus, store.Root())
 	if err != nil {
 		return failf("spec", err)
+	}
+	if err := CheckWorkdirEntry(workdir, uid, gid, spec.Mounts); err != nil {
+		return failf("workdir", err)
 	}
 
 	if err := ip.join(); err != nil {
