@@ -47,12 +47,7 @@ func TestReadmeFirstCommandFromAHome(t *testing.T) {
 	st := filepath.Join(t.TempDir(), "state")
 	// Homes live outside /tmp: the sandbox's /tmp is its own tmpfs, so a
 	// clone under the host's /tmp would not show the host's modes.
-	base, err := os.MkdirTemp("/var/tmp", "palisade-homes-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(base) })
-	os.Chmod(base, 0o755)
+	base := hostDir(t, "palisade-homes-", 0o755)
 	line := readmeFirstCommand(t, bin, st)
 	for _, c := range []struct {
 		name       string
@@ -130,12 +125,7 @@ func TestBoundedTmpfsScratchSymlinkNotFollowed(t *testing.T) {
 	bin := testutil.Binary(t, "sandbox-supervisor")
 	for _, dangling := range []bool{false, true} {
 		wd, st := sandboxDirs(t)
-		target, err := os.MkdirTemp("/var/tmp", "palisade-scratch-target-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { os.RemoveAll(target) })
-		os.Chmod(target, 0o755)
+		target := hostDir(t, "palisade-scratch-target-", 0o755)
 		link := target
 		if dangling {
 			link = filepath.Join(target, "made-by-root")

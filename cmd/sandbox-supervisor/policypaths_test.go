@@ -25,14 +25,8 @@ func TestPlantedSymlinkInPolicyPathIsRefused(t *testing.T) {
 	for _, access := range []string{"read_only", "read_write"} {
 		t.Run(access, func(t *testing.T) {
 			wd, st := sandboxDirs(t)
-			// The target lies outside /tmp (the sandbox's /tmp is its own
-			// tmpfs) and outside every path the policy grants.
-			target, err := os.MkdirTemp("/var/tmp", "palisade-target-")
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { os.RemoveAll(target) })
-			os.Chmod(target, 0o777)
+			// Outside every path the policy grants.
+			target := hostDir(t, "palisade-target-", 0o777)
 			secret := filepath.Join(target, "secret")
 			os.WriteFile(secret, []byte("root-only-content\n"), 0o644)
 
@@ -82,4 +76,18 @@ func TestPlantedSymlinkInPolicyPathIsRefused(t *testing.T) {
 			}
 		})
 	}
+}
+
+// hostDir makes a root-owned directory with the given mode outside /tmp
+// (the sandbox's /tmp is its own tmpfs, so a host path there is not seen
+// inside), removed when the test ends.
+func hostDir(t *testing.T, prefix string, mode os.FileMode) string {
+	t.Helper()
+	d, err := os.MkdirTemp("/var/tmp", prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	os.Chmod(d, mode)
+	return d
 }
