@@ -185,6 +185,12 @@ func FromOCSF(line []byte, agentID string) (Record, error) {
 	if err := decodeEvent(&d, &ev); err != nil {
 		return Record{}, formatError(err)
 	}
+	return fromEvent(&ev, line, agentID)
+}
+
+// fromEvent maps a decoded line (line is the trimmed input, the event id's
+// preimage) to a record.
+func fromEvent(ev *ocsfEvent, line []byte, agentID string) (Record, error) {
 	if ev.ClassUID == nil {
 		return Record{}, &FormatError{Field: "class_uid", Reason: "missing"}
 	}
@@ -231,8 +237,8 @@ func FromOCSF(line []byte, agentID string) (Record, error) {
 		r.Source.ActivityName = clip(ev.ActivityName, maxShort)
 	}
 
-	r.Action = action(&ev)
-	r.Severity = severity(&ev)
+	r.Action = action(ev)
+	r.Severity = severity(ev)
 
 	// Actor: for Process Activity the subject of the event is the process
 	// launched or terminated inside the sandbox; elsewhere the initiator.
