@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/containerd/console v1.0.5
+	github.com/go-json-experiment/json v1.27.2
 	github.com/google/nftables v0.3.0
 	github.com/landlock-lsm/go-landlock v0.11.2
 	github.com/mdlayher/netlink v1.7.3-0.20250113171957-fbb4dce95f42
@@ -18,7 +19,6 @@ require (
 )
 
 require (
-	github.com/go-json-experiment/json v1.27.2 // indirect
 	github.com/google/go-cmp v0.7.0 // indirect
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.31.0 // indirect
 	github.com/mdlayher/socket v0.5.0 // indirect
