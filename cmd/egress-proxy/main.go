@@ -123,7 +123,7 @@ func parseFlags(args []string, stdout io.Writer) (*flags, bool, error) {
 	fs.StringVar(&f.fenceListen, "fence-listen", "", "fence listener address")
 	fs.StringVar(&f.clientCC, "client-cc", proxy.DefaultClientCongestion, "TCP congestion control of accepted connections (empty: system default)")
 	fs.StringVar(&f.control, "control", "", "control socket path")
-	fs.StringVar(&f.events, "events", "", "OCSF events destination")
+	fs.StringVar(&f.events, "events", "", "OCSF events destination: a file (appended), - for stdout, or /dev/fd/N for a descriptor the caller opened")
 	fs.StringVar(&f.hostsFile, "hosts-file", "", "static hosts file")
 	fs.StringVar(&f.sandbox, "sandbox", "host", "sandbox name")
 	fs.StringVar(&f.cgroup, "cgroup", "", "sandbox cgroup name")

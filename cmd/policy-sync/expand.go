@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"github.com/palisade-sandbox/palisade/pkg/cli"
 	"github.com/palisade-sandbox/palisade/pkg/egress"
 	"github.com/palisade-sandbox/palisade/pkg/fsutil"
+	"github.com/palisade-sandbox/palisade/pkg/ocsf"
 	"github.com/palisade-sandbox/palisade/pkg/policy"
 )
 
@@ -57,7 +59,7 @@ refused base (the output, if any, is the base unchanged); 2 usage error.`,
 		meta := fs.String("task-metadata", "", "task document (JSON) whose metadata.egress_contract.hosts the hub declared")
 		trusted := fs.String("trusted-registries", "", "file of trusted registry hosts, one per line; replaces the built-in list")
 		out := fs.String("o", "", "write the policy to this file (atomically, mode 0600) instead of stdout")
-		events := fs.String("events", "", "append the sandbox_egress_decision event to this file (JSONL)")
+		events := fs.String("events", "", "append the sandbox_egress_decision event to this file (JSONL; never through a symlink) or to an inherited /dev/fd/N")
 		return func(_ context.Context, a *app, args []string) error {
 			if len(args) != 0 {
 				return cli.Usagef("expand: unexpected arguments %q", args)
@@ -78,14 +80,19 @@ type expandArgs struct {
 }
 
 func runExpand(a *app, x expandArgs) error {
-	var eventsFile *os.File
+	var eventsFile *ocsf.Writer
 	if x.events != "" {
-		f, err := os.OpenFile(x.events, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		// A file (appended, never through a symlink) or /dev/fd/N; not
+		// "-": stdout carries the policy.
+		if x.events == "-" {
+			return cli.Usagef("expand: --events -: stdout carries the policy; name a file or /dev/fd/N")
+		}
+		w, err := ocsf.OpenDest(x.events, nil)
 		if err != nil {
 			return cli.Failf("expand: --events: %v", err)
 		}
-		defer f.Close()
-		eventsFile = f
+		defer w.Close()
+		eventsFile = w
 	}
 	baseText, err := readCapped(x.base, policy.MaxPolicySize)
 	if err != nil {
@@ -151,14 +158,13 @@ func writeOutput(a *app, out string, data []byte) error {
 
 // emitDecision writes the event as one line on stderr and appends it to
 // the events file (one write, so concurrent appenders do not interleave).
-func emitDecision(a *app, events *os.File, d *egress.Decision) error {
+func emitDecision(a *app, events *ocsf.Writer, d *egress.Decision) error {
 	line := d.JSON()
 	a.stderr.Write(line)
 	if events == nil {
 		return nil
 	}
-	_, err := events.Write(line)
-	return err
+	return events.WriteLine(bytes.TrimSuffix(line, []byte("\n")))
 }
 
 // readCapped reads a regular file of at most limit bytes.

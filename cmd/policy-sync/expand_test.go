@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -11,6 +13,7 @@ import (
 	"github.com/palisade-sandbox/palisade/pkg/cli"
 	"github.com/palisade-sandbox/palisade/pkg/egress"
 	"github.com/palisade-sandbox/palisade/pkg/policy"
+	"github.com/palisade-sandbox/palisade/pkg/testutil"
 )
 
 const lockWithEvil = `{"lockfileVersion":3,"packages":{
@@ -168,5 +171,44 @@ func TestExpandCommandErrorsOutputBase(t *testing.T) {
 		if _, _, code := runCmd(t, "", args...); code != cli.ExitUsage {
 			t.Errorf("%v: code %d", args, code)
 		}
+	}
+}
+
+// Issue 16 item 8: `expand --events /dev/fd/3` appends the decision to a
+// descriptor the caller opened (a pipe here), through the real binary;
+// a symlink planted at an --events path is refused.
+func TestExpandEventsOnInheritedDescriptor(t *testing.T) {
+	bin := testutil.Binary(t, "policy-sync")
+	base, repo := expandFixture(t)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	cmd := exec.Command(bin, "expand", "--base", base, "--repo", repo, "--events", "/dev/fd/3", "-o", filepath.Join(t.TempDir(), "task.yaml"))
+	cmd.ExtraFiles = []*os.File{w}
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	err = cmd.Run()
+	w.Close()
+	if err != nil {
+		t.Fatalf("expand --events /dev/fd/3: %v\n%s", err, errb.String())
+	}
+	data, _ := io.ReadAll(r)
+	if n := bytes.Count(data, []byte(`"event":"sandbox_egress_decision"`)); n != 1 || !bytes.HasSuffix(data, []byte("\n")) {
+		t.Fatalf("pipe got %d decisions: %q", n, data)
+	}
+
+	dir := t.TempDir()
+	target := filepath.Join(dir, "elsewhere")
+	os.WriteFile(target, nil, 0o600)
+	link := filepath.Join(dir, "events.jsonl")
+	os.Symlink(target, link)
+	_, stderr, code := runCmd(t, "", "expand", "--base", base, "--repo", repo, "--events", link)
+	if code != cli.ExitFailed {
+		t.Errorf("--events through a symlink: exit %d, want 1; %s", code, stderr)
+	}
+	if b, _ := os.ReadFile(target); len(b) != 0 {
+		t.Errorf("the symlink's target was written: %q", b)
 	}
 }

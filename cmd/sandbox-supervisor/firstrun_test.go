@@ -12,10 +12,8 @@ import (
 	"github.com/palisade-sandbox/palisade/pkg/testutil"
 )
 
-// readmeFirstCommand returns the README's first sandbox command (after
-// `make build && sudo `), with ./bin/sandbox-supervisor replaced by bin
-// and --state-dir st added after run.
-func readmeFirstCommand(t *testing.T, bin, st string) string {
+// readmeLine returns the first README.md line match accepts.
+func readmeLine(t *testing.T, what string, match func(string) bool) string {
 	t.Helper()
 	root, err := testutil.ModuleRoot()
 	if err != nil {
@@ -26,13 +24,24 @@ func readmeFirstCommand(t *testing.T, bin, st string) string {
 		t.Fatal(err)
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if i := strings.Index(line, "./bin/sandbox-supervisor run "); i >= 0 && strings.HasPrefix(line, "make build && sudo ") {
-			cmd := line[i:]
-			return strings.Replace(cmd, "./bin/sandbox-supervisor run ", bin+" run --state-dir "+st+" ", 1)
+		if match(line) {
+			return line
 		}
 	}
-	t.Fatal("README.md has no `make build && sudo ./bin/sandbox-supervisor run ...` line")
+	t.Fatalf("README.md has no %s", what)
 	return ""
+}
+
+// readmeFirstCommand returns the README's first sandbox command (after
+// `make build && sudo `), with ./bin/sandbox-supervisor replaced by bin
+// and --state-dir st added after run.
+func readmeFirstCommand(t *testing.T, bin, st string) string {
+	t.Helper()
+	line := readmeLine(t, "`make build && sudo ./bin/sandbox-supervisor run ...` line", func(l string) bool {
+		return strings.HasPrefix(l, "make build && sudo ./bin/sandbox-supervisor run ")
+	})
+	cmd := strings.TrimPrefix(line, "make build && sudo ")
+	return strings.Replace(cmd, "./bin/sandbox-supervisor run ", bin+" run --state-dir "+st+" ", 1)
 }
 
 // Issue 16 item 1: the README's first command, pasted in a clone in

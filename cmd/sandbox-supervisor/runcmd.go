@@ -17,6 +17,7 @@ import (
 
 	"github.com/palisade-sandbox/palisade/pkg/cli"
 	"github.com/palisade-sandbox/palisade/pkg/egress"
+	"github.com/palisade-sandbox/palisade/pkg/ocsf"
 	"github.com/palisade-sandbox/palisade/pkg/policy"
 	"github.com/palisade-sandbox/palisade/pkg/sandbox"
 	"github.com/palisade-sandbox/palisade/pkg/sandboxnet"
@@ -81,7 +82,7 @@ func parseRunFlags(args []string, stderr io.Writer, specOnly bool) (*runFlags, [
 	fs.StringVar(&f.workdir, "workdir", "", "working directory, bound read-write when the policy includes it (default: current directory)")
 	fs.Var(&f.env, "env", "set K=V in the sandbox (repeatable)")
 	fs.StringVar(&f.passthrough, "env-passthrough", envOr("MAC_OPENSHELL_ENV_PASSTHROUGH", strings.Join(sandbox.DefaultPassthrough, ",")), "comma list of variables copied from this environment")
-	fs.StringVar(&f.events, "events", os.Getenv("MAC_OPENSHELL_EVENTS_FILE"), "OCSF JSONL destination: a file (appended) or - for stdout")
+	fs.StringVar(&f.events, "events", os.Getenv("MAC_OPENSHELL_EVENTS_FILE"), "OCSF JSONL destination: a file (appended), - for stdout, or /dev/fd/N for a descriptor the caller opened (e.g. 3>&1)")
 	fs.StringVar(&f.profile, "profile", "", "resource profile: default or bounded-tmpfs (default: MAC_HUB_VERIFY_PROFILE)")
 	fs.Float64Var(&f.cpus, "cpus", 0, "CPU limit in cores (0: none)")
 	fs.StringVar(&f.memory, "memory", "", "memory limit, e.g. 512m, 4g (default: none)")
@@ -192,6 +193,14 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if err != nil {
 		return err
 	}
+	claimed, err := claimEvents(f.events)
+	if err != nil {
+		return cli.Usagef("--events: %v", err)
+	}
+	if claimed != nil && specOnly {
+		claimed.Close()
+		claimed = nil
+	}
 	sandboxFailed := func(err error) error {
 		return cli.WithCode(sandbox.ExitSandboxFailed, fmt.Errorf("sandbox not created: %w", err))
 	}
@@ -273,7 +282,7 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		enc.SetIndent("", "  ")
 		return enc.Encode(s)
 	}
-	emitter, closeEvents, err := openEvents(f.events, stdout)
+	emitter, closeEvents, err := openEvents(f.events, stdout, claimed)
 	if err != nil {
 		return cli.Usagef("--events: %v", err)
 	}
@@ -422,7 +431,7 @@ func outOfReach(r *policy.Resolved, f *runFlags, p sandbox.PolicyInfo, workdir s
 			return err
 		}
 	}
-	if f.events != "" && f.events != "-" {
+	if _, isFD := ocsf.FDDest(f.events); f.events != "" && f.events != "-" && !isFD {
 		if err := check("--events", f.events); err != nil {
 			return err
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 )
@@ -85,19 +86,43 @@ func OpenFile(path string) (*Writer, error) {
 }
 
 // OpenDest opens an events destination given on the command line: "-" is
-// stdout (not closed by Close), anything else a file for OpenFile. An empty
-// spec is an error; callers that make events optional use Discard.
+// stdout (not closed by Close), /dev/fd/N a descriptor the caller opened
+// (OpenFD), anything else a file for OpenFile. An empty spec is an error;
+// callers that make events optional use Discard.
 func OpenDest(spec string, stdout io.Writer) (*Writer, error) {
 	switch spec {
 	case "":
-		return nil, errors.New("ocsf: events destination is empty (use - for stdout or a file path)")
+		return nil, errors.New("ocsf: events destination is empty (use - for stdout, /dev/fd/N or a file path)")
 	case "-":
 		if stdout == nil {
 			return nil, errors.New("ocsf: events destination - (stdout) but no stdout given")
 		}
 		return NewWriter(stdout), nil
 	}
+	if fd, ok := FDDest(spec); ok {
+		return OpenFD(spec, fd)
+	}
 	return OpenFile(spec)
+}
+
+// FDDest reports whether spec names an inherited descriptor, /dev/fd/N
+// or /proc/self/fd/N, and returns N.
+func FDDest(spec string) (int, bool) {
+	for _, prefix := range []string{"/dev/fd/", "/proc/self/fd/"} {
+		rest, ok := strings.CutPrefix(spec, prefix)
+		if !ok || rest == "" || len(rest) > 9 {
+			continue
+		}
+		n := 0
+		for _, c := range rest {
+			if c < '0' || c > '9' {
+				return 0, false
+			}
+			n = n*10 + int(c-'0')
+		}
+		return n, true
+	}
+	return 0, false
 }
 
 // Emit marshals ev and writes it as one line. Errors (a malformed event, a

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -468,4 +469,60 @@ func childByExe(t *testing.T, parent int, base string) int {
 	}
 	t.Fatalf("no %s child of %d", base, parent)
 	return 0
+}
+
+// Issue 16 item 8: with --events /dev/fd/3 the supervisor passes the
+// caller's descriptor on to the egress proxy (as its fd 4), so the
+// proxy's allow and deny events arrive on the same pipe as the
+// supervisor's own, and the pipe ends when both are done.
+func TestEgressEventsOnInheritedDescriptor(t *testing.T) {
+	l := newLab(t, "")
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	cmd := exec.Command(l.sup, "run", "--policy", l.policy, "--hosts-file", l.hosts, "--events", "/dev/fd/3",
+		"--state-dir", l.state, "--workdir", l.wd, "--", "/bin/sh", "-c",
+		"curl -s -o /dev/null --max-time 10 http://allowed.test/; curl -s -o /dev/null --max-time 10 http://denied.test/; echo ran")
+	cmd.ExtraFiles = []*os.File{w}
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	done := make(chan []byte, 1)
+	go func() {
+		b, _ := io.ReadAll(r)
+		done <- b
+	}()
+	var data []byte
+	select {
+	case data = <-done:
+	case <-time.After(60 * time.Second):
+		cmd.Process.Kill()
+		t.Fatal("the events pipe did not end within 60 s")
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("supervisor: %v\n%s", err, errb.String())
+	}
+	ocsftest.ValidateLines(t, data)
+	var allowed, denied, launched bool
+	for _, line := range bytes.Split(bytes.TrimSpace(data), []byte("\n")) {
+		var e map[string]any
+		if json.Unmarshal(line, &e) != nil {
+			t.Fatalf("not JSON: %q", line)
+		}
+		switch e["class_uid"].(float64) {
+		case 4001, 4002:
+			allowed = allowed || (e["action"] == "Allowed" && bytes.Contains(line, []byte("allowed.test")))
+			denied = denied || (e["action"] == "Denied" && bytes.Contains(line, []byte("denied.test")))
+		case 1007:
+			launched = true
+		}
+	}
+	if !allowed || !denied || !launched {
+		t.Errorf("events on fd 3: proxy allowed %v, proxy denied %v, supervisor launch %v\n%s\nstderr: %s", allowed, denied, launched, data, errb.String())
+	}
 }

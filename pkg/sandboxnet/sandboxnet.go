@@ -40,7 +40,8 @@ type Config struct {
 	PolicyPath string
 	// HostsFile, when set, gives the proxy static name resolution.
 	HostsFile string
-	// Events is the --events destination ("" none, "-" Stdout).
+	// Events is the --events destination ("" none, "-" Stdout, /dev/fd/N
+	// the supervisor's inherited descriptor, passed to the proxy as fd 4).
 	Events string
 	// StateRoot is the supervisor's state root; the proxy's control socket
 	// is <StateRoot>/<sandbox>/proxy.sock.

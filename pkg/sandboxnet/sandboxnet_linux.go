@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/palisade-sandbox/palisade/pkg/fence"
+	"github.com/palisade-sandbox/palisade/pkg/ocsf"
 	"github.com/palisade-sandbox/palisade/pkg/sandbox"
 	"github.com/palisade-sandbox/palisade/pkg/state"
 )
@@ -129,7 +130,10 @@ func (p *proxyProc) args() []string {
 	if c.StateRoot != "" {
 		a = append(a, "--control", filepath.Join(c.StateRoot, p.name, ControlSocketName))
 	}
-	if c.Events != "" {
+	if _, ok := ocsf.FDDest(c.Events); ok {
+		// The supervisor's inherited descriptor, passed on (start).
+		a = append(a, "--events", "/dev/fd/4")
+	} else if c.Events != "" {
 		a = append(a, "--events", c.Events)
 	}
 	if c.HostsFile != "" {
@@ -149,6 +153,18 @@ func (p *proxyProc) start() error {
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
 	cmd.Stdout, cmd.Stderr = p.cfg.Stdout, p.cfg.Stderr
 	cmd.ExtraFiles = []*os.File{w}
+	if fd, ok := ocsf.FDDest(p.cfg.Events); ok {
+		// --events /dev/fd/N: the proxy appends to the same pipe, socket
+		// or file, as its descriptor 4.
+		nfd, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 3)
+		if err != nil {
+			w.Close()
+			return fmt.Errorf("egress-proxy: pass --events %s: %w", p.cfg.Events, err)
+		}
+		ev := os.NewFile(uintptr(nfd), p.cfg.Events)
+		defer ev.Close()
+		cmd.ExtraFiles = append(cmd.ExtraFiles, ev)
+	}
 	// The proxy dies with the supervisor.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: unix.SIGKILL, Setpgid: true}
 	if err := cmd.Start(); err != nil {
