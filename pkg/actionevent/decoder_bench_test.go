@@ -6,18 +6,15 @@ import (
 	stdjson "encoding/json"
 	"os"
 	"reflect"
-	"strings"
 	"testing"
-
-	jsonv2 "github.com/go-json-experiment/json"
-	"github.com/go-json-experiment/json/jsontext"
 )
 
-// The decoder comparison issue 15 asks for: the hand-written reader,
-// encoding/json and github.com/go-json-experiment/json (the proposed
-// encoding/json/v2) decoding the collector's real input into the same
-// structs, then the rest of what the collector does per line (mapping,
-// event id, AppendJSON). Run with
+// The decoder comparison issue 15 asked for: github.com/go-json-experiment/json
+// (encoding/json/v2, what FromOCSF uses) and encoding/json decoding the
+// collector's real input into the same structs, then the rest of what the
+// collector does per line (mapping, event id, AppendJSON). The
+// hand-written reader this replaced ran here too until commit
+// b65c6ea; the package doc has the numbers. Run with
 //
 //	go test -run '^$' -bench 'Decode|Collector' -benchmem ./pkg/actionevent
 //
@@ -43,77 +40,30 @@ func collectorLines(tb testing.TB) [][]byte {
 	return out
 }
 
-// libEvent is ocsfEvent plus the two attributes the hand-written reader
-// folds while decoding (the agent label, the container name), so that a
-// struct-tag decoder fills the same struct.
-type libEvent struct {
-	ocsfEvent
-	Metadata struct {
-		UID    string   `json:"uid"`
-		Labels []string `json:"labels"`
-	} `json:"metadata"`
-	Device struct {
-		Container struct {
-			Name string `json:"name"`
-		} `json:"container"`
-	} `json:"device"`
-}
-
-func (l *libEvent) fold() *ocsfEvent {
-	ev := &l.ocsfEvent
-	ev.Metadata.UID = l.Metadata.UID
-	for _, s := range l.Metadata.Labels {
-		if a, ok := strings.CutPrefix(s, "agent:"); ok {
-			ev.Metadata.LabelAgent = a
-		}
-	}
-	ev.ContainerName = l.Device.Container.Name
-	return ev
-}
-
-// The three decoders. Each fills ev from line or fails.
+// The decoders compared. Each fills ev from line or fails.
 var ocsfDecoders = []struct {
 	name   string
-	decode func(line []byte, ev *libEvent) error
+	decode func(line []byte, ev *ocsfEvent) error
 }{
-	{"handwritten", func(line []byte, ev *libEvent) error {
-		d := decoder{b: line}
-		return decodeEvent(&d, &ev.ocsfEvent)
-	}},
-	{"encoding_json", func(line []byte, ev *libEvent) error {
-		if err := stdjson.Unmarshal(line, ev); err != nil {
-			return err
-		}
-		ev.fold()
-		return nil
-	}},
-	{"go-json-experiment", func(line []byte, ev *libEvent) error {
-		// The hand-written reader's semantics: the last duplicate wins,
-		// invalid UTF-8 becomes U+FFFD.
-		err := jsonv2.Unmarshal(line, ev, jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
-		if err != nil {
-			return err
-		}
-		ev.fold()
-		return nil
-	}},
+	{"go-json-experiment", decodeOCSF}, // what FromOCSF uses
+	{"encoding_json", func(line []byte, ev *ocsfEvent) error { return stdjson.Unmarshal(line, ev) }},
 }
 
-// The three decoders read the benchmark lines into the same event, so the
+// The decoders read the benchmark lines into the same event, so the
 // benchmark compares like with like.
 func TestDecodersAgreeOnCollectorLines(t *testing.T) {
 	for i, line := range collectorLines(t) {
-		var want libEvent
+		var want ocsfEvent
 		if err := ocsfDecoders[0].decode(line, &want); err != nil {
 			t.Fatalf("line %d: %v", i, err)
 		}
 		for _, dec := range ocsfDecoders[1:] {
-			var got libEvent
+			var got ocsfEvent
 			if err := dec.decode(line, &got); err != nil {
 				t.Fatalf("%s: line %d: %v", dec.name, i, err)
 			}
-			if !reflect.DeepEqual(got.ocsfEvent, want.ocsfEvent) {
-				t.Errorf("%s: line %d decodes to\n%+v\nthe hand-written reader to\n%+v", dec.name, i, got.ocsfEvent, want.ocsfEvent)
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("%s: line %d decodes to\n%+v\ngo-json-experiment to\n%+v", dec.name, i, got, want)
 			}
 		}
 	}
@@ -130,7 +80,7 @@ func BenchmarkDecode(b *testing.B) {
 				line := lines[n%len(lines)]
 				n++
 				size += len(line)
-				var ev libEvent
+				var ev ocsfEvent
 				if err := dec.decode(line, &ev); err != nil {
 					b.Fatal(err)
 				}
@@ -155,11 +105,11 @@ func BenchmarkCollectorLine(b *testing.B) {
 				line := lines[n%len(lines)]
 				n++
 				size += len(line)
-				var ev libEvent
+				var ev ocsfEvent
 				if err := dec.decode(line, &ev); err != nil {
 					b.Fatal(err)
 				}
-				r, err := fromEvent(&ev.ocsfEvent, line, "bench")
+				r, err := fromEvent(&ev, line, "bench")
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -54,21 +54,25 @@ type ocsfEvent struct {
 	Message       string `json:"message"`
 
 	Metadata struct {
-		UID        string `json:"uid"`
-		LabelAgent string // from an "agent:<id>" label
+		UID    string   `json:"uid"`
+		Labels []string `json:"labels"` // an "agent:<id>" label names the agent
 	} `json:"metadata"`
-	Actor         ocsfActor        `json:"actor"`
-	Process       *ocsfProcess     `json:"process"`
-	DstEndpoint   *ocsfEndpoint    `json:"dst_endpoint"`
-	URL           *ocsfURL         `json:"url"`
-	HTTPRequest   *ocsfHTTPRequest `json:"http_request"`
-	Rule          *ocsfRule        `json:"firewall_rule"`
-	Policy        *ocsfPolicy      `json:"policy"`
-	StatusCode    string           `json:"status_code"`
-	FindingInfo   *ocsfFindingInfo `json:"finding_info"`
-	Evidences     []ocsfEvidence   `json:"evidences"`
-	ContainerName string           // device.container.name
-	Unmapped      ocsfUnmapped     `json:"unmapped"`
+	Actor       ocsfActor        `json:"actor"`
+	Process     *ocsfProcess     `json:"process"`
+	DstEndpoint *ocsfEndpoint    `json:"dst_endpoint"`
+	URL         *ocsfURL         `json:"url"`
+	HTTPRequest *ocsfHTTPRequest `json:"http_request"`
+	Rule        *ocsfRule        `json:"firewall_rule"`
+	Policy      *ocsfPolicy      `json:"policy"`
+	StatusCode  string           `json:"status_code"`
+	FindingInfo *ocsfFindingInfo `json:"finding_info"`
+	Evidences   []ocsfEvidence   `json:"evidences"`
+	Device      struct {
+		Container struct {
+			Name string `json:"name"`
+		} `json:"container"`
+	} `json:"device"`
+	Unmapped ocsfUnmapped `json:"unmapped"`
 }
 
 type ocsfFindingInfo struct {
@@ -181,8 +185,7 @@ func FromOCSF(line []byte, agentID string) (Record, error) {
 		return Record{}, &FormatError{Reason: "not a JSON object"}
 	}
 	var ev ocsfEvent
-	d := decoder{b: line}
-	if err := decodeEvent(&d, &ev); err != nil {
+	if err := decodeOCSF(line, &ev); err != nil {
 		return Record{}, formatError(err)
 	}
 	return fromEvent(&ev, line, agentID)
@@ -195,7 +198,11 @@ func fromEvent(ev *ocsfEvent, line []byte, agentID string) (Record, error) {
 		return Record{}, &FormatError{Field: "class_uid", Reason: "missing"}
 	}
 	if agentID == "" {
-		agentID = clip(ev.Metadata.LabelAgent, maxShort)
+		for _, l := range ev.Metadata.Labels {
+			if a, ok := strings.CutPrefix(l, "agent:"); ok {
+				agentID = clip(a, maxShort) // the last such label wins
+			}
+		}
 	}
 	r := Record{
 		Schema:  Schema,
@@ -316,8 +323,8 @@ func fromEvent(ev *ocsfEvent, line []byte, agentID string) (Record, error) {
 		r.SandboxID = proc.Sandbox
 	case ev.Metadata.UID != "":
 		r.SandboxID = ev.Metadata.UID
-	case ev.ContainerName != "":
-		r.SandboxID = ev.ContainerName
+	case ev.Device.Container.Name != "":
+		r.SandboxID = ev.Device.Container.Name
 	}
 	r.SandboxID = clip(r.SandboxID, maxShort)
 
@@ -335,16 +342,6 @@ func fromEvent(ev *ocsfEvent, line []byte, agentID string) (Record, error) {
 	}
 	r.Reason = clip(ScrubText(r.Reason), maxReason)
 	return r, nil
-}
-
-func formatError(err error) error {
-	switch e := err.(type) {
-	case *decodeError:
-		return &FormatError{Field: e.field(), Reason: e.reason}
-	case *syntaxError:
-		return &FormatError{Reason: e.Error()}
-	}
-	return &FormatError{Reason: err.Error()}
 }
 
 func action(ev *ocsfEvent) string {
