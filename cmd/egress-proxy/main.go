@@ -33,9 +33,9 @@ import (
 
 const usage = `Usage:
   egress-proxy --policy FILE [--listen ADDR] [--fence-listen ADDR]
-               [--control PATH] [--events FILE|-] [--hosts-file FILE]
+               [--control PATH] [--events FILE|-|/dev/fd/N] [--hosts-file FILE]
                [--sandbox NAME --cgroup NAME --init-pid PID] [--pins FILE]
-               [--ready-fd N] [limits] [--log-format text|json]
+               [--ready-fd N] [limits] [--log-format text|json] [--log-level L]
 
 Serves an explicit HTTP proxy (CONNECT host:port, absolute-form http://)
 that allows exactly what the policy's network_policies allow, for exactly
@@ -62,7 +62,9 @@ Flags:
                          the system default)
   --control PATH         root-only (0600) control socket: GET /status,
                          GET /metrics, POST /reload
-  --events FILE|-        OCSF events as JSON lines (- for stdout; default none)
+  --events FILE|-|/dev/fd/N
+                         OCSF events as JSON lines (- for stdout, /dev/fd/N a
+                         pipe, socket or file the caller opened; default none)
   --hosts-file FILE      resolve names from this hosts file only (no DNS)
   --sandbox NAME         sandbox name in events (default "host")
   --cgroup NAME          sandbox cgroup (sandbox mode, with --init-pid)
@@ -70,7 +72,9 @@ Flags:
   --pins FILE            binary sha256 pins (trust on first use); default
                          binary-pins.json next to --control, else memory
   --ready-fd N           write "ready\n" to fd N once listening, then close it
-  --max-conns N          concurrent client connections (default 4096)
+  --max-conns N          concurrent client connections (default 4096; the
+                         descriptor limit is raised to fit when root, else
+                         the default shrinks to fit it)
   --max-head-bytes N     request head limit, 431 beyond (default 8192)
   --head-timeout D       request head read timeout, 408 beyond (default 10s)
   --connect-timeout D    upstream resolve+connect timeout, 504 beyond (default 10s)
@@ -78,6 +82,9 @@ Flags:
   --deny-window D        report a repeated denial at most once per D, with a
                          count (default 10s; 0 reports every one)
   --log-format F         text or json logs on stderr (default text)
+  --log-level L          debug, info, warn or error (default info); one line
+                         per allowed connection at debug, denials and errors
+                         at warn (every connection is an OCSF event anyway)
 
 Exit status: 0 after SIGTERM/SIGINT, 1 when the policy does not load or a
 listener fails, 2 on bad flags.
@@ -93,7 +100,9 @@ Examples:
   # Standalone on a host: loopback listener, same policy and events.
   egress-proxy --policy ~/.mac/openshell-policy.yaml --events - \
       --control /run/egress-proxy.sock
-  HTTPS_PROXY=http://127.0.0.1:3128 curl https://api.github.com/zen
+  # The rendered fleet policy lets git and gh reach GitHub, nothing else:
+  HTTPS_PROXY=http://127.0.0.1:3128 git ls-remote https://github.com/git/git HEAD   # allowed
+  HTTPS_PROXY=http://127.0.0.1:3128 curl https://api.github.com/zen   # 403 policy_denied, binary_not_allowed
 
   # Inspect and reload a running proxy.
   curl --unix-socket /run/egress-proxy.sock http://proxy/status
@@ -109,8 +118,9 @@ func main() {
 
 type flags struct {
 	policy, listen, fenceListen, control, events, hostsFile string
-	sandbox, cgroup, pins, logFormat, clientCC              string
+	sandbox, cgroup, pins, logFormat, logLevel, clientCC    string
 	initPID, readyFD, maxConns, maxHeadBytes                int
+	maxConnsSet                                             bool
 	headTimeout, connectTimeout, idleTimeout, denyWindow    time.Duration
 }
 
@@ -137,6 +147,7 @@ func parseFlags(args []string, stdout io.Writer) (*flags, bool, error) {
 	fs.DurationVar(&f.idleTimeout, "idle-timeout", proxy.DefaultIdleTimeout, "tunnel idle timeout")
 	fs.DurationVar(&f.denyWindow, "deny-window", proxy.DefaultDenyWindow, "denial rate-limit window")
 	fs.StringVar(&f.logFormat, "log-format", "text", "text or json")
+	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, usage)
@@ -147,6 +158,7 @@ func parseFlags(args []string, stdout io.Writer) (*flags, bool, error) {
 	if fs.NArg() > 0 {
 		return nil, false, cli.Usagef("unexpected argument %q; see egress-proxy --help", fs.Arg(0))
 	}
+	fs.Visit(func(fl *flag.Flag) { f.maxConnsSet = f.maxConnsSet || fl.Name == "max-conns" })
 	switch {
 	case f.policy == "":
 		return nil, false, cli.Usagef("--policy is required; see egress-proxy --help")
@@ -191,12 +203,19 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if help || err != nil {
 		return err
 	}
-	log, err := cli.NewLogger(f.logFormat, stderr, slog.LevelInfo)
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
+		return cli.Usagef("--log-level %q: want debug, info, warn or error", f.logLevel)
+	}
+	log, err := cli.NewLogger(f.logFormat, stderr, level)
 	if err != nil {
 		return err
 	}
-	if err := proxy.CheckFDLimit(f.maxConns); err != nil {
+	if n, note, err := proxy.FitFDLimit(f.maxConns, f.maxConnsSet); err != nil {
 		log.Warn("file descriptor limit", "err", err)
+	} else if note != "" {
+		f.maxConns = n
+		log.Debug("file descriptor limit", "note", note, "max_conns", n)
 	}
 
 	var events ocsf.Emitter = ocsf.Discard

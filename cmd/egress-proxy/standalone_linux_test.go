@@ -47,7 +47,7 @@ func freePort(t *testing.T) int {
 
 // startProxy runs the built binary standalone on loopback and waits for
 // "ready" on its ready pipe.
-func startProxy(t *testing.T, policyPath, hostsFile string) *proc {
+func startProxy(t *testing.T, policyPath, hostsFile string, extra ...string) *proc {
 	t.Helper()
 	bin := testutil.Binary(t, "egress-proxy")
 	dir := t.TempDir()
@@ -62,8 +62,8 @@ func startProxy(t *testing.T, policyPath, hostsFile string) *proc {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	p.cmd = exec.Command(bin, "--policy", policyPath, "--listen", p.addr, "--hosts-file", hostsFile,
-		"--control", p.sock, "--events", p.events, "--ready-fd", "3", "--deny-window", "0", "--log-format", "json")
+	p.cmd = exec.Command(bin, append([]string{"--policy", policyPath, "--listen", p.addr, "--hosts-file", hostsFile,
+		"--control", p.sock, "--events", p.events, "--ready-fd", "3", "--deny-window", "0", "--log-format", "json"}, extra...)...)
 	p.cmd.Stderr = p.stderr
 	p.cmd.ExtraFiles = []*os.File{w}
 	if err := p.cmd.Start(); err != nil {

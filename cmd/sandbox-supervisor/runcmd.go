@@ -295,7 +295,7 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		}
 		a, err := sandboxnet.New(sandboxnet.Config{
 			ProxyBin: f.proxyBin, PolicyPath: resolved.Path, HostsFile: f.hostsFile,
-			Events: f.events, StateRoot: f.stateDir, LogFormat: f.logFormat,
+			Events: f.events, StateRoot: f.stateDir, LogFormat: f.logFormat, LogLevel: f.logLevel,
 			Stdout: stdout, Stderr: stderr, Logger: logger, Incidents: events,
 		})
 		if err != nil {

@@ -157,6 +157,11 @@ func (p *Proxy) rejectReload(cur *Generation, trigger string, cause error) (Relo
 		res.Generation, res.SHA256 = cur.Number, cur.SHA256
 	}
 	p.emitEvent(p.src.PolicyRejected(kept, fileSHA256(p.cfg.PolicyPath), cause))
+	if cur == nil {
+		// At start-up there is no last-known-good policy to keep: New
+		// returns "policy does not load" and the proxy exits.
+		return res, cause
+	}
 	p.log.Error("policy reload rejected; keeping the last-known-good policy", "trigger", trigger, "err", cause)
 	return res, cause
 }

@@ -87,7 +87,7 @@ func New(cfg Config) (*Proxy, error) {
 	p.started = p.now()
 	p.transport = newForwardTransport()
 	if _, err := p.Reload("startup"); err != nil {
-		return nil, fmt.Errorf("proxy: initial policy %s: %w", cfg.PolicyPath, err)
+		return nil, fmt.Errorf("policy does not load: %w", err)
 	}
 	if cfg.Limits.DenyWindow > 0 {
 		go p.flushLoop()
@@ -296,8 +296,11 @@ func (p *Proxy) emitRecord(r *Record) {
 	}
 }
 
+// logRecord writes one line per connection: at debug when it was allowed
+// (a busy `npm install` would flood the journal; every connection is an
+// OCSF event anyway), at warn when it was denied or failed.
 func (p *Proxy) logRecord(r *Record) {
-	lvl := slog.LevelInfo
+	lvl := slog.LevelDebug
 	if r.Outcome != OutcomeAllowed {
 		lvl = slog.LevelWarn
 	}

@@ -54,6 +54,7 @@ type Config struct {
 	ReadyTimeout         time.Duration
 	MaxRestarts          int
 	LogFormat            string
+	LogLevel             string
 	// Stdout and Stderr are the proxy's (events on "-", and its logs).
 	Stdout, Stderr io.Writer
 	Logger         *slog.Logger
@@ -92,6 +93,9 @@ func (c *Config) defaults() error {
 	}
 	if c.LogFormat == "" {
 		c.LogFormat = "text"
+	}
+	if c.LogLevel == "" {
+		c.LogLevel = "info"
 	}
 	return nil
 }

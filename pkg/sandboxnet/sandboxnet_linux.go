@@ -126,6 +126,7 @@ func (p *proxyProc) args() []string {
 		"--init-pid", strconv.Itoa(p.initPID),
 		"--ready-fd", "3",
 		"--log-format", c.LogFormat,
+		"--log-level", c.LogLevel,
 	}
 	if c.StateRoot != "" {
 		a = append(a, "--control", filepath.Join(c.StateRoot, p.name, ControlSocketName))
