@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/palisade-sandbox/palisade/pkg/actionevent"
+	"github.com/palisade-sandbox/palisade/pkg/fsutil"
 )
 
 // DeadLetterName is the dead-letter file in the spool directory: one JSON
@@ -79,7 +80,7 @@ func (d *deadLetters) commit() error {
 	if _, err := d.f.Write(d.buf); err != nil {
 		return fmt.Errorf("dead letters: %w", err)
 	}
-	if err := d.f.Sync(); err != nil {
+	if err := fsutil.Sync(d.f); err != nil {
 		return fmt.Errorf("dead letters: %w", err)
 	}
 	d.buf = d.buf[:0]

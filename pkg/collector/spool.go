@@ -156,7 +156,7 @@ func repairTail(f *os.File) (int64, error) {
 		if err := f.Truncate(end); err != nil {
 			return 0, err
 		}
-		if err := f.Sync(); err != nil {
+		if err := fsutil.Sync(f); err != nil {
 			return 0, err
 		}
 	}
@@ -217,7 +217,7 @@ func (s *spool) Commit() error {
 	if _, err := s.active.Write(s.buf); err != nil {
 		return fail(err)
 	}
-	if err := s.active.Sync(); err != nil {
+	if err := fsutil.Sync(s.active); err != nil {
 		return fail(err)
 	}
 	s.segs[s.activeN] += int64(len(s.buf))

@@ -47,14 +47,14 @@ func writeAtomic(path string, data []byte, perm os.FileMode, durable bool) (err 
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	if durable {
-		if err = f.Sync(); err != nil {
+		if err = Sync(f); err != nil {
 			return fmt.Errorf("write %s: fsync: %w", path, err)
 		}
 	}
 	if err = f.Close(); err != nil {
 		return fmt.Errorf("write %s: close: %w", path, err)
 	}
-	if err = os.Rename(tmp, path); err != nil {
+	if err = rename(tmp, path); err != nil {
 		return fmt.Errorf("write %s: rename: %w", path, err)
 	}
 	if !durable {
@@ -70,7 +70,7 @@ func SyncDir(dir string) error {
 		return fmt.Errorf("fsync dir %s: %w", dir, err)
 	}
 	defer d.Close()
-	if err := d.Sync(); err != nil {
+	if err := Sync(d); err != nil {
 		return fmt.Errorf("fsync dir %s: %w", dir, err)
 	}
 	return nil
