@@ -27,6 +27,13 @@ import (
 // with the goroutine.
 func lockThreadForever() { runtime.LockOSThread() }
 
+// weakenForTest, when set, makes the init skip one step of the drop so
+// that a test can check that verifyConfined notices, kills the command and
+// fails the start: "seccomp" skips installing the filter, "identity" forks
+// the command as root (uid and gid 0). Only the package's TestMain sets it
+// (in the init copy of the test binary); no production path does.
+var weakenForTest string
+
 // initFail is a setup failure with the exit status the supervisor reports.
 type initFail struct {
 	stage string
@@ -274,7 +281,7 @@ func spawnConfined(cfg *InitConfig, path string, stdio [3]*os.File, tty bool, co
 				}
 				conf.Landlock = res
 			}
-			if cfg.Seccomp {
+			if cfg.Seccomp && weakenForTest != "seccomp" {
 				if err := installSeccomp(cfg.SeccompFilter); err != nil {
 					return 0, fail("seccomp", ExitSandboxFailed, err)
 				}
@@ -284,12 +291,16 @@ func spawnConfined(cfg *InitConfig, path string, stdio [3]*os.File, tty bool, co
 			// init's wait4 loop, so it needs no pidfd, and os's one-time
 			// pidfd check (a test fork) would sit on every start's
 			// critical path.
+			cred := &syscall.Credential{Uid: s.Process.User.UID, Gid: s.Process.User.GID, Groups: []uint32{}}
+			if weakenForTest == "identity" {
+				cred.Uid, cred.Gid = 0, 0
+			}
 			pid, err := syscall.ForkExec(path, s.Process.Args, &syscall.ProcAttr{
 				Dir:   s.Process.Cwd,
 				Env:   s.Process.Env,
 				Files: []uintptr{stdio[0].Fd(), stdio[1].Fd(), stdio[2].Fd()},
 				Sys: &syscall.SysProcAttr{
-					Credential: &syscall.Credential{Uid: s.Process.User.UID, Gid: s.Process.User.GID, Groups: []uint32{}},
+					Credential: cred,
 					// A new session: no controlling terminal to inject into,
 					// unless the sandbox's own PTY becomes it.
 					Setsid:  true,

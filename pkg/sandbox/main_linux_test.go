@@ -15,6 +15,10 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 {
 		switch os.Args[1] {
 		case InitCommand:
+			// The init copy of the test binary: weakenInitEnv (set by a
+			// wrapper script, see TestInitKillsACommandTheDropMissed)
+			// weakens one step of the drop.
+			weakenForTest = os.Getenv(weakenInitEnv)
 			RunInit()
 			return
 		case "attack":

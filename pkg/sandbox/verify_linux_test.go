@@ -3,7 +3,11 @@
 package sandbox
 
 import (
+	"bytes"
+	"context"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -34,5 +38,52 @@ func TestVerifyConfinedKillsAnUnconfinedCommand(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("unconfined command still running after the refusal")
+	}
+}
+
+// weakenInitEnv names the drop step the init copy of the test binary
+// skips (weakenForTest).
+const weakenInitEnv = "PALISADE_TEST_WEAKEN_DROP"
+
+// Through the real init path, a drop that missed a step is noticed after
+// the fact: the init's verifyConfined kills the command before it can act
+// and the start fails with 125. The init is this test binary started
+// through a wrapper that sets weakenInitEnv (the supervisor gives the init
+// a fixed environment). Deleting the init's verifyConfined call fails
+// this test: the command would run, unconfined, and exit 0.
+func TestInitKillsACommandTheDropMissed(t *testing.T) {
+	f := newFixture(t)
+	for _, step := range []string{"seccomp", "identity"} {
+		t.Run(step, func(t *testing.T) {
+			wrapper := filepath.Join(t.TempDir(), "init-weaken-"+step)
+			script := "#!/bin/sh\n" + weakenInitEnv + "=" + step + " exec " + f.exe + " \"$@\"\n"
+			if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			marker := "ran-" + step
+			env, err := BuildEnv(EnvInput{Workdir: f.workdir, Name: "t"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Were the command not killed, it would leave the marker in
+			// the working directory (the host's, bind-mounted).
+			o := f.options([]string{"/bin/sh", "-c", "sleep 1; echo unconfined > " + marker}, env)
+			o.InitExe = wrapper
+			var out, errb bytes.Buffer
+			o.Stdout, o.Stderr, o.Stdin = &out, &errb, strings.NewReader("")
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			res, err := Run(ctx, o)
+			if err == nil || res.ExitCode != ExitSandboxFailed {
+				t.Fatalf("Run = %+v, %v; want exit %d (stderr %s)", res, err, ExitSandboxFailed, errb.String())
+			}
+			if !strings.Contains(err.Error(), "verify") {
+				t.Errorf("error %q does not say the after-the-fact check refused", err)
+			}
+			time.Sleep(1500 * time.Millisecond)
+			if _, err := os.Stat(filepath.Join(f.workdir, marker)); err == nil {
+				t.Fatalf("the weakened command ran to completion")
+			}
+		})
 	}
 }
