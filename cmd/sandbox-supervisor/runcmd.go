@@ -87,7 +87,7 @@ func parseRunFlags(args []string, stderr io.Writer, specOnly bool) (*runFlags, [
 	fs.Float64Var(&f.cpus, "cpus", 0, "CPU limit in cores (0: none)")
 	fs.StringVar(&f.memory, "memory", "", "memory limit, e.g. 512m, 4g (default: none)")
 	fs.Int64Var(&f.pids, "pids", sandbox.DefaultPidsLimit, "maximum number of processes")
-	fs.BoolVar(&f.tty, "tty", false, "give the command a terminal from the sandbox's own devpts")
+	fs.BoolVar(&f.tty, "tty", false, "give the command a terminal from the sandbox's own devpts (stdin must be a terminal)")
 	fs.BoolVar(&f.noTTY, "no-tty", false, "use pipes (the default); the command has no controlling terminal")
 	fs.BoolVar(&f.keep, "keep", cli.Truthy(os.Getenv("MAC_OPENSHELL_KEEP")), "keep the state directory after exit (env MAC_OPENSHELL_KEEP)")
 	fs.StringVar(&f.stateDir, "state-dir", state.DefaultRoot, "root of the per-sandbox state directories")
@@ -192,6 +192,11 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	logger, err := cli.NewLogger(f.logFormat, stderr, level)
 	if err != nil {
 		return err
+	}
+	if f.tty && !specOnly && !sandbox.IsTerminal(stdin) {
+		// As docker run -it: a terminal fed from a pipe or file echoes
+		// the input, cuts lines at 4095 bytes and never sees the end.
+		return cli.Usagef("--tty: stdin is not a terminal; drop --tty to pass stdin to the command as it is (a pipe or file), or run from a terminal")
 	}
 	claimed, err := claimEvents(f.events)
 	if err != nil {

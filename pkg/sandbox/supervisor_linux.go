@@ -562,13 +562,14 @@ func startRelay(fd int, o Options, wg *sync.WaitGroup) (*os.File, error) {
 		pty.Close()
 		return nil, fmt.Errorf("pty master: %w", err)
 	}
-	if in, ok := o.Stdin.(*os.File); ok {
-		if cur, err := console.ConsoleFromFile(in); err == nil {
-			if err := cur.SetRaw(); err == nil {
-				restoreOnExit(cur)
-			}
-			resizeFromCaller(pty, o.Stdin)
-		}
+	if in, ok := o.Stdin.(*os.File); ok && makeRaw(in) {
+		resizeFromCaller(pty, o.Stdin)
+	}
+	// The sandbox's terminal already turns "\n" into "\r\n": a caller's
+	// terminal on stdout that is not the one made raw above would do it
+	// again ("\r\r\n"), so it goes raw too.
+	if out, ok := o.Stdout.(*os.File); ok && !sameFile(out, o.Stdin) {
+		makeRaw(out)
 	}
 	if o.Stdin != nil {
 		go io.Copy(pty, o.Stdin)
@@ -581,6 +582,41 @@ func startRelay(fd int, o Options, wg *sync.WaitGroup) (*os.File, error) {
 		}()
 	}
 	return pty, nil
+}
+
+// makeRaw puts the caller's terminal f in raw mode, output processing
+// included (containerd/console's raw mode keeps OPOST, which would turn
+// the sandbox terminal's "\r\n" into "\r\r\n"), to be restored on exit.
+// It reports whether f is a terminal.
+func makeRaw(f *os.File) bool {
+	cur, err := console.ConsoleFromFile(f)
+	if err != nil {
+		return false
+	}
+	if err := cur.SetRaw(); err != nil {
+		return true
+	}
+	restoreOnExit(cur)
+	if rc, err := f.SyscallConn(); err == nil {
+		rc.Control(func(fd uintptr) {
+			if t, err := unix.IoctlGetTermios(int(fd), unix.TCGETS); err == nil {
+				t.Oflag &^= unix.OPOST
+				unix.IoctlSetTermios(int(fd), unix.TCSETS, t)
+			}
+		})
+	}
+	return true
+}
+
+// sameFile reports whether b is an *os.File open on the same file as a.
+func sameFile(a *os.File, b io.Reader) bool {
+	bf, ok := b.(*os.File)
+	if !ok {
+		return false
+	}
+	ai, err1 := a.Stat()
+	bi, err2 := bf.Stat()
+	return err1 == nil && err2 == nil && os.SameFile(ai, bi)
 }
 
 var restoreMu sync.Mutex
