@@ -26,7 +26,7 @@ func outcome(err error) string {
 	}
 	var errno syscall.Errno
 	if errors.As(err, &errno) {
-		return unix.ErrnoName(errno)
+		return sysOutcome(0, 0, errno)
 	}
 	return "error: " + err.Error()
 }
@@ -35,7 +35,10 @@ func sysOutcome(_, _ uintptr, errno syscall.Errno) string {
 	if errno == 0 {
 		return "ok"
 	}
-	return unix.ErrnoName(errno)
+	if name := unix.ErrnoName(errno); name != "" {
+		return name
+	}
+	return fmt.Sprintf("errno %d", int(errno))
 }
 
 // Attack environment: PALISADE_T_RO (a read-only test dir holding a file

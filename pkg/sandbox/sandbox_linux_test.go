@@ -10,10 +10,13 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/net/bpf"
 
 	"github.com/palisade-sandbox/palisade/pkg/ocsf"
 	"github.com/palisade-sandbox/palisade/pkg/ocsf/ocsftest"
@@ -198,6 +201,10 @@ func TestPrivilegesDropped(t *testing.T) {
 	}
 }
 
+// What the agent sees for each syscall attack: EPERM (ENOSYS for clone3,
+// so that libcs fall back to clone). For the calls the kernel also refuses
+// without capabilities this proves only the end result;
+// TestSyscallAttacksDeniedByTheFilter proves the filter gave it.
 func TestSyscallAttacksDenied(t *testing.T) {
 	f := newFixture(t)
 	got := f.attack(nil, "unshare_user", "unshare_net", "unshare_mount", "clone_newuser", "clone3",
@@ -209,6 +216,42 @@ func TestSyscallAttacksDenied(t *testing.T) {
 		"io_uring": "EPERM", "keyctl": "EPERM", "tiocsti_hibits": "EPERM", "mptcp": "EPERM",
 		"raw_socket": "EPERM", "packet_socket": "EPERM", "packet_hibits": "EPERM",
 	})
+}
+
+// The sandbox's syscall denials are the filter's answer, not the
+// kernel's: without capabilities the kernel itself refuses bpf, raw and
+// packet sockets, ptrace of the init and namespace creation with EPERM, so
+// TestSyscallAttacksDenied alone would pass without seccomp. Here the
+// filter's EPERM returns are rewritten to an errno no kernel path returns;
+// every denied attack must come back with that marker.
+func TestSyscallAttacksDeniedByTheFilter(t *testing.T) {
+	f := newFixture(t)
+	const marker = 4000
+	rewriteFilterForTest = func(prog []bpf.RawInstruction) []bpf.RawInstruction {
+		const retK = 0x06 // BPF_RET | BPF_K
+		out := slices.Clone(prog)
+		n := 0
+		for i, ins := range out {
+			if ins.Op == retK && ins.K == 0x00050000|1 { // SECCOMP_RET_ERRNO | EPERM
+				out[i].K = 0x00050000 | marker
+				n++
+			}
+		}
+		if n == 0 {
+			t.Error("the compiled filter has no errno(EPERM) return to rewrite")
+		}
+		return out
+	}
+	t.Cleanup(func() { rewriteFilterForTest = nil })
+	attacks := []string{"unshare_user", "unshare_net", "unshare_mount", "clone_newuser",
+		"ptrace_init", "ptrace_sibling", "bpf", "io_uring", "keyctl", "tiocsti_hibits",
+		"mptcp", "raw_socket", "packet_socket", "packet_hibits"}
+	got := f.attack(nil, attacks...)
+	want := map[string]string{}
+	for _, a := range attacks {
+		want[a] = fmt.Sprintf("errno %d", marker)
+	}
+	expect(t, got, want)
 }
 
 func TestIsolationFromHost(t *testing.T) {
