@@ -115,13 +115,14 @@ type Degradation struct {
 
 // Decide applies the fail-closed rules:
 //
-//   - root, namespaces and cgroups are always required unless
-//     --allow-degraded; nftables only when the policy has network entries
-//     (the fence needs it) — never degradable then;
+//   - root, every namespace and cgroups are always required:
+//     --allow-degraded does not drop them; nftables is required (and not
+//     degradable) when the policy has network entries (the fence needs it);
 //   - Landlock is required under hard_requirement or when required is
 //     set (MAC_OPENSHELL_REQUIRED); best_effort runs without it and says so;
-//   - seccomp is required unless --allow-degraded, and never degradable
-//     under hard_requirement or required;
+//   - seccomp is required unless --allow-degraded (the only layer that
+//     flag can drop), and never degradable under hard_requirement or
+//     required;
 //   - under hard_requirement or required, --allow-degraded changes
 //     nothing: every missing feature aborts the run.
 func Decide(pf Preflight, hard, required, allowDegraded bool, needNetwork bool) (Plan, error) {

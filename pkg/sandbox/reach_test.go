@@ -5,13 +5,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/palisade-sandbox/palisade/pkg/testutil"
 )
 
+// The path cases of OutOfReach: writable by the sandbox through the
+// working directory, a read_write path, a symlink, world-writable bits.
 func TestOutOfReach(t *testing.T) {
-	if os.Geteuid() != 0 {
-		// Ownership cases need chown; the path cases run for everyone.
-		t.Log("not root: ownership cases limited")
-	}
 	base := t.TempDir()
 	os.Chmod(base, 0o755)
 	wd := filepath.Join(base, "work")
@@ -60,20 +60,33 @@ func TestOutOfReach(t *testing.T) {
 	if err := check(worldFile); err == nil || !strings.Contains(err.Error(), "world-writable") {
 		t.Errorf("world-writable file: %v", err)
 	}
-	if os.Geteuid() == 0 {
-		owned := filepath.Join(safeDir, "owned.yaml")
-		os.WriteFile(owned, nil, 0o600)
-		os.Chown(owned, 10001, 0)
-		if err := check(owned); err == nil || !strings.Contains(err.Error(), "owned by the sandbox user") {
-			t.Errorf("file owned by the sandbox user: %v", err)
-		}
-		grp := filepath.Join(safeDir, "grp.yaml")
-		os.WriteFile(grp, nil, 0o620)
-		os.Chown(grp, 0, 10001)
-		os.Chmod(grp, 0o620)
-		if err := check(grp); err == nil || !strings.Contains(err.Error(), "sandbox group") {
-			t.Errorf("group-writable by the sandbox group: %v", err)
-		}
+}
+
+// The ownership cases of OutOfReach (they need chown, so root): a file
+// owned by the sandbox user, or writable by the sandbox group.
+func TestOutOfReachOwnership(t *testing.T) {
+	testutil.RequireRoot(t)
+	base := t.TempDir()
+	os.Chmod(base, 0o755)
+	wd := filepath.Join(base, "work")
+	os.Mkdir(wd, 0o755)
+	safeDir := filepath.Join(base, "etc")
+	os.Mkdir(safeDir, 0o755)
+	check := func(p string) error {
+		return OutOfReach("--policy", p, 10001, 10001, wd, nil, []string{"/tmp", "/dev/shm"})
+	}
+	owned := filepath.Join(safeDir, "owned.yaml")
+	os.WriteFile(owned, nil, 0o600)
+	os.Chown(owned, 10001, 0)
+	if err := check(owned); err == nil || !strings.Contains(err.Error(), "owned by the sandbox user") {
+		t.Errorf("file owned by the sandbox user: %v", err)
+	}
+	grp := filepath.Join(safeDir, "grp.yaml")
+	os.WriteFile(grp, nil, 0o620)
+	os.Chown(grp, 0, 10001)
+	os.Chmod(grp, 0o620)
+	if err := check(grp); err == nil || !strings.Contains(err.Error(), "sandbox group") {
+		t.Errorf("group-writable by the sandbox group: %v", err)
 	}
 }
 
