@@ -9,15 +9,22 @@ import (
 	"github.com/palisade-sandbox/palisade/pkg/testutil"
 )
 
+// reachDirs makes base (0755) with a working directory and a safe
+// directory in it.
+func reachDirs(t *testing.T) (base, wd, safeDir string) {
+	base = t.TempDir()
+	os.Chmod(base, 0o755)
+	wd = filepath.Join(base, "work")
+	os.Mkdir(wd, 0o755)
+	safeDir = filepath.Join(base, "etc")
+	os.Mkdir(safeDir, 0o755)
+	return base, wd, safeDir
+}
+
 // The path cases of OutOfReach: writable by the sandbox through the
 // working directory, a read_write path, a symlink, world-writable bits.
 func TestOutOfReach(t *testing.T) {
-	base := t.TempDir()
-	os.Chmod(base, 0o755)
-	wd := filepath.Join(base, "work")
-	os.Mkdir(wd, 0o755)
-	safeDir := filepath.Join(base, "etc")
-	os.Mkdir(safeDir, 0o755)
+	base, wd, safeDir := reachDirs(t)
 	safe := filepath.Join(safeDir, "policy.yaml")
 	os.WriteFile(safe, nil, 0o600)
 	rwDir := filepath.Join(base, "shared")
@@ -66,12 +73,7 @@ func TestOutOfReach(t *testing.T) {
 // owned by the sandbox user, or writable by the sandbox group.
 func TestOutOfReachOwnership(t *testing.T) {
 	testutil.RequireRoot(t)
-	base := t.TempDir()
-	os.Chmod(base, 0o755)
-	wd := filepath.Join(base, "work")
-	os.Mkdir(wd, 0o755)
-	safeDir := filepath.Join(base, "etc")
-	os.Mkdir(safeDir, 0o755)
+	_, wd, safeDir := reachDirs(t)
 	check := func(p string) error {
 		return OutOfReach("--policy", p, 10001, 10001, wd, nil, []string{"/tmp", "/dev/shm"})
 	}
