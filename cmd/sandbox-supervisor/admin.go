@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/palisade-sandbox/palisade/pkg/cgroup"
 	"github.com/palisade-sandbox/palisade/pkg/cli"
 	"github.com/palisade-sandbox/palisade/pkg/sandbox"
 	"github.com/palisade-sandbox/palisade/pkg/state"
@@ -73,7 +74,7 @@ func listCmd(args []string, stdout, stderr io.Writer) error {
 				enc.Encode(map[string]string{"name": e.Name, "error": e.Err.Error()})
 				continue
 			}
-			enc.Encode(e.Labels)
+			enc.Encode(store.Observed(e.Labels))
 		}
 		return nil
 	}
@@ -84,7 +85,7 @@ func listCmd(args []string, stdout, stderr io.Writer) error {
 			fmt.Fprintf(tw, "%s\t?\tunreadable\t\t\t\t%v\n", e.Name, e.Err)
 			continue
 		}
-		l := e.Labels
+		l := store.Observed(e.Labels)
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%v\t%.12s\n", l.Name, l.Kind, l.Status, l.Owner, l.Created.Format(time.RFC3339), l.Keep, l.PolicySHA256)
 	}
 	return tw.Flush()
@@ -138,6 +139,7 @@ func statusCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return cli.Failf("status: %v", err)
 	}
+	l = store.Observed(l)
 	if *config {
 		sdir, err := store.Dir(name)
 		if err != nil {
@@ -164,28 +166,32 @@ func statusCmd(args []string, stdout, stderr io.Writer) error {
 		return json.NewEncoder(stdout).Encode(l)
 	}
 	fmt.Fprintf(stdout, "name:          %s\nkind:          %s\nstatus:        %s\nowner:         %s\ncreated:       %s\nkeep:          %v\ncreator pid:   %d\nagent id:      %s\npolicy sha256: %s (%s)\ncgroup:        %s\n",
-		l.Name, l.Kind, l.Status, l.Owner, l.Created.Format(time.RFC3339), l.Keep, l.CreatorPID, l.AgentID, l.PolicySHA256, l.PolicySource, l.Cgroup)
+		l.Name, l.Kind, l.Status, l.Owner, l.Created.Format(time.RFC3339), l.Keep, l.CreatorPID, l.AgentID, l.PolicySHA256, l.PolicySource, cgroupPath(l.Cgroup))
 	if l.ExitCode != nil {
 		fmt.Fprintf(stdout, "exit code:     %d\n", *l.ExitCode)
 	}
 	return nil
 }
 
-const gcUsage = `usage: sandbox-supervisor gc [--apply] [--stale-after DUR] [--json] [--state-dir DIR]
+const gcUsage = `usage: sandbox-supervisor gc [--apply] [--stale-after DUR] [--include-kept NAME]... [--json] [--state-dir DIR]
 
 Finds orphaned sandboxes (seed "sandbox-gc"): a sandbox is collected only
 when it is older than the stale age, its creator process is dead, and it
-is not marked keep. Without --apply nothing is changed; every sandbox is
-listed with the reason it would or would not be collected. --apply kills
-what is left of it, removes its cgroup and network state, then its state
-directory.
+is not marked keep. Every sandbox is listed with the reason it would be,
+or was, collected or kept. Without --apply nothing is changed; --apply
+kills what is left of it, removes its cgroup and network state, then its
+state directory.
 
-The stale age defaults to MAC_OPENSHELL_STALE_AFTER_SECONDS or 86400 s.
+The stale age defaults to MAC_OPENSHELL_STALE_AFTER_SECONDS or 86400 s;
+--stale-after 0s means "any age". --include-kept NAME (repeatable)
+collects a sandbox kept with --keep, whatever its age; it is refused
+while its creator or its init (its processes) still run.
 
 Examples:
   sudo sandbox-supervisor gc
   sudo sandbox-supervisor gc --apply
   sudo sandbox-supervisor gc --stale-after 1h --json
+  sudo sandbox-supervisor gc --apply --include-kept task-42
 
 Flags:
 `
@@ -194,7 +200,9 @@ func gcCmd(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("gc", gcUsage, stderr)
 	apply := fs.Bool("apply", false, "collect (default: dry run)")
 	asJSON := fs.Bool("json", false, "one JSON object per sandbox per line")
-	staleFlag := fs.Duration("stale-after", 0, "minimum age (default: MAC_OPENSHELL_STALE_AFTER_SECONDS or 24h)")
+	staleFlag := fs.Duration("stale-after", 0, "minimum age; 0s: any age (default: MAC_OPENSHELL_STALE_AFTER_SECONDS or 24h)")
+	var includeKept multiFlag
+	fs.Var(&includeKept, "include-kept", "collect this kept sandbox too, whatever its age (repeatable; refused while its processes run)")
 	dir := fs.String("state-dir", state.DefaultRoot, "state root")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -202,11 +210,18 @@ func gcCmd(args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() != 0 {
 		return cli.Usagef("gc: unexpected argument %q", fs.Arg(0))
 	}
+	for _, n := range includeKept {
+		if err := state.ValidateName(n); err != nil {
+			return cli.Usagef("--include-kept: %v", err)
+		}
+	}
 	stale, err := state.StaleAfterFromEnv(os.Getenv)
 	if err != nil {
 		return cli.Usagef("%v", err)
 	}
-	if *staleFlag != 0 {
+	staleSet := false
+	fs.Visit(func(f *flag.Flag) { staleSet = staleSet || f.Name == "stale-after" })
+	if staleSet {
 		if *staleFlag < 0 {
 			return cli.Usagef("--stale-after %s: must not be negative", *staleFlag)
 		}
@@ -216,9 +231,9 @@ func gcCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	plan, err := store.Plan(time.Now(), stale)
+	plan, err := store.Plan(time.Now(), stale, includeKept...)
 	if err != nil {
-		return err
+		return cli.Failf("gc: %v", err)
 	}
 	enc := json.NewEncoder(stdout)
 	type row struct {
@@ -246,6 +261,16 @@ func gcCmd(args []string, stdout, stderr io.Writer) error {
 		return nil
 	}
 	outs, err := store.Apply(plan, sandbox.Collect)
+	for _, d := range plan.Decisions {
+		if d.Collect {
+			continue
+		}
+		if *asJSON {
+			enc.Encode(row{Name: d.Name, Reason: d.Reason})
+		} else {
+			fmt.Fprintf(stdout, "keep    %s: %s\n", d.Name, d.Reason)
+		}
+	}
 	for _, o := range outs {
 		removed := o.Removed
 		r := row{Name: o.Name, Collect: true, Reason: o.Reason, Removed: &removed}
@@ -256,8 +281,10 @@ func gcCmd(args []string, stdout, stderr io.Writer) error {
 			enc.Encode(r)
 		} else if o.Err != nil {
 			fmt.Fprintf(stdout, "failed  %s: %v\n", o.Name, o.Err)
-		} else {
+		} else if o.Removed {
 			fmt.Fprintf(stdout, "removed %s: %s\n", o.Name, o.Reason)
+		} else {
+			fmt.Fprintf(stdout, "keep    %s: %s\n", o.Name, o.Reason)
 		}
 	}
 	if err != nil {
@@ -322,4 +349,12 @@ func preflightCmd(args []string, stdout, stderr io.Writer) error {
 		return cli.Failf("preflight: missing confinement features: %s", strings.Join(missing, ", "))
 	}
 	return nil
+}
+
+// cgroupPath is how the docs name a sandbox's cgroup: palisade/<name>.
+func cgroupPath(name string) string {
+	if name == "" {
+		return ""
+	}
+	return cgroup.ParentName + "/" + name
 }

@@ -43,6 +43,10 @@ type Decision struct {
 	// only Name is set. The remove hook receives them.
 	Labels     Labels `json:"-"`
 	Unreadable bool   `json:"unreadable,omitempty"`
+	// IncludeKept is set for a sandbox the operator named with
+	// --include-kept: neither keep=true nor its age protects it, but a
+	// live creator or init (its processes run) still does.
+	IncludeKept bool `json:"-"`
 }
 
 // Plan is the outcome of a gc dry run.
@@ -54,7 +58,10 @@ type Plan struct {
 
 // Plan decides, for every sandbox under the root, whether gc would collect
 // it at time now with the given minimum age. It changes nothing.
-func (s *Store) Plan(now time.Time, staleAfter time.Duration) (Plan, error) {
+// includeKept names sandboxes to collect although they are kept (and
+// whatever their age), unless their creator or init still runs; a name
+// that does not exist is an error.
+func (s *Store) Plan(now time.Time, staleAfter time.Duration, includeKept ...string) (Plan, error) {
 	if staleAfter < 0 {
 		return Plan{}, fmt.Errorf("stale-after %s: must not be negative", staleAfter)
 	}
@@ -62,15 +69,28 @@ func (s *Store) Plan(now time.Time, staleAfter time.Duration) (Plan, error) {
 	if err != nil {
 		return Plan{}, err
 	}
+	named := map[string]bool{}
+	for _, n := range includeKept {
+		named[n] = true
+	}
 	p := Plan{Now: now, StaleAfter: staleAfter}
 	for _, e := range ents {
-		p.Decisions = append(p.Decisions, s.decide(e, now, staleAfter))
+		p.Decisions = append(p.Decisions, s.decide(e, now, staleAfter, named[e.Name]))
+		delete(named, e.Name)
+	}
+	for _, n := range includeKept {
+		if named[n] {
+			return Plan{}, fmt.Errorf("--include-kept %s: no such sandbox in %s", n, s.root)
+		}
 	}
 	return p, nil
 }
 
-func (s *Store) decide(e Entry, now time.Time, staleAfter time.Duration) Decision {
-	d := Decision{Name: e.Name, Labels: e.Labels}
+func (s *Store) decide(e Entry, now time.Time, staleAfter time.Duration, includeKept bool) Decision {
+	d := Decision{Name: e.Name, Labels: e.Labels, IncludeKept: includeKept}
+	if includeKept && e.Err == nil {
+		staleAfter = 0
+	}
 	if e.Err != nil {
 		// Nothing says who made it or whether to keep it: only its age
 		// protects it.
@@ -103,9 +123,15 @@ func (s *Store) decide(e Entry, now time.Time, staleAfter time.Duration) Decisio
 	} else {
 		why = append(why, creator)
 	}
-	if l.Keep {
+	switch {
+	case l.Keep && includeKept:
+		why = append(why, "keep=true overridden by --include-kept")
+		if alive, init := s.initState(l); alive {
+			protect = append(protect, init)
+		}
+	case l.Keep:
 		protect = append(protect, "keep=true")
-	} else {
+	default:
 		why = append(why, "keep=false")
 	}
 	if len(protect) > 0 {
@@ -139,6 +165,32 @@ func (s *Store) creatorState(l Labels) (bool, string) {
 	}
 }
 
+// initState reports whether the sandbox's init (and so its processes)
+// still runs, by pid and start time.
+func (s *Store) initState(l Labels) (bool, string) {
+	if l.InitPID <= 0 {
+		return false, ""
+	}
+	st, err := procStartTime(s.procRoot, l.InitPID)
+	if err == nil && (l.InitStartTime == 0 || st == l.InitStartTime) {
+		return true, fmt.Sprintf("init pid %d alive (its processes run)", l.InitPID)
+	}
+	return false, ""
+}
+
+// Observed returns l with the status a reader should see: a sandbox
+// recorded as created or running whose creator (pid and start time) is
+// gone is StatusOrphaned, whatever labels.json says.
+func (s *Store) Observed(l Labels) Labels {
+	if l.Status == StatusExited {
+		return l
+	}
+	if alive, _ := s.creatorState(l); !alive {
+		l.Status = StatusOrphaned
+	}
+	return l
+}
+
 func roundAge(d time.Duration) time.Duration {
 	if d > time.Minute || d < -time.Minute {
 		return d.Round(time.Second)
@@ -167,7 +219,7 @@ func (s *Store) Apply(p Plan, remove func(Labels) error) ([]Outcome, error) {
 		if !d.Collect {
 			continue
 		}
-		o := s.collect(d.Name, p.StaleAfter, remove)
+		o := s.collect(d.Name, p.StaleAfter, d.IncludeKept, remove)
 		if o.Err != nil {
 			errs = append(errs, o.Err)
 		}
@@ -176,7 +228,7 @@ func (s *Store) Apply(p Plan, remove func(Labels) error) ([]Outcome, error) {
 	return out, errors.Join(errs...)
 }
 
-func (s *Store) collect(name string, staleAfter time.Duration, remove func(Labels) error) Outcome {
+func (s *Store) collect(name string, staleAfter time.Duration, includeKept bool, remove func(Labels) error) Outcome {
 	o := Outcome{Name: name}
 	dir, err := s.Dir(name)
 	if err != nil {
@@ -201,7 +253,7 @@ func (s *Store) collect(name string, staleAfter time.Duration, remove func(Label
 	if e.Err != nil {
 		e.Labels = Labels{Name: name}
 	}
-	d := s.decide(e, time.Now(), staleAfter)
+	d := s.decide(e, time.Now(), staleAfter, includeKept)
 	o.Reason = d.Reason
 	if !d.Collect {
 		return o

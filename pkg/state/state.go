@@ -71,6 +71,9 @@ const (
 	StatusCreated Status = "created"
 	StatusRunning Status = "running"
 	StatusExited  Status = "exited"
+	// StatusOrphaned is never recorded: list and status show it for a
+	// created or running sandbox whose creator is gone (Store.Observed).
+	StatusOrphaned Status = "orphaned"
 )
 
 // Labels is the content of labels.json. The first block is set at
