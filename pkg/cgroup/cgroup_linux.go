@@ -38,6 +38,60 @@ func init() {
 			Check:       func() error { return currentLayout().available(c) },
 		})
 	}
+	// Host layouts, for tests that exercise one of them (see
+	// docs/development.md): both are supported, neither is a lack.
+	feature.Register(&feature.Probe{
+		Name: LayoutHybrid, MinKernel: "4.5", HostShape: true,
+		Check: func() error { return currentLayout().isHybrid() },
+	})
+	feature.Register(&feature.Probe{
+		Name: LayoutUnified, MinKernel: "4.15", HostShape: true,
+		Check: func() error { return currentLayout().isUnified() },
+	})
+}
+
+// Host-layout probe names.
+const (
+	// LayoutHybrid: a cgroup2 hierarchy mounted beside v1 hierarchies that
+	// hold at least one of the pids, memory and cpu controllers.
+	LayoutHybrid = "cgroup-layout:hybrid"
+	// LayoutUnified: pure cgroup v2, the pids, memory and cpu controllers
+	// all in the cgroup2 hierarchy.
+	LayoutUnified = "cgroup-layout:unified"
+)
+
+func (l *layout) isHybrid() error {
+	if l.err != nil {
+		return l.err
+	}
+	if l.unified == "" {
+		return errors.New("no cgroup2 hierarchy is mounted")
+	}
+	for _, c := range []string{Pids, Memory, CPU} {
+		if !l.v2[c] && l.v1[c] != "" {
+			return nil
+		}
+	}
+	return errors.New("no v1 hierarchy holds the pids, memory or cpu controller")
+}
+
+func (l *layout) isUnified() error {
+	if l.err != nil {
+		return l.err
+	}
+	if l.unified == "" {
+		return errors.New("no cgroup2 hierarchy is mounted")
+	}
+	for _, c := range []string{Pids, Memory, CPU} {
+		if !l.v2[c] {
+			where := "no hierarchy"
+			if l.v1[c] != "" {
+				where = "a v1 hierarchy at " + l.v1[c]
+			}
+			return fmt.Errorf("the %s controller is in %s, not in the cgroup2 hierarchy %s", c, where, l.unified)
+		}
+	}
+	return nil
 }
 
 // Supported reports whether this host can create sandbox groups at all:

@@ -44,7 +44,13 @@ type Probe struct {
 	// Confinement is true for features whose absence weakens the sandbox
 	// (as opposed to optional accelerations such as eBPF attribution).
 	Confinement bool
-	Check       func() error // nil: present; otherwise why not
+	// HostShape marks a probe that tells which of several supported host
+	// layouts this is (for example a hybrid cgroup host as opposed to a
+	// pure cgroup v2 one), not a capability the host lacks. A test that
+	// needs one layout has nothing to test on a host of another, so the
+	// test helpers skip it even where every other missing feature fails.
+	HostShape bool
+	Check     func() error // nil: present; otherwise why not
 
 	once sync.Once
 	err  error

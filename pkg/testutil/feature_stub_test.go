@@ -10,4 +10,7 @@ func init() {
 	feature.Register(&feature.Probe{Name: "test:never", MinKernel: "99.0", Check: func() error {
 		return errors.New("this probe never passes")
 	}})
+	feature.Register(&feature.Probe{Name: "test:other-layout", HostShape: true, Check: func() error {
+		return errors.New("this host has another layout")
+	}})
 }

@@ -32,6 +32,24 @@ func TestRequireFeatureStrictFails(t *testing.T) {
 	}
 }
 
+// A host-shape probe (a layout, not a lack) skips in both modes.
+func TestRequireFeatureHostShapeSkips(t *testing.T) {
+	if IsChild("shape-gate") {
+		RequireFeature(t, "test:other-layout")
+		t.Log("REACHED-AFTER-GATE")
+		return
+	}
+	for _, strict := range []string{"1", ""} {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestRequireFeatureHostShapeSkips$", "-test.v", "-test.count=1")
+		cmd.Env = append(os.Environ(), ChildEnv+"=shape-gate", RequirePrivilegedEnv+"="+strict)
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "--- SKIP") || strings.Contains(string(out), "REACHED-AFTER-GATE") ||
+			!strings.Contains(string(out), "another host layout") {
+			t.Fatalf("%s=%q: err=%v out=%s", RequirePrivilegedEnv, strict, err, out)
+		}
+	}
+}
+
 func TestUniqueName(t *testing.T) {
 	a, b := UniqueName("pal"), UniqueName("pal")
 	if a == b || len(a) != 11 || !strings.HasPrefix(a, "pal") {
