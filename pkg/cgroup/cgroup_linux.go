@@ -60,12 +60,20 @@ const (
 	LayoutUnified = "cgroup-layout:unified"
 )
 
-func (l *layout) isHybrid() error {
+// haveUnified says why there is no usable cgroup2 hierarchy, or nil.
+func (l *layout) haveUnified() error {
 	if l.err != nil {
 		return l.err
 	}
 	if l.unified == "" {
 		return errors.New("no cgroup2 hierarchy is mounted")
+	}
+	return nil
+}
+
+func (l *layout) isHybrid() error {
+	if err := l.haveUnified(); err != nil {
+		return err
 	}
 	for _, c := range []string{Pids, Memory, CPU} {
 		if !l.v2[c] && l.v1[c] != "" {
@@ -76,11 +84,8 @@ func (l *layout) isHybrid() error {
 }
 
 func (l *layout) isUnified() error {
-	if l.err != nil {
-		return l.err
-	}
-	if l.unified == "" {
-		return errors.New("no cgroup2 hierarchy is mounted")
+	if err := l.haveUnified(); err != nil {
+		return err
 	}
 	for _, c := range []string{Pids, Memory, CPU} {
 		if !l.v2[c] {
