@@ -1,0 +1,240 @@
+// Command confinement-probe proves, from inside a throwaway sandbox, that
+// the filesystem, egress, privilege, seccomp, user-namespace and
+// raw-socket boundaries hold. It prints one JSON object per check and
+// then CONFINEMENT_PROBE_OK only when every check passed, else
+// CONFINEMENT_PROBE_FAILED (exit 1); the same lines are appended to the
+// log that bootstrap reads (seed 000's live-confinement-probe.log).
+//
+// `confinement-probe route` is the in-sandbox route proof's classifier: it
+// runs a coding CLI's probe command and emits the
+// mac.coding_agent.verification.v1 record with its failure_class.
+//
+// The binary also serves as helper children of its own checks: started
+// with the hidden first argument probe.HelperCommand it runs that helper
+// and nothing else.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/palisade-sandbox/palisade/pkg/cli"
+	"github.com/palisade-sandbox/palisade/pkg/probe"
+)
+
+func main() {
+	if len(os.Args) > 2 && os.Args[1] == probe.HelperCommand {
+		os.Exit(probe.RunHelper(os.Args[2]))
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	cli.Exit("confinement-probe", run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr), os.Stderr)
+}
+
+// DefaultLog is seed 000's probe log, relative to $HOME.
+const DefaultLog = ".mac/openshell/live-confinement-probe.log"
+
+const usage = `usage: confinement-probe [flags]
+       confinement-probe --inside [target flags]
+       confinement-probe route --cli NAME --sentinel S [--timeout DUR] -- CMD [ARG...]
+
+Without --inside: starts a throwaway sandbox (kind probe) through
+sandbox-supervisor (next to this binary, or --supervisor-bin) with the
+policy a real sandbox would get (--policy, else $MAC_OPENSHELL_POLICY, else
+~/.mac/openshell-policy.yaml, else the bundled fail-closed default), runs
+the checks inside it and prints one JSON object per check
+({"check","group","expected","observed","ok"}), then CONFINEMENT_PROBE_OK
+when every check passed, else CONFINEMENT_PROBE_FAILED and exit 1. The
+same lines are appended to --log. A policy without network entries gets
+one canary entry (a reserved name for a binary that does not exist) so
+the fence and proxy exist and their denials can be proven.
+
+--inside runs the checks in this process, inside a sandbox that already
+exists (no log unless --log is given).
+
+Groups: filesystem, egress, privilege, seccomp, user-namespace, raw-socket.
+Must run as root (it creates a sandbox).
+
+Flags:
+`
+
+const examples = `
+Examples:
+  sudo confinement-probe
+  sudo confinement-probe --policy /etc/mac/openshell-policy.yaml --json
+  sudo sandbox-supervisor run -- ./confinement-probe --inside
+  confinement-probe route --cli opencode --sentinel PALISADE-7f3a -- \
+      sandbox-supervisor run --kind probe -- opencode run "echo PALISADE-7f3a"
+
+Exit status: 0 every check passed, 1 a check failed (or the sandbox could
+not be created), 2 usage error.
+`
+
+type flags struct {
+	policy, supervisor, stateDir, logPath, logFormat string
+	inside, json                                     bool
+	timeout                                          time.Duration
+	targets                                          probe.Targets
+	protected                                        string
+}
+
+func parse(args []string, stderr io.Writer) (*flags, error) {
+	f := &flags{}
+	def := probe.DefaultTargets()
+	home, _ := os.UserHomeDir()
+	defLog := ""
+	if home != "" {
+		defLog = filepath.Join(home, DefaultLog)
+	}
+	fs := flag.NewFlagSet("confinement-probe", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, usage)
+		fs.PrintDefaults()
+		fmt.Fprint(stderr, examples)
+	}
+	fs.StringVar(&f.policy, "policy", "", "policy file (overrides MAC_OPENSHELL_POLICY)")
+	fs.StringVar(&f.supervisor, "supervisor-bin", "", "sandbox-supervisor binary (default: next to this binary)")
+	fs.StringVar(&f.stateDir, "state-dir", "", "sandbox-supervisor --state-dir (default: its own)")
+	fs.StringVar(&f.logPath, "log", defLog, "append the check lines and the verdict to this file (\"\" for none; default none with --inside)")
+	fs.StringVar(&f.logFormat, "log-format", "text", "stderr log format: text or json")
+	fs.BoolVar(&f.json, "json", false, "print one summary JSON object instead of the check lines")
+	fs.DurationVar(&f.timeout, "timeout", 2*time.Minute, "bound on the whole sandbox run")
+	fs.BoolVar(&f.inside, "inside", false, "run the checks in this process (inside an existing sandbox)")
+	fs.StringVar(&f.protected, "protected", strings.Join(def.Protected, ","), "--inside: comma list of directories outside the policy")
+	fs.StringVar(&f.targets.WritableOutside, "writable-outside", def.WritableOutside, "--inside: a world-writable directory outside the policy (\"\": none)")
+	fs.StringVar(&f.targets.ReadOnly, "read-only-path", def.ReadOnly, "--inside: a directory the policy grants read-only")
+	fs.StringVar(&f.targets.Writable, "writable", "", "--inside: a directory the policy grants read-write (default: the working directory)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, cli.Quiet(cli.ExitOK)
+		}
+		return nil, cli.Quiet(cli.ExitUsage)
+	}
+	if fs.NArg() > 0 {
+		return nil, cli.Usagef("unexpected argument %q (route takes its command after --)", fs.Arg(0))
+	}
+	if f.protected != "" {
+		f.targets.Protected = strings.Split(f.protected, ",")
+	}
+	explicitLog := false
+	fs.Visit(func(fl *flag.Flag) {
+		if fl.Name == "log" {
+			explicitLog = true
+		}
+	})
+	if f.inside && !explicitLog {
+		f.logPath = ""
+	}
+	if f.timeout <= 0 {
+		return nil, cli.Usagef("--timeout %s: must be positive", f.timeout)
+	}
+	return f, nil
+}
+
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "route" {
+		return routeCmd(ctx, args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && (args[0] == "help" || args[0] == "-h" || args[0] == "--help") && len(args) == 1 {
+		fmt.Fprint(stdout, usage)
+		fmt.Fprint(stdout, examples)
+		return nil
+	}
+	f, err := parse(args, stderr)
+	if err != nil {
+		return err
+	}
+	logger, err := cli.NewLogger(f.logFormat, stderr, 0)
+	if err != nil {
+		return err
+	}
+	var v probe.Verdict
+	var info *probe.Launched
+	if f.inside {
+		v = probe.Evaluate(probe.Catalog(), probe.Run(f.targets), "")
+	} else {
+		var l probe.Launched
+		v, l, err = probe.Launch(ctx, probe.LaunchOptions{
+			Policy: f.policy, Supervisor: f.supervisor, StateDir: f.stateDir,
+			Timeout: f.timeout, Stderr: stderr,
+		})
+		if err != nil {
+			// Nothing ran: still leave the failed verdict in the log, so it
+			// never ends with an earlier run's OK.
+			v = probe.Evaluate(probe.Catalog(), nil, err.Error())
+			if lerr := appendLog(f.logPath, v, nil); lerr != nil {
+				logger.Error("probe log", "path", f.logPath, "err", lerr)
+			}
+			return cli.Failf("%s: %v", probe.FailedLine, err)
+		}
+		info = &l
+		logger.Info("probe sandbox finished", "sandbox", l.Sandbox, "policy_source", l.PolicySource,
+			"policy", l.PolicyPath, "policy_sha256", l.PolicySHA256, "canary_network_entry", l.Canary)
+	}
+	if err := appendLog(f.logPath, v, info); err != nil {
+		// The log is what bootstrap trusts: failing to write it is a failure.
+		v.Write(stdout)
+		return cli.Failf("probe log %s: %v", f.logPath, err)
+	}
+	if f.json {
+		if err := cli.WriteJSON(stdout, summary{Verdict: v, Launched: info}); err != nil {
+			return err
+		}
+	} else if err := v.Write(stdout); err != nil {
+		return err
+	}
+	if !v.OK {
+		for _, name := range v.Failed {
+			logger.Error("check failed", "check", name)
+		}
+		return cli.Quiet(cli.ExitFailed)
+	}
+	return nil
+}
+
+type summary struct {
+	probe.Verdict
+	Launched *probe.Launched `json:"sandbox,omitempty"`
+}
+
+// appendLog appends a header object, the check lines and the verdict to
+// path (created 0600 in a 0700 directory); "" writes nothing.
+func appendLog(path string, v probe.Verdict, info *probe.Launched) error {
+	if path == "" {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	fh, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	hdr := struct {
+		Run      string          `json:"probe_run"`
+		Launched *probe.Launched `json:"sandbox,omitempty"`
+	}{time.Now().UTC().Format(time.RFC3339), info}
+	if err := cli.WriteJSON(fh, hdr); err != nil {
+		fh.Close()
+		return err
+	}
+	if err := v.Write(fh); err != nil {
+		fh.Close()
+		return err
+	}
+	if err := fh.Sync(); err != nil {
+		fh.Close()
+		return err
+	}
+	return fh.Close()
+}
