@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -29,16 +30,23 @@ type checkFunc func(t Targets) (observed string, ok bool)
 // Run runs every check of the catalogue in this process (which must be
 // inside the sandbox under test) and returns the results in catalogue
 // order. Checks that would change the process irreversibly or kill it run
-// in a child copy of this binary (HelperCommand).
+// in a child copy of this binary (HelperCommand) or on a discarded
+// thread. As root nothing is attempted and every check fails: the
+// sandbox's command is never root, and the checks must not touch a host.
 func Run(t Targets) []Result {
 	if t.Writable == "" {
 		t.Writable, _ = os.Getwd()
 	}
+	root := os.Geteuid() == 0
 	var out []Result
 	for _, s := range Catalog() {
 		f := checks[s.Name]
 		r := Result{Check: s.Name, Group: s.Group, Expected: s.Expected}
-		if f == nil {
+		if root {
+			// A sandbox never runs its command as root; as root the
+			// checks would prove nothing and could touch the host.
+			r.Observed = "running as root (euid 0): check not attempted"
+		} else if f == nil {
 			r.Observed = "no implementation in this build"
 		} else {
 			r.Observed, r.OK = f(t)
@@ -164,7 +172,13 @@ var checks = map[string]checkFunc{
 		return link + " -> " + t.Protected[0] + ": " + errName(err), errors.Is(err, unix.EACCES)
 	},
 	"proc_sys_readonly": func(Targets) (string, bool) {
-		err := os.WriteFile("/proc/sys/kernel/hostname", []byte("palisade-probe"), 0)
+		// Opened for writing, never written: run unconfined by mistake,
+		// the probe must not change the host.
+		fd, err := unix.Open("/proc/sys/kernel/hostname", unix.O_WRONLY|unix.O_CLOEXEC, 0)
+		if err == nil {
+			unix.Close(fd)
+			return "opened for writing", false
+		}
 		return errName(err), errors.Is(err, unix.EROFS) || errors.Is(err, unix.EACCES)
 	},
 	"no_block_devices": func(Targets) (string, bool) {
@@ -270,15 +284,22 @@ var checks = map[string]checkFunc{
 		return wantErrno(errno, unix.EPERM)
 	},
 	"tiocsti_high_bits_denied": func(Targets) (string, bool) {
+		// On /dev/null, never a terminal: without the filter this is
+		// ENOTTY, and nothing is ever injected into a real terminal.
+		fd, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return "open /dev/null: " + errName(err), false
+		}
+		defer unix.Close(fd)
 		c := []byte("x")
-		_, _, errno := unix.RawSyscall(unix.SYS_IOCTL, 0, uintptr(uint64(0xdeadbeef00000000)|unix.TIOCSTI), uintptr(unsafe.Pointer(&c[0])))
+		_, _, errno := unix.RawSyscall(unix.SYS_IOCTL, uintptr(fd), uintptr(uint64(0xdeadbeef00000000)|unix.TIOCSTI), uintptr(unsafe.Pointer(&c[0])))
 		return wantErrno(errno, unix.EPERM)
 	},
 
-	"unshare_user": func(Targets) (string, bool) {
+	"unshare_user": onThrowawayThread(func(Targets) (string, bool) {
 		err := unix.Unshare(unix.CLONE_NEWUSER)
 		return errName(err), errors.Is(err, unix.EPERM)
-	},
+	}),
 	"clone_newuser": func(Targets) (string, bool) {
 		return rawClone(unix.CLONE_NEWUSER)
 	},
@@ -295,15 +316,15 @@ var checks = map[string]checkFunc{
 		}
 		return wantErrno(errno, unix.ENOSYS)
 	},
-	"unshare_mount": func(Targets) (string, bool) {
+	"unshare_mount": onThrowawayThread(func(Targets) (string, bool) {
 		err := unix.Unshare(unix.CLONE_NEWNS)
 		return errName(err), errors.Is(err, unix.EPERM)
-	},
-	"unshare_net": func(Targets) (string, bool) {
+	}),
+	"unshare_net": onThrowawayThread(func(Targets) (string, bool) {
 		err := unix.Unshare(unix.CLONE_NEWNET)
 		return errName(err), errors.Is(err, unix.EPERM)
-	},
-	"setns_denied": func(Targets) (string, bool) {
+	}),
+	"setns_denied": onThrowawayThread(func(Targets) (string, bool) {
 		fd, err := unix.Open("/proc/self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return "open /proc/self/ns/net: " + errName(err), false
@@ -311,7 +332,7 @@ var checks = map[string]checkFunc{
 		defer unix.Close(fd)
 		err = unix.Setns(fd, unix.CLONE_NEWNET)
 		return errName(err), errors.Is(err, unix.EPERM)
-	},
+	}),
 
 	"af_packet":      socketCheck(unix.AF_PACKET, unix.SOCK_RAW, 0),
 	"sock_raw_inet":  socketCheck(unix.AF_INET, unix.SOCK_RAW, unix.IPPROTO_ICMP),
@@ -320,6 +341,26 @@ var checks = map[string]checkFunc{
 	"af_alg":         socketCheck(unix.AF_ALG, unix.SOCK_SEQPACKET, 0),
 	"af_vsock":       socketCheck(unix.AF_VSOCK, unix.SOCK_STREAM, 0),
 	"netlink_audit":  socketCheck(unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_AUDIT),
+}
+
+// onThrowawayThread runs f on a locked OS thread that is discarded
+// afterwards: a namespace change that succeeds (the probe run unconfined
+// by mistake) dies with the thread instead of leaking into the process.
+func onThrowawayThread(f checkFunc) checkFunc {
+	return func(t Targets) (string, bool) {
+		type res struct {
+			obs string
+			ok  bool
+		}
+		ch := make(chan res, 1)
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread exits with the goroutine
+			o, ok := f(t)
+			ch <- res{o, ok}
+		}()
+		r := <-ch
+		return r.obs, r.ok
+	}
 }
 
 // t0 is the sandbox's private /tmp.

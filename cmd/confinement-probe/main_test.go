@@ -1,0 +1,169 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/palisade-sandbox/palisade/pkg/cli"
+	"github.com/palisade-sandbox/palisade/pkg/probe"
+	"github.com/palisade-sandbox/palisade/pkg/testutil"
+)
+
+func runCLI(t *testing.T, args ...string) (string, string, error) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	err := run(context.Background(), args, strings.NewReader(""), &out, &errb)
+	return out.String(), errb.String(), err
+}
+
+func TestHelpHasExamples(t *testing.T) {
+	for _, args := range [][]string{{"--help"}, {"route", "--help"}} {
+		out, errs, err := runCLI(t, args...)
+		if cli.Code(err) != 0 || !strings.Contains(out+errs, "Examples:") {
+			t.Errorf("%v: exit %d, help:\n%s%s", args, cli.Code(err), out, errs)
+		}
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"--frobnicate"},
+		{"extra-arg"},
+		{"--timeout", "-1s"},
+		{"--log-format", "xml", "--inside"},
+		{"route"},
+		{"route", "--cli", "opencode", "--", "true"},
+		{"route", "--sentinel", "S", "--", "true"},
+		{"route", "--cli", "opencode", "--sentinel", "S"},
+		{"route", "--cli", "opencode", "--sentinel", "S", "--timeout", "0s", "--", "true"},
+	} {
+		_, _, err := runCLI(t, args...)
+		if cli.Code(err) != cli.ExitUsage {
+			t.Errorf("%v: exit %d (%v), want 2", args, cli.Code(err), err)
+		}
+	}
+}
+
+// probeEnv is an environment in which the resolution order ends at the
+// bundled default: HOME without ~/.mac/openshell-policy.yaml and no
+// MAC_OPENSHELL_POLICY.
+func probeEnv(home string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "MAC_OPENSHELL_POLICY=") && !strings.HasPrefix(kv, "HOME=") {
+			env = append(env, kv)
+		}
+	}
+	return append(env, "HOME="+home)
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
+}
+
+// The acceptance for the bundled default: the real binary starts a
+// throwaway sandbox through the real sandbox-supervisor (next to it),
+// every check passes, stdout and the default log both end with
+// CONFINEMENT_PROBE_OK.
+func TestBundledDefaultPasses(t *testing.T) {
+	testutil.RequireRoot(t)
+	for _, f := range []string{"landlock", "seccomp", "nftables", "ns:net"} {
+		testutil.RequireFeature(t, f)
+	}
+	bin := testutil.Binary(t, "confinement-probe")
+	testutil.Binary(t, "sandbox-supervisor")
+	testutil.Binary(t, "egress-proxy")
+	home := t.TempDir()
+	state := filepath.Join(t.TempDir(), "state")
+	cmd := exec.Command(bin, "--state-dir", state)
+	cmd.Env = probeEnv(home)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil || lastLine(string(out)) != probe.OKLine {
+		t.Fatalf("exit %v, last line %q\nstdout:\n%s\nstderr:\n%s", err, lastLine(string(out)), out, stderr.String())
+	}
+	results, _ := probe.ParseResults(bytes.NewReader(out))
+	if v := probe.Evaluate(probe.Catalog(), results, ""); !v.OK {
+		t.Fatalf("verdict %+v", v.Failed)
+	}
+	for _, r := range results {
+		if r.Group == probe.GroupEgress && strings.HasPrefix(r.Check, "proxy_") && !strings.Contains(r.Observed, `403 error="policy_denied"`) {
+			t.Errorf("%s: %s, want the proxy's policy_denied (the canary entry brings the proxy up)", r.Check, r.Observed)
+		}
+	}
+	log, err := os.ReadFile(filepath.Join(home, DefaultLog))
+	if err != nil || lastLine(string(log)) != probe.OKLine {
+		t.Fatalf("log: %v, last line %q", err, lastLine(string(log)))
+	}
+	if fi, _ := os.Stat(filepath.Join(home, DefaultLog)); fi.Mode().Perm() != 0o600 {
+		t.Errorf("log mode %v, want 0600", fi.Mode().Perm())
+	}
+
+	// --json: one summary object; the log gains a second run.
+	cmd = exec.Command(bin, "--state-dir", state, "--json")
+	cmd.Env = probeEnv(home)
+	out, err = cmd.Output()
+	var sum struct {
+		OK      bool           `json:"ok"`
+		Result  string         `json:"result"`
+		Checks  []probe.Result `json:"checks"`
+		Sandbox struct {
+			PolicySource string `json:"policy_source"`
+			Canary       bool   `json:"canary_network_entry"`
+		} `json:"sandbox"`
+	}
+	if err != nil || json.Unmarshal(out, &sum) != nil || !sum.OK || sum.Result != probe.OKLine || len(sum.Checks) != len(probe.Catalog()) {
+		t.Fatalf("--json: %v\n%s", err, out)
+	}
+	if sum.Sandbox.PolicySource != "bundled" || !sum.Sandbox.Canary {
+		t.Errorf("--json sandbox %+v, want the bundled policy with the canary entry", sum.Sandbox)
+	}
+
+	// No supervisor: the run fails closed and the log now ends with the
+	// failure, never with the earlier OK.
+	cmd = exec.Command(bin, "--state-dir", state, "--supervisor-bin", filepath.Join(t.TempDir(), "missing"))
+	cmd.Env = probeEnv(home)
+	out, err = cmd.Output()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+		t.Fatalf("missing supervisor: %v\n%s", err, out)
+	}
+	log, _ = os.ReadFile(filepath.Join(home, DefaultLog))
+	if lastLine(string(log)) != probe.FailedLine {
+		t.Fatalf("log after a failed run ends %q", lastLine(string(log)))
+	}
+}
+
+// A sandbox that cannot be created (the policy names an identity that
+// is root) fails every check as unreported, exit 1.
+func TestSandboxNotCreatedFails(t *testing.T) {
+	testutil.RequireRoot(t)
+	bin := testutil.Binary(t, "confinement-probe")
+	testutil.Binary(t, "sandbox-supervisor")
+	testutil.Binary(t, "egress-proxy")
+	dir := t.TempDir()
+	// Valid policy whose read-only path does not exist under
+	// hard_requirement is fine; a workdir-less policy without the
+	// probe's own directory makes the inner command unreachable.
+	pol := filepath.Join(dir, "p.yaml")
+	os.WriteFile(pol, []byte("version: 1\nfilesystem_policy:\n  include_workdir: false\n  read_only: [/etc]\n  read_write: [/tmp]\nlandlock:\n  compatibility: hard_requirement\nprocess:\n  run_as_user: sandbox\n  run_as_group: sandbox\nnetwork_policies: {}\n"), 0o600)
+	cmd := exec.Command(bin, "--policy", pol, "--state-dir", filepath.Join(dir, "state"), "--log", filepath.Join(dir, "log"))
+	cmd.Env = probeEnv(dir)
+	out, err := cmd.Output()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || lastLine(string(out)) != probe.FailedLine {
+		t.Fatalf("exit %v, last line %q\n%s", err, lastLine(string(out)), out)
+	}
+	results, _ := probe.ParseResults(bytes.NewReader(out))
+	for _, r := range results {
+		if r.OK {
+			t.Errorf("%s passed although the probe could not run in the sandbox", r.Check)
+		}
+	}
+}
