@@ -307,13 +307,7 @@ var checks = map[string]checkFunc{
 		var args [11]uint64
 		args[4] = uint64(unix.SIGCHLD) // exit_signal
 		pid, _, errno := unix.RawSyscall(unix.SYS_CLONE3, uintptr(unsafe.Pointer(&args[0])), unsafe.Sizeof(args), 0)
-		if errno == 0 && pid == 0 {
-			unix.RawSyscall(unix.SYS_EXIT_GROUP, 0, 0, 0)
-		}
-		if errno == 0 {
-			var ws unix.WaitStatus
-			unix.Wait4(int(pid), &ws, 0, nil)
-		}
+		reapForked(pid, errno)
 		return wantErrno(errno, unix.ENOSYS)
 	},
 	"unshare_mount": onThrowawayThread(func(Targets) (string, bool) {
@@ -370,14 +364,22 @@ func t0() string { return "/tmp" }
 // at once.
 func rawClone(flags int) (string, bool) {
 	pid, _, errno := unix.RawSyscall6(unix.SYS_CLONE, uintptr(flags|int(unix.SIGCHLD)), 0, 0, 0, 0, 0)
-	if errno == 0 && pid == 0 {
+	reapForked(pid, errno)
+	return wantErrno(errno, unix.EPERM)
+}
+
+// reapForked handles a raw clone that succeeded: the child exits at once
+// (it is a copy of a multi-threaded Go process and must run no Go code),
+// the parent reaps it.
+func reapForked(pid uintptr, errno syscall.Errno) {
+	if errno != 0 {
+		return
+	}
+	if pid == 0 {
 		unix.RawSyscall(unix.SYS_EXIT_GROUP, 0, 0, 0)
 	}
-	if errno == 0 {
-		var ws unix.WaitStatus
-		unix.Wait4(int(pid), &ws, 0, nil)
-	}
-	return wantErrno(errno, unix.EPERM)
+	var ws unix.WaitStatus
+	unix.Wait4(int(pid), &ws, 0, nil)
 }
 
 // refusal reports whether err is an immediate refusal of a connection.

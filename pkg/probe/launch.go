@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/palisade-sandbox/palisade/pkg/policy"
 )
@@ -84,4 +85,33 @@ func (v Verdict) Write(w io.Writer) error {
 	b.WriteString(v.Result + "\n")
 	_, err := w.Write(b.Bytes())
 	return err
+}
+
+// LaunchOptions configure Launch.
+type LaunchOptions struct {
+	// Policy is the --policy flag ("" follows the resolution order).
+	Policy string
+	// Supervisor is the sandbox-supervisor binary ("": next to this one).
+	Supervisor string
+	// ProbeBin is the confinement-probe binary run inside ("": this one).
+	ProbeBin string
+	// StateDir is passed to the supervisor as --state-dir ("": its default).
+	StateDir string
+	// TempDir holds the throwaway policy and working directory ("": the
+	// system's temporary directory).
+	TempDir string
+	// Timeout bounds the whole sandbox run (0: 2 minutes).
+	Timeout time.Duration
+	// Stderr receives the supervisor's diagnostics.
+	Stderr io.Writer
+}
+
+// Launched describes the probe sandbox.
+type Launched struct {
+	Sandbox      string `json:"sandbox"`
+	PolicySource string `json:"policy_source"`
+	PolicyPath   string `json:"policy_path"`
+	PolicySHA256 string `json:"policy_sha256"`
+	Canary       bool   `json:"canary_network_entry"`
+	ExitCode     int    `json:"sandbox_exit_code"`
 }
