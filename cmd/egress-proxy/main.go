@@ -29,13 +29,15 @@ import (
 	"github.com/palisade-sandbox/palisade/pkg/ocsf"
 	"github.com/palisade-sandbox/palisade/pkg/proxy"
 	"github.com/palisade-sandbox/palisade/pkg/ssrf"
+	"github.com/palisade-sandbox/palisade/pkg/tlsca"
 )
 
 const usage = `Usage:
   egress-proxy --policy FILE [--listen ADDR] [--fence-listen ADDR]
                [--control PATH] [--events FILE|-|/dev/fd/N] [--hosts-file FILE]
                [--sandbox NAME --cgroup NAME --init-pid PID] [--pins FILE]
-               [--ready-fd N] [limits] [--log-format text|json] [--log-level L]
+               [--ready-fd N] [--ca-out FILE] [--upstream-ca-bundle FILE]
+               [limits] [--log-format text|json] [--log-level L]
 
 Serves an explicit HTTP proxy (CONNECT host:port, absolute-form http://)
 that allows exactly what the policy's network_policies allow, for exactly
@@ -44,6 +46,13 @@ the binaries they list. Denials are HTTP 403 with a one-line JSON body
 "policy","reason"}. The policy file's directory is watched; SIGHUP and
 POST /reload on the control socket reload too. A policy that does not
 load, validate and compile is rejected and the last good one stays.
+
+Tunnels to protocol: rest endpoints are inspected: TLS is terminated with
+a CA generated at start (ECDSA P-256; its key never leaves the process's
+memory), HTTP/1.1 and HTTP/2 requests are decided one by one against the
+endpoint's access/rules/deny_rules, and the upstream's certificate is
+verified against the system roots plus --upstream-ca-bundle. Clients must
+trust the CA: --ca-out writes its (public) certificate.
 
 Modes:
   sandbox     --cgroup and --init-pid name the sandbox (sandbox-supervisor
@@ -72,6 +81,12 @@ Flags:
   --pins FILE            binary sha256 pins (trust on first use); default
                          binary-pins.json next to --control, else memory
   --ready-fd N           write "ready\n" to fd N once listening, then close it
+  --ca-out FILE          write the inspection CA's certificate (PEM, public,
+                         mode 0644) to FILE before reporting ready
+  --upstream-ca-bundle FILE
+                         also trust these PEM roots for upstream servers of
+                         inspected tunnels (an unreadable or certificate-free
+                         file is an error)
   --max-conns N          concurrent client connections (default 4096; the
                          descriptor limit is raised to fit when root, else
                          the default shrinks to fit it)
@@ -104,6 +119,11 @@ Examples:
   HTTPS_PROXY=http://127.0.0.1:3128 git ls-remote https://github.com/git/git HEAD   # allowed
   HTTPS_PROXY=http://127.0.0.1:3128 curl https://api.github.com/zen   # 403 policy_denied, binary_not_allowed
 
+  # Inspect HTTPS to rest endpoints on a host: trust the proxy's CA.
+  egress-proxy --policy policy.yaml --ca-out /run/egress-proxy-ca.pem &
+  HTTPS_PROXY=http://127.0.0.1:3128 curl --cacert /run/egress-proxy-ca.pem \
+      https://registry.example/simple/
+
   # Inspect and reload a running proxy.
   curl --unix-socket /run/egress-proxy.sock http://proxy/status
   curl --unix-socket /run/egress-proxy.sock -X POST http://proxy/reload
@@ -119,6 +139,7 @@ func main() {
 type flags struct {
 	policy, listen, fenceListen, control, events, hostsFile string
 	sandbox, cgroup, pins, logFormat, logLevel, clientCC    string
+	caOut, upstreamCA                                       string
 	initPID, readyFD, maxConns, maxHeadBytes                int
 	maxConnsSet                                             bool
 	headTimeout, connectTimeout, idleTimeout, denyWindow    time.Duration
@@ -148,6 +169,8 @@ func parseFlags(args []string, stdout io.Writer) (*flags, bool, error) {
 	fs.DurationVar(&f.denyWindow, "deny-window", proxy.DefaultDenyWindow, "denial rate-limit window")
 	fs.StringVar(&f.logFormat, "log-format", "text", "text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&f.caOut, "ca-out", "", "write the inspection CA certificate here")
+	fs.StringVar(&f.upstreamCA, "upstream-ca-bundle", "", "extra PEM roots for upstream servers")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, usage)
@@ -238,6 +261,25 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		resolver = hr
 	}
 
+	// The inspection CA: generated here, its key only ever in memory.
+	ca, err := tlsca.New(tlsca.Options{Name: f.sandbox})
+	if err != nil {
+		return cli.Failf("%v", err)
+	}
+	var upstreamFiles []string
+	if f.upstreamCA != "" {
+		upstreamFiles = append(upstreamFiles, f.upstreamCA)
+	}
+	roots, err := tlsca.LoadPool(upstreamFiles...)
+	if err != nil {
+		return cli.Failf("--upstream-ca-bundle: %v", err)
+	}
+	if f.caOut != "" {
+		if err := ca.WriteCert(f.caOut); err != nil {
+			return cli.Failf("--ca-out: %v", err)
+		}
+	}
+
 	attr, closeAttr, err := attributor(f, log)
 	if err != nil {
 		return cli.Failf("%v", err)
@@ -287,12 +329,14 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			Guard:    &ssrf.Guard{Self: self},
 			Timeout:  f.connectTimeout,
 		}},
-		Attributor:  proxy.AttributionBackend{Backend: attr},
-		Pinner:      proxy.AttributionPinner{Pinner: pinner},
-		OriginalDst: fence.OriginalDst,
-		Source:      src,
-		Events:      events,
-		Logger:      log,
+		Attributor:    proxy.AttributionBackend{Backend: attr},
+		Pinner:        proxy.AttributionPinner{Pinner: pinner},
+		OriginalDst:   fence.OriginalDst,
+		Source:        src,
+		Events:        events,
+		CA:            ca,
+		UpstreamRoots: roots,
+		Logger:        log,
 		Limits: proxy.Limits{
 			MaxHeadBytes:   f.maxHeadBytes,
 			HeadTimeout:    f.headTimeout,

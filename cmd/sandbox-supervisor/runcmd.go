@@ -22,6 +22,7 @@ import (
 	"github.com/palisade-sandbox/palisade/pkg/sandbox"
 	"github.com/palisade-sandbox/palisade/pkg/sandboxnet"
 	"github.com/palisade-sandbox/palisade/pkg/state"
+	"github.com/palisade-sandbox/palisade/pkg/tlsca"
 )
 
 // probe is the preflight seam: tests replace it to simulate a missing
@@ -53,6 +54,7 @@ Examples:
   sudo sandbox-supervisor run --tty -- bash
   sudo sandbox-supervisor run --workdir /srv/task --env CI=1 --memory 4g --cpus 2 -- make test
   sudo sandbox-supervisor run --profile bounded-tmpfs --kind verify -- ./scripts/run-tests.sh
+  sudo sandbox-supervisor run --policy p.yaml --upstream-ca-bundle /etc/palisade/corp-ca.pem -- pip download x
   sudo sandbox-supervisor spec -- /bin/true | jq .linux.namespaces
 `
 
@@ -60,6 +62,7 @@ type runFlags struct {
 	policy, name, kind, agentID, workdir, passthrough, events string
 	profile, memory, stateDir, logFormat, logLevel            string
 	proxyBin, hostsFile, taskMetadata, trustedRegistries      string
+	upstreamCA                                                string
 	cpus                                                      float64
 	pids                                                      int64
 	tty, noTTY, keep, allowDegraded                           bool
@@ -94,6 +97,7 @@ func parseRunFlags(args []string, stderr io.Writer, specOnly bool) (*runFlags, [
 	fs.BoolVar(&f.allowDegraded, "allow-degraded", false, "run without seccomp if the kernel lacks it (recorded as a Detection Finding; refused under hard_requirement)")
 	fs.StringVar(&f.proxyBin, "proxy-bin", "", "egress-proxy binary for policies with network entries (default: next to this binary)")
 	fs.StringVar(&f.hostsFile, "hosts-file", "", "static name resolution for the egress proxy (/etc/hosts format; tests and air-gapped sites)")
+	fs.StringVar(&f.upstreamCA, "upstream-ca-bundle", "", "extra PEM roots the egress proxy trusts for upstream servers of inspected (TLS-terminated) tunnels")
 	fs.StringVar(&f.taskMetadata, "task-metadata", "", "task document whose metadata.egress_contract.hosts are granted (with MAC_OPENSHELL_TASK_EGRESS=1, --kind task)")
 	fs.StringVar(&f.trustedRegistries, "trusted-registries", "", "file replacing the built-in trusted registry list for per-task egress")
 	fs.StringVar(&f.logFormat, "log-format", "text", "stderr log format: text or json")
@@ -299,7 +303,7 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 			return sandboxFailed(errors.New("policy: a bundled policy with network entries has no file for the proxy to load"))
 		}
 		a, err := sandboxnet.New(sandboxnet.Config{
-			ProxyBin: f.proxyBin, PolicyPath: resolved.Path, HostsFile: f.hostsFile,
+			ProxyBin: f.proxyBin, PolicyPath: resolved.Path, HostsFile: f.hostsFile, UpstreamCABundle: f.upstreamCA,
 			Events: f.events, StateRoot: f.stateDir, LogFormat: f.logFormat, LogLevel: f.logLevel,
 			Stdout: stdout, Stderr: stderr, Logger: logger, Incidents: events,
 		})
@@ -307,8 +311,8 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 			return sandboxFailed(err)
 		}
 		network = a
-	} else if f.hostsFile != "" {
-		logger.Warn("--hosts-file ignored: the policy allows no egress, so no proxy runs", "policy", resolved.Path)
+	} else if f.hostsFile != "" || f.upstreamCA != "" {
+		logger.Warn("--hosts-file and --upstream-ca-bundle ignored: the policy allows no egress, so no proxy runs", "policy", resolved.Path)
 	}
 	logger.Debug("startup", "phase", "cli", "since_main_us", time.Since(mainStart).Microseconds())
 	res, err := sandbox.Run(ctx, sandbox.Options{
@@ -434,6 +438,14 @@ func outOfReach(r *policy.Resolved, f *runFlags, p sandbox.PolicyInfo, workdir s
 	if f.hostsFile != "" {
 		if err := check("--hosts-file", f.hostsFile); err != nil {
 			return err
+		}
+	}
+	if f.upstreamCA != "" {
+		if err := check("--upstream-ca-bundle", f.upstreamCA); err != nil {
+			return err
+		}
+		if _, err := tlsca.LoadPool(f.upstreamCA); err != nil {
+			return fmt.Errorf("--upstream-ca-bundle: %w", err)
 		}
 	}
 	if _, isFD := ocsf.FDDest(f.events); f.events != "" && f.events != "-" && !isFD {

@@ -328,6 +328,13 @@ func (in *Internet) Listen(network, address string) (net.Listener, error) {
 // CAPool holds the CA that signs every HTTPS server certificate.
 func (in *Internet) CAPool() *x509.CertPool { return in.pool.Clone() }
 
+// TLSConfig is a server configuration presenting certificates from the
+// internet's CA (issued for whatever name the client asks), offering h2
+// and http/1.1, for a test's own HTTPS server on Listen.
+func (in *Internet) TLSConfig() *tls.Config {
+	return &tls.Config{GetCertificate: in.certificate, MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}
+}
+
 // CAPEM is that CA in PEM form.
 func (in *Internet) CAPEM() []byte { return append([]byte(nil), in.caPEM...) }
 

@@ -45,7 +45,7 @@ func (e *Endpoint) CheckRequest(method, escapedPath string, query url.Values) (b
 			return false, L7DeniedByRule
 		}
 	}
-	if e.Access != "" && !AccessAllows(e.Access, method) {
+	if e.Access != "" && !AccessAllowsRequest(e.Access, method, escapedPath, query) {
 		return false, L7AccessDenied
 	}
 	if len(e.Rules) > 0 {
@@ -57,6 +57,32 @@ func (e *Endpoint) CheckRequest(method, escapedPath string, query url.Values) (b
 		return false, L7NoRuleMatched
 	}
 	return true, ""
+}
+
+// AccessAllowsRequest is AccessAllows for a whole request, reading git's
+// smart HTTP protocol by what it does rather than by its methods: a fetch
+// or clone posts to ".../git-upload-pack" but only reads, so read-only
+// allows it; a push starts with "GET .../info/refs?service=git-receive-pack"
+// and then posts to ".../git-receive-pack", so read-only refuses both
+// (the first refusal is what git shows its user). Everything else is
+// AccessAllows(access, method).
+func AccessAllowsRequest(access, method, path string, query url.Values) bool {
+	switch {
+	case method == "POST" && strings.HasSuffix(path, "/git-upload-pack"):
+		return AccessAllows(access, "GET")
+	case strings.HasSuffix(path, "/info/refs") && slicesContains(query["service"], "git-receive-pack"):
+		return AccessAllows(access, "POST") && AccessAllows(access, method)
+	}
+	return AccessAllows(access, method)
+}
+
+func slicesContains(vs []string, v string) bool {
+	for _, x := range vs {
+		if x == v {
+			return true
+		}
+	}
+	return false
 }
 
 func (m RequestMatch) matches(method, path string, query url.Values) bool {

@@ -91,3 +91,31 @@ func containsMeta(s string) bool {
 	}
 	return false
 }
+
+// Presets read git's smart HTTP by what it does: fetch reads, push writes.
+func TestAccessAllowsRequestGit(t *testing.T) {
+	q := func(s string) url.Values { v, _ := url.ParseQuery(s); return v }
+	for _, c := range []struct {
+		access, method, path, query string
+		want                        bool
+	}{
+		{AccessReadOnly, "GET", "/r.git/info/refs", "service=git-upload-pack", true},
+		{AccessReadOnly, "POST", "/r.git/git-upload-pack", "", true},
+		{AccessReadOnly, "GET", "/r.git/info/refs", "service=git-receive-pack", false},
+		{AccessReadOnly, "POST", "/r.git/git-receive-pack", "", false},
+		{AccessReadOnly, "POST", "/r.git/other", "", false},
+		{AccessReadOnly, "POST", "/git-upload-pack-not", "", false},
+		{AccessReadWrite, "GET", "/r.git/info/refs", "service=git-receive-pack", true},
+		{AccessReadWrite, "POST", "/r.git/git-receive-pack", "", true},
+		{AccessReadWrite, "DELETE", "/r.git/info/refs", "service=git-receive-pack", false},
+		{AccessFull, "GET", "/r.git/info/refs", "service=git-receive-pack", true},
+	} {
+		if got := AccessAllowsRequest(c.access, c.method, c.path, q(c.query)); got != c.want {
+			t.Errorf("%s %s %s?%s = %v, want %v", c.access, c.method, c.path, c.query, got, c.want)
+		}
+	}
+	ep := &Endpoint{Access: AccessReadOnly, DenyRules: []RequestMatch{{Method: "POST", Path: "/blocked/**"}}}
+	if ok, why := ep.CheckRequest("POST", "/blocked/r.git/git-upload-pack", nil); ok || why != L7DeniedByRule {
+		t.Errorf("deny rule did not win over the git fetch reading: %v %s", ok, why)
+	}
+}

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/palisade-sandbox/palisade/pkg/ocsf"
 	"github.com/palisade-sandbox/palisade/pkg/policy"
+	"github.com/palisade-sandbox/palisade/pkg/tlsca"
 )
 
 // DecideRequest is what the policy engine decides on: the canonical host
@@ -44,9 +46,8 @@ type Verdict struct {
 	Scope   Scope
 	// L7Rules is set when the matched endpoint carries L7 rules
 	// (protocol rest, access, rules or deny_rules). Forwarded http://
-	// requests are checked against them (Endpoint.CheckRequest); CONNECT
-	// tunnels are not inspected yet (no TLS termination): they are allowed
-	// at L4 and reported with egress_proxy.l7 = "not_enforced".
+	// requests and every request of an inspected CONNECT tunnel are
+	// checked against them (Endpoint.CheckRequest).
 	L7Rules bool
 	// Endpoint is the matched endpoint when Allowed (nil for fakes that
 	// carry no L7 constraints).
@@ -211,6 +212,12 @@ type Config struct {
 	// Logger receives operational logs (never secrets). nil discards.
 	Logger *slog.Logger
 	Limits Limits
+	// CA mints the certificates of terminated TLS connections (tunnels
+	// to inspected endpoints); nil refuses TLS on such tunnels.
+	CA *tlsca.Authority
+	// UpstreamRoots verifies upstream certificates on terminated
+	// connections; nil means the system roots.
+	UpstreamRoots *x509.CertPool
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }

@@ -8,8 +8,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"sort"
-	"strings"
 	"time"
 
 	"github.com/palisade-sandbox/palisade/pkg/ocsf"
@@ -90,30 +88,16 @@ func (p *Proxy) Reload(trigger string) (ReloadResult, error) {
 	p.gen.Store(g)
 	p.lastReloadErr.Store(nil)
 	res := ReloadResult{Changed: true, Generation: g.Number, SHA256: sum}
-	l7 := l7Entries(pol)
-	noteL7 := func(ev *ocsf.ConfigStateChange) {
-		if len(l7) == 0 {
-			return
-		}
-		// Say it loudly: CONNECT tunnels to these entries are enforced
-		// more loosely than written until TLS/L7 inspection.
-		ev.SeverityID = ocsf.SeverityLow
-		ev.StatusDetail = joinDetail(ev.StatusDetail, "L7 rules (access, rules, deny_rules) of entries "+strings.Join(l7, ", ")+
-			" are enforced for plain http:// requests only: CONNECT (https) tunnels to them are allowed by host, port and binary")
-		p.log.Warn("policy has L7 rules; CONNECT tunnels to their endpoints are not inspected (no TLS termination yet) and are allowed by host, port and binary only", "entries", l7)
-	}
 	if cur == nil {
 		// The first generation: its static sections are the sandbox's.
 		p.baseStatic = g.StaticSHA256
 		ev := p.src.PolicyLoaded(g.ref(), false)
-		noteL7(ev)
 		p.emitEvent(ev)
 		p.log.Info("policy loaded", "path", p.cfg.PolicyPath, "generation", g.Number, "sha256", sum)
 		return res, nil
 	}
 	p.m.reloadsOK.Add(1)
 	ev := p.src.PolicyLoaded(g.ref(), true)
-	noteL7(ev)
 	if g.StaticSHA256 != p.baseStatic {
 		res.StaticIgnored = true
 		ev.SeverityID = ocsf.SeverityLow
@@ -179,22 +163,6 @@ func fileSHA256(path string) string {
 		return ""
 	}
 	return hex.EncodeToString(h.Sum(nil))
-}
-
-// l7Entries names the network_policies entries whose endpoints carry L7
-// constraints (access, rules, deny_rules), sorted.
-func l7Entries(pol *policy.Policy) []string {
-	var out []string
-	for name, np := range pol.NetworkPolicies {
-		for _, ep := range np.Endpoints {
-			if ep.Access != "" || len(ep.Rules) > 0 || len(ep.DenyRules) > 0 {
-				out = append(out, name)
-				break
-			}
-		}
-	}
-	sort.Strings(out)
-	return out
 }
 
 func joinDetail(a, b string) string {

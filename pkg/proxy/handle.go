@@ -10,6 +10,9 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+
+	"github.com/palisade-sandbox/palisade/pkg/l7"
+	"github.com/palisade-sandbox/palisade/pkg/policy"
 	"sync"
 	"time"
 )
@@ -139,7 +142,19 @@ func (p *Proxy) handleExplicit(c *net.TCPConn, rec *Record) {
 	// tunnel's requests are not visible without TLS termination.)
 	if rec.Kind == KindHTTP && v.Endpoint != nil && v.Endpoint.L7() {
 		rec.L7Checked = true
-		if ok, why := v.Endpoint.CheckRequest(h.Method, req.url.EscapedPath(), req.url.Query()); !ok {
+		norm, nerr := l7.NormalizePath(req.url.EscapedPath())
+		switch {
+		case errors.Is(nerr, l7.ErrAmbiguousPath):
+			rec.Reason = policy.L7AmbiguousPath
+			req.url.Path, req.url.RawPath = "/", ""
+			p.deny(c, rec, OutcomePolicyDenied)
+			return
+		case nerr != nil:
+			p.badRequest(c, rec, http.StatusBadRequest, ReasonInvalidPath, headErrorf("request path is not a valid path"))
+			return
+		}
+		req.url.Path, req.url.RawPath = norm, ""
+		if ok, why := v.Endpoint.CheckRequest(h.Method, norm, req.url.Query()); !ok {
 			if !v.Audit {
 				rec.Reason = why
 				p.deny(c, rec, OutcomePolicyDenied)
@@ -174,7 +189,11 @@ func (p *Proxy) handleExplicit(c *net.TCPConn, rec *Record) {
 	}()
 	rec.Outcome = OutcomeAllowed
 	if rec.Kind == KindConnect {
-		p.connect(c, br, up, rec, release)
+		if inspects(v.Endpoint) {
+			p.inspect(c, br, up, rec, v)
+			return
+		}
+		p.connect(c, br, up, rec, release, v.Endpoint == nil || v.Endpoint.TLS != policy.TLSSkip)
 		return
 	}
 	p.forward(c, br, up, rec, req)
@@ -228,6 +247,9 @@ func (p *Proxy) deny(c *net.TCPConn, rec *Record, outcome string) {
 		Policy: rec.Entry,
 		Reason: rec.Reason,
 	}
+	if rec.L7Checked && rec.URL != nil {
+		body.Method, body.Path = rec.Method, rec.URL.Path
+	}
 	writeJSONResponse(c, http.StatusForbidden, body)
 	lingerClose(c, 500*time.Millisecond)
 }
@@ -262,8 +284,12 @@ func isTimeout(err error) bool {
 }
 
 // connect answers an allowed CONNECT and relays bytes both ways. Bytes the
-// client pipelined after the head are sent upstream first.
-func (p *Proxy) connect(c *net.TCPConn, br *bufio.Reader, up net.Conn, rec *Record, release func()) {
+// client pipelined after the head are sent upstream first. With sni set,
+// the client's first bytes are looked at before they go anywhere: a TLS
+// ClientHello naming another host than the CONNECT target closes the
+// tunnel (domain fronting). Server-first protocols are unaffected: the
+// server's bytes flow while the proxy waits for the client's.
+func (p *Proxy) connect(c *net.TCPConn, br *bufio.Reader, up net.Conn, rec *Record, release func(), sni bool) {
 	c.SetWriteDeadline(time.Now().Add(responseWriteTimeout))
 	if _, err := c.Write(connectEstablished); err != nil {
 		c.Close()
@@ -271,21 +297,34 @@ func (p *Proxy) connect(c *net.TCPConn, br *bufio.Reader, up net.Conn, rec *Reco
 	}
 	c.SetWriteDeadline(time.Time{})
 	rec.Status = http.StatusOK
-	if n := br.Buffered(); n > 0 {
-		b, _ := br.Peek(n)
-		up.SetWriteDeadline(time.Now().Add(p.cfg.Limits.IdleTimeout))
-		w, err := up.Write(b)
-		up.SetWriteDeadline(time.Time{})
-		rec.BytesUp += int64(w)
-		if err != nil {
-			c.Close()
-			return
+	var first []byte
+	if !sni {
+		if n := br.Buffered(); n > 0 {
+			first, _ = br.Peek(n)
 		}
 	}
-	release() // the tunnel needs no buffer
 	p.m.activeTunnels.Add(1)
-	up1, down := p.relay(c, up)
-	p.m.activeTunnels.Add(-1)
+	defer p.m.activeTunnels.Add(-1)
+	pre := func() bool {
+		if sni {
+			var ok bool
+			if first, ok = p.checkSNI(c, br, rec); !ok {
+				return false
+			}
+		}
+		if len(first) > 0 {
+			up.SetWriteDeadline(time.Now().Add(p.cfg.Limits.IdleTimeout))
+			w, err := up.Write(first)
+			up.SetWriteDeadline(time.Time{})
+			rec.BytesUp += int64(w)
+			if err != nil {
+				return false
+			}
+		}
+		release() // the tunnel needs no buffer
+		return true
+	}
+	up1, down := p.relay(c, up, pre)
 	rec.BytesUp += up1
 	rec.BytesDown += down
 }

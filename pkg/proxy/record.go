@@ -78,10 +78,14 @@ type Record struct {
 	L7Checked  bool // and this request was checked against them (forward HTTP)
 	Status     int  // HTTP status sent to the client (0: none)
 	Method     string
-	URL        *url.URL // forwarded request URL (redacted when emitted)
-	BytesUp    int64    // client to upstream
-	BytesDown  int64    // upstream to client
-	Cause      string   // upstream error text (no secrets: addresses and syscall errors)
+	Proto      string   // HTTP version of a request ("" means HTTP/1.1)
+	URL        *url.URL // request URL (redacted when emitted: no query)
+	// PerRequest marks the record of one request on an inspected
+	// connection: its event is always an HTTP Activity.
+	PerRequest bool
+	BytesUp    int64  // client to upstream
+	BytesDown  int64  // upstream to client
+	Cause      string // upstream error text (no secrets: addresses and syscall errors)
 	Mismatch   *MismatchError
 
 	// silent marks a connection that closed without sending a byte: no
@@ -187,14 +191,15 @@ func (r *Record) decision() ocsf.Decision {
 // unmapped carries what OCSF has no attribute for, under one constant key.
 func (r *Record) unmapped() map[string]any {
 	return map[string]any{"egress_proxy": map[string]any{
-		"listener":   r.Listener,
-		"kind":       r.Kind,
-		"generation": r.Generation,
-		"reason":     r.Reason,
-		"audit":      r.Audit,
-		"l7":         l7State(r.L7Rules, r.L7Checked),
-		"bytes_up":   r.BytesUp,
-		"bytes_down": r.BytesDown,
+		"listener":    r.Listener,
+		"kind":        r.Kind,
+		"generation":  r.Generation,
+		"reason":      r.Reason,
+		"audit":       r.Audit,
+		"enforcement": enforcement(r.Audit),
+		"l7":          l7State(r.L7Rules, r.L7Checked),
+		"bytes_up":    r.BytesUp,
+		"bytes_down":  r.BytesDown,
 	}}
 }
 
@@ -209,6 +214,13 @@ func (r *Record) events(src *ocsf.Source) []ocsf.Event {
 	switch {
 	case r.Listener == ListenerFence:
 		e := src.NetworkRefuse(c, d)
+		sum, base, ci = e, &e.Base, &e.ConnectionInfo
+	case r.PerRequest:
+		proto := r.Proto
+		if proto == "" {
+			proto = "HTTP/1.1"
+		}
+		e := src.HTTPRequest(c, ocsf.Request{Method: r.Method, URL: r.URL, Version: proto, Status: r.Status}, d)
 		sum, base, ci = e, &e.Base, &e.ConnectionInfo
 	case r.Outcome == OutcomeUpstreamFailed:
 		e := src.NetworkFail(c, d.Rule, r.Outcome, causeError(r.Reason, r.Cause))
@@ -279,4 +291,11 @@ func causeError(reason, cause string) error {
 		return causeErr(reason)
 	}
 	return causeErr(reason + ": " + cause)
+}
+
+func enforcement(audit bool) string {
+	if audit {
+		return "audit"
+	}
+	return "enforce"
 }

@@ -19,6 +19,10 @@ type DenialBody struct {
 	PID    int    `json:"pid"`
 	Policy string `json:"policy"`
 	Reason string `json:"reason"`
+	// Method and Path (normalised, never the query) name the refused
+	// request of an inspected connection.
+	Method string `json:"method,omitempty"`
+	Path   string `json:"path,omitempty"`
 }
 
 // errorBody is the JSON body of the proxy's other error responses (400,

@@ -17,12 +17,20 @@ type closeWriter interface{ CloseWrite() error }
 // other side's write direction and the other direction carries on; an
 // error on either side, or no data either way for the idle timeout,
 // closes both. The caller closes the connections afterwards.
-func (p *Proxy) relay(client, up net.Conn) (upN, downN int64) {
+//
+// pre, when set, runs first in the client-to-upstream direction (the
+// other direction already flows); false closes both.
+func (p *Proxy) relay(client, up net.Conn, pre func() bool) (upN, downN int64) {
 	w := p.watchIdle(client, up)
 	defer w.stop()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
+		if pre != nil && !pre() {
+			client.Close()
+			up.Close()
+			return
+		}
 		var err error
 		upN, err = io.Copy(up, client)
 		finishDirection(err, up, client)

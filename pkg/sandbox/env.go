@@ -20,6 +20,9 @@ var ReservedEnv = map[string]bool{
 	"HTTP_PROXY": true, "HTTPS_PROXY": true, "ALL_PROXY": true, "NO_PROXY": true,
 	"http_proxy": true, "https_proxy": true, "all_proxy": true, "no_proxy": true,
 	"PALISADE_SANDBOX": true,
+	// The trust bundle variables (see CAEnvVars).
+	"SSL_CERT_FILE": true, "REQUESTS_CA_BUNDLE": true, "CURL_CA_BUNDLE": true,
+	"NODE_EXTRA_CA_CERTS": true, "GIT_SSL_CAINFO": true, "PIP_CERT": true,
 }
 
 // EnvInput is what the sandbox environment is rebuilt from.

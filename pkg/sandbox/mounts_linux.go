@@ -72,7 +72,7 @@ func setupMounts(s *specs.Spec) (int, error) {
 	for _, m := range s.Mounts {
 		flags, data := parseMountOptions(m.Options)
 		if m.Type == "bind" {
-			if err := os.MkdirAll(m.Destination, 0o755); err != nil {
+			if err := bindTarget(srcFDs[m.Destination], m.Destination); err != nil {
 				return n, fmt.Errorf("mount %s: %w", m.Destination, err)
 			}
 			src := fmt.Sprintf("/proc/self/fd/%d", srcFDs[m.Destination])
@@ -114,6 +114,37 @@ func setupMounts(s *specs.Spec) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// bindTarget makes sure a bind mount has something to land on: a
+// directory for a directory source; for a file source the existing file,
+// or an empty one created in its (already mounted, sandbox-private)
+// parent — a file bind never lands on a directory.
+func bindTarget(srcFD int, dst string) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(srcFD, &st); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		return os.MkdirAll(dst, 0o755)
+	}
+	fi, err := os.Lstat(dst)
+	switch {
+	case err == nil && fi.Mode().IsRegular():
+		return nil
+	case err == nil:
+		return fmt.Errorf("file bind target is not a regular file (%s)", fi.Mode().Type())
+	case !errors.Is(err, os.ErrNotExist):
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	return f.Close()
 }
 
 func remount(dst string, flags uintptr) error {

@@ -264,6 +264,11 @@ func Run(ctx context.Context, o Options) (Result, error) {
 			cleanups = append(cleanups, cleanup)
 		}
 		spec.Process.Env = mergeEnv(spec.Process.Env, env)
+		if ts, ok := o.Network.(TrustSource); ok {
+			if b := ts.TrustBundle(name); b != "" {
+				addTrust(spec, icfg, b)
+			}
+		}
 		if err := ctl.send(Message{Type: MsgConfig, Config: icfg}, -1); err != nil {
 			return failf("init", err)
 		}

@@ -1,7 +1,9 @@
 // Package sandboxnet joins a sandbox to its only way out: it builds the
 // network fence (package fence: a veth pair, nftables in the sandbox and
 // on the host) and starts the sandbox's egress-proxy on the host side of
-// the veth. It implements sandbox.NetworkAttacher.
+// the veth. It implements sandbox.NetworkAttacher and sandbox.TrustSource:
+// the proxy writes its inspection CA's certificate, and the attacher
+// combines it with the system roots into the bundle the sandbox trusts.
 //
 // The proxy reports readiness on a pipe; a proxy that is not ready within
 // the timeout fails the sandbox (exit 125). If the proxy dies, egress
@@ -29,6 +31,11 @@ const (
 	DefaultReadyTimeout = 5 * time.Second
 	DefaultMaxRestarts  = 3
 	ControlSocketName   = "proxy.sock"
+	// CACertName is the proxy's inspection CA certificate (public) and
+	// BundleName the combined trust bundle (system roots + that CA) the
+	// sandbox sees, both in the sandbox's state directory.
+	CACertName = "proxy-ca.pem"
+	BundleName = "ca-bundle.pem"
 )
 
 // Config configures the attacher.
@@ -40,6 +47,10 @@ type Config struct {
 	PolicyPath string
 	// HostsFile, when set, gives the proxy static name resolution.
 	HostsFile string
+	// UpstreamCABundle, when set, is passed as the proxy's
+	// --upstream-ca-bundle: extra roots for upstream servers of inspected
+	// (TLS-terminated) tunnels.
+	UpstreamCABundle string
 	// Events is the --events destination ("" none, "-" Stdout, /dev/fd/N
 	// the supervisor's inherited descriptor, passed to the proxy as fd 4).
 	Events string

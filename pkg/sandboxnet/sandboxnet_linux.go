@@ -22,6 +22,7 @@ import (
 	"github.com/palisade-sandbox/palisade/pkg/ocsf"
 	"github.com/palisade-sandbox/palisade/pkg/sandbox"
 	"github.com/palisade-sandbox/palisade/pkg/state"
+	"github.com/palisade-sandbox/palisade/pkg/tlsca"
 )
 
 func init() {
@@ -64,8 +65,13 @@ func (a *Attacher) Attach(ctx context.Context, name string, initPID int) ([]stri
 		return nil, nil, err
 	}
 	p := &proxyProc{cfg: c, name: name, initPID: initPID, fence: f, stop: make(chan struct{})}
+	if err := p.trustDir(); err != nil {
+		f.Teardown()
+		return nil, nil, err
+	}
 	if err := p.start(); err != nil {
 		f.Teardown()
+		p.removeTrustDir()
 		return nil, nil, err
 	}
 	p.done.Add(1)
@@ -99,12 +105,28 @@ func (a *Attacher) ProxyPID(sandbox string) int {
 	return p.cmd.Process.Pid
 }
 
+// TrustBundle implements sandbox.TrustSource: the host path of the
+// combined bundle (system roots + the proxy's CA) for the named sandbox,
+// "" when it has none.
+func (a *Attacher) TrustBundle(sandbox string) string {
+	a.mu.Lock()
+	p := a.proxies[sandbox]
+	a.mu.Unlock()
+	if p == nil {
+		return ""
+	}
+	return p.bundle
+}
+
 // proxyProc is one sandbox's egress-proxy and its supervision.
 type proxyProc struct {
 	cfg     Config
 	name    string
 	initPID int
 	fence   *fence.Fence
+	dir     string // where the CA certificate and the bundle live
+	tmpDir  bool   // dir was made here (no state root) and goes at close
+	bundle  string
 
 	mu      sync.Mutex
 	cmd     *exec.Cmd
@@ -140,7 +162,50 @@ func (p *proxyProc) args() []string {
 	if c.HostsFile != "" {
 		a = append(a, "--hosts-file", c.HostsFile)
 	}
+	if c.UpstreamCABundle != "" {
+		a = append(a, "--upstream-ca-bundle", c.UpstreamCABundle)
+	}
+	a = append(a, "--ca-out", filepath.Join(p.dir, CACertName))
 	return a
+}
+
+// trustDir picks the directory of the CA certificate and the bundle: the
+// sandbox's state directory, or a private temporary one.
+func (p *proxyProc) trustDir() error {
+	if p.cfg.StateRoot != "" {
+		p.dir = filepath.Join(p.cfg.StateRoot, p.name)
+		if fi, err := os.Stat(p.dir); err == nil && fi.IsDir() {
+			p.bundle = filepath.Join(p.dir, BundleName)
+			return nil
+		}
+	}
+	d, err := os.MkdirTemp("", "palisade-trust-")
+	if err != nil {
+		return fmt.Errorf("sandboxnet: trust bundle directory: %w", err)
+	}
+	p.dir, p.tmpDir, p.bundle = d, true, filepath.Join(d, BundleName)
+	return nil
+}
+
+func (p *proxyProc) removeTrustDir() {
+	if p.tmpDir {
+		os.RemoveAll(p.dir)
+	}
+}
+
+// writeBundle combines the system roots with the certificate the proxy
+// just wrote. It rewrites the bundle in place: the sandbox's read-only
+// bind mounts of it show a restarted proxy's new CA to new processes.
+func (p *proxyProc) writeBundle() error {
+	caPEM, err := os.ReadFile(filepath.Join(p.dir, CACertName))
+	if err != nil {
+		return fmt.Errorf("egress-proxy CA certificate: %w", err)
+	}
+	if tlsca.CountCerts(caPEM) != 1 {
+		return fmt.Errorf("egress-proxy CA certificate %s: want exactly one PEM certificate", filepath.Join(p.dir, CACertName))
+	}
+	_, sys := tlsca.SystemRootsPEM()
+	return tlsca.WriteInPlace(p.bundle, tlsca.Bundle(sys, caPEM))
 }
 
 // start launches the proxy and waits for "ready" on its pipe.
@@ -191,6 +256,9 @@ func (p *proxyProc) start() error {
 	case err = <-ready:
 	case <-time.After(p.cfg.ReadyTimeout):
 		err = fmt.Errorf("egress-proxy not ready after %s", p.cfg.ReadyTimeout)
+	}
+	if err == nil {
+		err = p.writeBundle()
 	}
 	if err != nil {
 		cmd.Process.Kill()
@@ -278,5 +346,6 @@ func (p *proxyProc) close() error {
 			<-exited
 		}
 	}
+	p.removeTrustDir()
 	return p.fence.Teardown()
 }

@@ -3,12 +3,14 @@
 package sandboxnet
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -23,6 +25,7 @@ import (
 	"github.com/palisade-sandbox/palisade/pkg/nettest"
 	"github.com/palisade-sandbox/palisade/pkg/sandbox"
 	"github.com/palisade-sandbox/palisade/pkg/testutil"
+	"github.com/palisade-sandbox/palisade/pkg/tlsca"
 )
 
 // The test binary doubles as a fake egress-proxy: it honours --listen and
@@ -39,7 +42,7 @@ func TestMain(m *testing.M) {
 }
 
 func fakeProxy(args []string) {
-	var listen, policy string
+	var listen, policy, caOut string
 	readyFD := -1
 	for i := 0; i+1 < len(args); i++ {
 		switch args[i] {
@@ -49,6 +52,19 @@ func fakeProxy(args []string) {
 			fmt.Sscan(args[i+1], &readyFD)
 		case "--policy":
 			policy = args[i+1]
+		case "--ca-out":
+			caOut = args[i+1]
+		}
+	}
+	if caOut != "" {
+		// Like the real proxy: a new CA per start, its certificate out.
+		ca, err := tlsca.New(tlsca.Options{})
+		if err == nil {
+			err = ca.WriteCert(caOut)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "fake proxy:", err)
+			os.Exit(1)
 		}
 	}
 	b, _ := os.ReadFile(policy)
@@ -170,6 +186,12 @@ func TestAttachStartsProxyAndRestartsIt(t *testing.T) {
 	if got, err := dialFromSandbox(ns, addr); err != nil || got != "fake-proxy\n" {
 		t.Fatalf("from the sandbox to the proxy: %q, %v", got, err)
 	}
+	bundle := a.TrustBundle(name)
+	before, err := os.ReadFile(bundle)
+	if err != nil || tlsca.CountCerts(before) < 1 {
+		t.Fatalf("trust bundle %s: %v", bundle, err)
+	}
+	fiBefore, _ := os.Stat(bundle)
 
 	// Kill the proxy: egress fails closed (refused at once, nothing goes
 	// elsewhere), an incident is emitted, and it comes back.
@@ -196,6 +218,13 @@ func TestAttachStartsProxyAndRestartsIt(t *testing.T) {
 		t.Fatalf("proxy not restarted: %q, %v", got, err)
 	}
 	t.Logf("restart observed after %v (saw the closed window: %v)", time.Since(start), sawClosed)
+	// The restarted proxy's new CA is in the same file (a bind mount of
+	// it shows the change), replacing the old one.
+	after, _ := os.ReadFile(bundle)
+	fiAfter, _ := os.Stat(bundle)
+	if bytes.Equal(before, after) || !os.SameFile(fiBefore, fiAfter) || tlsca.CountCerts(after) != tlsca.CountCerts(before) {
+		t.Fatalf("bundle not rewritten in place with the new CA (same contents %v, same file %v)", bytes.Equal(before, after), os.SameFile(fiBefore, fiAfter))
+	}
 
 	host := HostIfOf(name)
 	current := a.ProxyPID(name)
@@ -204,6 +233,9 @@ func TestAttachStartsProxyAndRestartsIt(t *testing.T) {
 	}
 	if err := cleanup(); err != nil {
 		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Dir(bundle)); !os.IsNotExist(err) {
+		t.Fatalf("temporary trust directory left after cleanup: %v", err)
 	}
 	if _, err := netlink.LinkByName(host); err == nil {
 		t.Fatal("veth left after cleanup")

@@ -1,0 +1,626 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/net/http2"
+
+	"github.com/palisade-sandbox/palisade/pkg/l7"
+	"github.com/palisade-sandbox/palisade/pkg/policy"
+)
+
+// Reasons of the inspection path.
+const (
+	ReasonSNIMismatch        = "sni_mismatch"             // ClientHello names another host than CONNECT
+	ReasonNotHTTP            = "l7_protocol_unrecognized" // an inspected tunnel carried neither TLS nor HTTP
+	ReasonTLSUnavailable     = "tls_inspection_unavailable"
+	ReasonClientTLS          = "client_tls_failed" // the client's handshake with the proxy failed
+	ReasonUpstreamTLS        = "upstream_tls"      // the upstream certificate or handshake failed
+	ReasonAuthorityMismatch  = "authority_mismatch"
+	ReasonInvalidPath        = "invalid_path"
+	ReasonInvalidQuery       = "invalid_query"
+	ReasonH2CUpgrade         = "h2c_upgrade"
+	ReasonUnsupportedUpgrade = "unsupported_upgrade"
+	ReasonDuplicateHost      = "duplicate_host"
+)
+
+// ErrorUpstreamTLS is the "error" of the 502 answered when the upstream's
+// certificate does not verify or its handshake fails.
+const ErrorUpstreamTLS = "upstream_tls"
+
+// inspects reports whether a CONNECT tunnel to ep is terminated and its
+// requests decided one by one: endpoints with protocol rest or L7 rules,
+// unless tls: skip.
+func inspects(ep *policy.Endpoint) bool {
+	return ep != nil && ep.TLS != policy.TLSSkip && (ep.Protocol == policy.ProtocolREST || ep.L7())
+}
+
+// bufConn reads through a bufio.Reader that may hold bytes already read
+// from the connection.
+type bufConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (b *bufConn) Read(p []byte) (int, error) { return b.r.Read(p) }
+
+// helloConn feeds crypto/tls the bytes of a ClientHello while recording
+// them, and swallows whatever the TLS stack writes back.
+type helloConn struct {
+	net.Conn
+	r   io.Reader
+	got []byte
+}
+
+func (h *helloConn) Read(p []byte) (int, error) {
+	n, err := h.r.Read(p)
+	h.got = append(h.got, p[:n]...)
+	return n, err
+}
+func (h *helloConn) Write(p []byte) (int, error) { return len(p), nil }
+
+var errHelloSeen = errors.New("client hello read")
+
+// readClientHello reads a TLS ClientHello from r with crypto/tls's own
+// parser and returns every byte it consumed (to be replayed upstream) and
+// the server name the client asked for ("" when it sent none). ok is
+// false when the bytes were not a ClientHello.
+func readClientHello(c net.Conn, r io.Reader) (raw []byte, sni string, ok bool) {
+	hc := &helloConn{Conn: c, r: r}
+	srv := tls.Server(hc, &tls.Config{GetConfigForClient: func(hi *tls.ClientHelloInfo) (*tls.Config, error) {
+		sni, ok = hi.ServerName, true
+		return nil, errHelloSeen
+	}})
+	srv.Handshake()
+	return hc.got, sni, ok
+}
+
+// sameHost compares a TLS server name with the tunnel's canonical host.
+func sameHost(serverName, host string) bool {
+	c, err := CanonicalHost(serverName)
+	return err == nil && c == host
+}
+
+// checkSNI runs before a passthrough tunnel relays the client's first
+// bytes: a ClientHello naming another host than the CONNECT target is
+// domain fronting and ends the tunnel. It returns the bytes read, to be
+// sent upstream first.
+func (p *Proxy) checkSNI(c *net.TCPConn, br *bufio.Reader, rec *Record) ([]byte, bool) {
+	first, err := br.Peek(1) // no deadline: server-first protocols wait here
+	if err != nil || first[0] != 0x16 {
+		n := br.Buffered()
+		b, _ := br.Peek(n)
+		return append([]byte(nil), b...), err == nil || n > 0
+	}
+	c.SetReadDeadline(time.Now().Add(p.cfg.Limits.HeadTimeout))
+	raw, sni, ok := readClientHello(c, br)
+	c.SetReadDeadline(time.Time{})
+	if ok && sni != "" && !sameHost(sni, rec.Host) {
+		rec.Outcome, rec.Reason = OutcomePolicyDenied, ReasonSNIMismatch
+		rec.Cause = "ClientHello server name differs from the CONNECT host"
+		return nil, false
+	}
+	rest, _ := br.Peek(br.Buffered())
+	return append(raw, rest...), true
+}
+
+// inspect serves an allowed CONNECT to an inspected endpoint: after the
+// 200 it looks at the client's first bytes — a TLS ClientHello is
+// terminated with a leaf from the sandbox CA, plaintext HTTP is read as
+// it is, anything else is refused — and then decides every request on
+// the connection on its own.
+func (p *Proxy) inspect(c *net.TCPConn, br *bufio.Reader, up net.Conn, rec *Record, v Verdict) {
+	c.SetWriteDeadline(time.Now().Add(responseWriteTimeout))
+	if _, err := c.Write(connectEstablished); err != nil {
+		return
+	}
+	c.SetWriteDeadline(time.Time{})
+	rec.Status = http.StatusOK
+	rec.L7Checked = true
+	p.m.activeTunnels.Add(1)
+	defer p.m.activeTunnels.Add(-1)
+	c.SetReadDeadline(time.Now().Add(p.cfg.Limits.HeadTimeout))
+	first, err := br.Peek(1)
+	if err != nil {
+		return // the client went away without a byte
+	}
+	ix := &inspector{p: p, conn: rec, ep: v.Endpoint, audit: v.Audit, host: rec.Host, port: rec.Port}
+	switch b := first[0]; {
+	case b == 0x16:
+		ix.serveTLS(c, br, up)
+	case b >= 'A' && b <= 'Z':
+		c.SetReadDeadline(time.Time{})
+		ix.scheme, ix.defPort = "http", 80
+		t := ix.h1Transport(up, nil)
+		defer t.CloseIdleConnections()
+		ix.rt = t
+		p.serveH1(c, br, ix)
+	default:
+		rec.Outcome, rec.Reason = OutcomePolicyDenied, ReasonNotHTTP
+		c.SetLinger(0)
+	}
+}
+
+// inspector decides and relays the requests of one inspected tunnel.
+type inspector struct {
+	p       *Proxy
+	conn    *Record
+	ep      *policy.Endpoint
+	audit   bool
+	host    string
+	port    int
+	scheme  string
+	defPort int
+	proto   string // HTTP/1.1 or HTTP/2.0 on the client leg
+	rt      http.RoundTripper
+	upErr   error // upstream handshake failure: every request gets 502
+}
+
+func (ix *inspector) serveTLS(c *net.TCPConn, br *bufio.Reader, up net.Conn) {
+	p, rec := ix.p, ix.conn
+	if p.cfg.CA == nil {
+		rec.Outcome, rec.Reason = OutcomePolicyDenied, ReasonTLSUnavailable
+		c.SetLinger(0)
+		return
+	}
+	sniBad := false
+	tc := tls.Server(&bufConn{Conn: c, r: br}, &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		NextProtos: []string{"h2", "http/1.1"},
+		GetCertificate: func(hi *tls.ClientHelloInfo) (*tls.Certificate, error) {
+			if hi.ServerName != "" && !sameHost(hi.ServerName, ix.host) {
+				sniBad = true
+				return nil, errors.New("server name differs from the CONNECT host")
+			}
+			return p.cfg.CA.Leaf(ix.host)
+		},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.Limits.HeadTimeout)
+	err := tc.HandshakeContext(ctx)
+	cancel()
+	c.SetReadDeadline(time.Time{})
+	if err != nil {
+		if sniBad {
+			rec.Outcome, rec.Reason = OutcomePolicyDenied, ReasonSNIMismatch
+		} else {
+			rec.Outcome, rec.Reason = OutcomeBadRequest, ReasonClientTLS
+		}
+		rec.Cause = err.Error()
+		return
+	}
+	alpn := tc.ConnectionState().NegotiatedProtocol
+	upProtos := []string{"http/1.1"}
+	if alpn == "h2" {
+		upProtos = []string{"h2", "http/1.1"}
+	}
+	ucfg := &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: p.cfg.UpstreamRoots, NextProtos: upProtos}
+	if _, err := netip.ParseAddr(ix.host); err != nil {
+		ucfg.ServerName = ix.host
+	} else {
+		ucfg.ServerName = ix.host // verified against the certificate's IP SANs
+	}
+	ix.scheme, ix.defPort = "https", 443
+	utc := tls.Client(up, ucfg)
+	ctx, cancel = context.WithTimeout(context.Background(), p.cfg.Limits.ConnectTimeout)
+	err = utc.HandshakeContext(ctx)
+	cancel()
+	if err != nil {
+		ix.upErr = err
+		rec.Outcome, rec.Reason, rec.Cause = OutcomeUpstreamFailed, ReasonUpstreamTLS, err.Error()
+	} else if utc.ConnectionState().NegotiatedProtocol == "h2" {
+		cc, err := (&http2.Transport{}).NewClientConn(utc)
+		if err != nil {
+			ix.upErr = err
+		} else {
+			defer cc.Close()
+			ix.rt = cc
+		}
+	} else {
+		t := ix.h1Transport(utc, ucfg)
+		defer t.CloseIdleConnections()
+		ix.rt = t
+	}
+	if alpn == "h2" {
+		ix.proto = "HTTP/2.0"
+		srv := &http2.Server{IdleTimeout: p.cfg.Limits.IdleTimeout, MaxConcurrentStreams: 250}
+		srv.ServeConn(tc, &http2.ServeConnOpts{Handler: ix, BaseConfig: &http.Server{ErrorLog: log.New(io.Discard, "", 0)}})
+		return
+	}
+	p.serveH1(tc, bufio.NewReaderSize(tc, 4096), ix)
+}
+
+// h1Transport relays HTTP/1.1 requests upstream: over first (the
+// connection checked and dialled for the CONNECT) and, when requests
+// overlap or first is closed, over new connections to the same checked
+// address (never resolved again). tcfg is nil for plaintext.
+func (ix *inspector) h1Transport(first net.Conn, tcfg *tls.Config) *http.Transport {
+	addr := ix.conn.Upstream.String()
+	var firstUsed bool
+	var mu = make(chan struct{}, 1)
+	take := func() net.Conn {
+		mu <- struct{}{}
+		defer func() { <-mu }()
+		if firstUsed {
+			return nil
+		}
+		firstUsed = true
+		return first
+	}
+	dialRaw := func(ctx context.Context) (net.Conn, error) {
+		var d net.Dialer
+		ctx, cancel := context.WithTimeout(ctx, ix.p.cfg.Limits.ConnectTimeout)
+		defer cancel()
+		return d.DialContext(ctx, "tcp", addr)
+	}
+	t := &http.Transport{
+		Proxy:                  nil,
+		DisableCompression:     true,
+		MaxIdleConnsPerHost:    4,
+		IdleConnTimeout:        ix.p.cfg.Limits.IdleTimeout,
+		MaxResponseHeaderBytes: 64 << 10,
+		TLSNextProto:           map[string]func(string, *tls.Conn) http.RoundTripper{},
+	}
+	if tcfg == nil {
+		t.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+			if c := take(); c != nil {
+				return c, nil
+			}
+			return dialRaw(ctx)
+		}
+		return t
+	}
+	t.DialTLSContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+		if c := take(); c != nil {
+			return c, nil
+		}
+		raw, err := dialRaw(ctx)
+		if err != nil {
+			return nil, err
+		}
+		cfg := tcfg.Clone()
+		cfg.NextProtos = []string{"http/1.1"}
+		tc := tls.Client(raw, cfg)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			raw.Close()
+			return nil, &upstreamTLSError{err}
+		}
+		return tc, nil
+	}
+	return t
+}
+
+type upstreamTLSError struct{ err error }
+
+func (e *upstreamTLSError) Error() string { return "upstream TLS: " + e.err.Error() }
+func (e *upstreamTLSError) Unwrap() error { return e.err }
+
+func isTLSError(err error) bool {
+	var ue *upstreamTLSError
+	var ve *tls.CertificateVerificationError
+	var ua x509.UnknownAuthorityError
+	var he x509.HostnameError
+	var ci x509.CertificateInvalidError
+	return errors.As(err, &ue) || errors.As(err, &ve) || errors.As(err, &ua) || errors.As(err, &he) || errors.As(err, &ci)
+}
+
+// requestRecord starts the record of one request on an inspected
+// connection: the connection's identity and decision, this request's own
+// method, path and verdict.
+func (ix *inspector) requestRecord(r *http.Request) *Record {
+	c := ix.conn
+	return &Record{
+		ConnID: c.ConnID, Listener: c.Listener, Kind: KindHTTP, Start: ix.p.now(),
+		Client: c.Client, Local: c.Local, Host: c.Host, Port: c.Port, Upstream: c.Upstream,
+		Identity: c.Identity, Generation: c.Generation, PolicySHA: c.PolicySHA,
+		Entry: c.Entry, Audit: c.Audit, L7Rules: true, L7Checked: true,
+		Method: r.Method, Proto: ix.proto, PerRequest: true,
+	}
+}
+
+// ServeHTTP decides one request of an inspected connection and relays it.
+func (ix *inspector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	p := ix.p
+	rr := ix.requestRecord(r)
+	defer p.finish(rr)
+	rawPath, rawQuery, _ := strings.Cut(r.RequestURI, "?")
+	rr.URL = &url.URL{Scheme: ix.scheme, Host: r.Host, Path: "/"}
+	if ok := ix.checkHead(w, r, rr); !ok {
+		return
+	}
+	norm, err := l7.NormalizePath(rawPath)
+	switch {
+	case errors.Is(err, l7.ErrAmbiguousPath):
+		rr.URL.Path = "/"
+		ix.deny(w, r, rr, policy.L7AmbiguousPath, "")
+		return
+	case err != nil:
+		ix.bad(w, rr, ReasonInvalidPath, "request path is not a valid origin-form path")
+		return
+	}
+	rr.URL.Path = norm
+	q, err := url.ParseQuery(rawQuery)
+	if err != nil {
+		ix.bad(w, rr, ReasonInvalidQuery, "query string does not parse")
+		return
+	}
+	if ok, why := ix.ep.CheckRequest(r.Method, norm, q); !ok {
+		if !ix.audit {
+			ix.deny(w, r, rr, why, norm)
+			return
+		}
+		rr.Reason = why
+		p.log.Warn("L7 rule violation allowed by enforcement: audit", "host", ix.host, "method", r.Method, "path", norm, "reason", why, "entry", rr.Entry)
+	}
+	ix.relay(w, r, rr, norm, rawQuery)
+}
+
+// checkHead refuses requests a server could read differently from the
+// proxy: an authority other than the tunnel's, h2c and other upgrades.
+func (ix *inspector) checkHead(w http.ResponseWriter, r *http.Request, rr *Record) bool {
+	if len(r.Header.Values("Host")) > 1 {
+		ix.bad(w, rr, ReasonDuplicateHost, "more than one Host field")
+		return false
+	}
+	if err := l7.CheckAuthority(r.Host, ix.host, ix.port, ix.defPort); err != nil {
+		ix.bad(w, rr, ReasonAuthorityMismatch, "request authority differs from the CONNECT host")
+		return false
+	}
+	if up := r.Header.Values("Upgrade"); len(up) > 0 {
+		for _, u := range up {
+			if strings.Contains(strings.ToLower(u), "h2c") {
+				ix.bad(w, rr, ReasonH2CUpgrade, "Upgrade: h2c is not proxied")
+				return false
+			}
+		}
+		if !isWebSocket(r) {
+			ix.bad(w, rr, ReasonUnsupportedUpgrade, "only WebSocket upgrades of GET requests are proxied")
+			return false
+		}
+	}
+	return true
+}
+
+func isWebSocket(r *http.Request) bool {
+	if r.Method != http.MethodGet || r.ProtoMajor != 1 {
+		return false
+	}
+	up := r.Header.Values("Upgrade")
+	if len(up) != 1 || !strings.EqualFold(strings.TrimSpace(up[0]), "websocket") {
+		return false
+	}
+	for _, t := range connectionTokens(r.Header.Values("Connection")) {
+		if strings.EqualFold(t, "upgrade") {
+			return true
+		}
+	}
+	return false
+}
+
+// deny answers a refused request with 403 and the denial body; on HTTP/2
+// only the stream ends, on HTTP/1.1 the connection stays usable when the
+// request had no unread body. git prints an error body to its user only
+// when it is text/plain, so git gets the same JSON as text/plain.
+func (ix *inspector) deny(w http.ResponseWriter, r *http.Request, rr *Record, reason, path string) {
+	rr.Outcome, rr.Reason, rr.Status = OutcomePolicyDenied, reason, http.StatusForbidden
+	ctype := "application/json"
+	if strings.HasPrefix(r.UserAgent(), "git/") {
+		ctype = "text/plain; charset=utf-8"
+	}
+	writeHTTPBody(w, http.StatusForbidden, ctype, DenialBody{
+		Error: OutcomePolicyDenied, Host: rr.Host, Port: rr.Port, Binary: rr.binary(), PID: rr.pid(),
+		Policy: rr.Entry, Reason: reason, Method: r.Method, Path: path,
+	})
+}
+
+func (ix *inspector) bad(w http.ResponseWriter, rr *Record, reason, detail string) {
+	rr.Outcome, rr.Reason, rr.Status, rr.Cause = OutcomeBadRequest, reason, http.StatusBadRequest, detail
+	if cw, ok := w.(interface{ closeAfter() }); ok {
+		cw.closeAfter()
+	}
+	writeHTTPJSON(w, http.StatusBadRequest, errorBody{Error: OutcomeBadRequest, Reason: reason, Detail: detail})
+}
+
+func (ix *inspector) upstreamFailed(w http.ResponseWriter, rr *Record, err error) {
+	rr.Outcome, rr.Status, rr.Cause = OutcomeUpstreamFailed, http.StatusBadGateway, err.Error()
+	body := errorBody{Error: OutcomeUpstreamFailed, Reason: ReasonUpstreamError}
+	if isTLSError(err) || ix.upErr != nil {
+		rr.Reason = ReasonUpstreamTLS
+		body = errorBody{Error: ErrorUpstreamTLS, Reason: "certificate_or_handshake_failed", Detail: tlsDetail(err)}
+	} else {
+		rr.Reason = ReasonUpstreamError
+	}
+	writeHTTPJSON(w, http.StatusBadGateway, body)
+}
+
+// tlsDetail is the operator-facing part of a TLS error (names and
+// verification failures; no secrets).
+func tlsDetail(err error) string {
+	s := err.Error()
+	if len(s) > 300 {
+		s = s[:300]
+	}
+	return s
+}
+
+func writeHTTPJSON(w http.ResponseWriter, status int, body any) {
+	writeHTTPBody(w, status, "application/json", body)
+}
+
+// writeHTTPBody answers with body as one line of JSON.
+func writeHTTPBody(w http.ResponseWriter, status int, ctype string, body any) {
+	b, _ := jsonLine(body)
+	h := w.Header()
+	for k := range h {
+		delete(h, k)
+	}
+	h.Set("Content-Type", ctype)
+	h.Set("Cache-Control", "no-store")
+	h.Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(status)
+	w.Write(b)
+}
+
+// relay sends an allowed request upstream, with the normalised path, and
+// streams the response back (flushing as it arrives, trailers included,
+// so gRPC and server-sent events work).
+func (ix *inspector) relay(w http.ResponseWriter, r *http.Request, rr *Record, path, rawQuery string) {
+	if ix.upErr != nil {
+		ix.upstreamFailed(w, rr, ix.upErr)
+		return
+	}
+	hostport := ix.host
+	if strings.IndexByte(hostport, ':') >= 0 {
+		hostport = "[" + hostport + "]"
+	}
+	if ix.port != ix.defPort {
+		hostport += ":" + strconv.Itoa(ix.port)
+	}
+	out := &http.Request{
+		Method:     r.Method,
+		URL:        &url.URL{Scheme: ix.scheme, Host: hostport, Path: path, RawQuery: rawQuery},
+		Proto:      "HTTP/1.1",
+		ProtoMajor: 1, ProtoMinor: 1,
+		Header:        requestHeader(r.Header),
+		Host:          hostport,
+		ContentLength: r.ContentLength,
+		Body:          r.Body,
+		Trailer:       r.Trailer,
+	}
+	if r.ContentLength == 0 {
+		out.Body = http.NoBody
+	}
+	ws := isWebSocket(r)
+	if ws {
+		out.Header.Set("Connection", "Upgrade")
+		out.Header.Set("Upgrade", "websocket")
+	}
+	counted := &countingReader{r: out.Body}
+	if out.Body != nil && out.Body != http.NoBody {
+		out.Body = io.NopCloser(counted)
+	}
+	resp, err := ix.rt.RoundTrip(out.WithContext(r.Context()))
+	rr.BytesUp = counted.n
+	if err != nil {
+		ix.upstreamFailed(w, rr, err)
+		return
+	}
+	defer resp.Body.Close()
+	rr.Outcome, rr.Status = OutcomeAllowed, resp.StatusCode
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		ix.switchProtocols(w, rr, resp, ws)
+		return
+	}
+	stripResponseHeader(resp.Header)
+	h := w.Header()
+	for k, vv := range resp.Header {
+		h[k] = vv
+	}
+	for k := range resp.Trailer {
+		h.Add("Trailer", k)
+	}
+	w.WriteHeader(resp.StatusCode)
+	rr.BytesDown = flushCopy(w, resp.Body)
+	for k, vv := range resp.Trailer {
+		h[http.TrailerPrefix+k] = vv
+	}
+}
+
+// switchProtocols completes an allowed WebSocket upgrade: the 101 goes to
+// the client and the bytes are relayed both ways until either side ends.
+func (ix *inspector) switchProtocols(w http.ResponseWriter, rr *Record, resp *http.Response, ws bool) {
+	rwc, ok := resp.Body.(io.ReadWriteCloser)
+	hj, hok := w.(http.Hijacker)
+	if !ws || !ok || !hok {
+		rr.Outcome, rr.Reason = OutcomeUpstreamFailed, ReasonUpstreamError
+		writeHTTPJSON(w, http.StatusBadGateway, errorBody{Error: OutcomeUpstreamFailed, Reason: ReasonUpstreamError, Detail: "unexpected 101 Switching Protocols"})
+		return
+	}
+	c, brw, err := hj.Hijack()
+	if err != nil {
+		return
+	}
+	defer c.Close()
+	brw.WriteString("HTTP/1.1 101 Switching Protocols\r\n")
+	stripResponseHeader(resp.Header)
+	resp.Header.Set("Connection", "Upgrade")
+	resp.Header.Set("Upgrade", "websocket")
+	resp.Header.Write(brw)
+	brw.WriteString("\r\n")
+	if err := brw.Flush(); err != nil {
+		return
+	}
+	done := make(chan int64, 1)
+	go func() {
+		n, _ := io.Copy(rwc, brw)
+		rwc.Close()
+		done <- n
+	}()
+	rr.BytesDown, _ = io.Copy(c, rwc)
+	c.Close()
+	rr.BytesUp += <-done
+}
+
+// requestHeader is the header sent upstream: the client's fields minus
+// hop-by-hop and Proxy-* fields ("TE: trailers" stays: gRPC needs it).
+func requestHeader(in http.Header) http.Header {
+	tokens := connectionTokens(in.Values("Connection"))
+	out := make(http.Header, len(in))
+	for k, vv := range in {
+		if k == "Host" || k == "Content-Length" {
+			continue
+		}
+		if strings.EqualFold(k, "TE") {
+			for _, v := range vv {
+				if strings.EqualFold(strings.TrimSpace(v), "trailers") {
+					out["Te"] = []string{"trailers"}
+				}
+			}
+			continue
+		}
+		if isHopByHop(k, tokens) {
+			continue
+		}
+		out[k] = vv
+	}
+	if _, ok := out["User-Agent"]; !ok {
+		out["User-Agent"] = []string{""}
+	}
+	return out
+}
+
+// flushCopy copies src to w, flushing after every read so streamed
+// responses reach the client as they arrive.
+func flushCopy(w http.ResponseWriter, src io.Reader) int64 {
+	f, _ := w.(http.Flusher)
+	buf := make([]byte, 32<<10)
+	var n int64
+	for {
+		k, err := src.Read(buf)
+		if k > 0 {
+			wn, werr := w.Write(buf[:k])
+			n += int64(wn)
+			if werr != nil {
+				return n
+			}
+			if f != nil {
+				f.Flush()
+			}
+		}
+		if err != nil {
+			return n
+		}
+	}
+}

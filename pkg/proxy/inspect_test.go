@@ -1,0 +1,510 @@
+package proxy
+
+import (
+	"bufio"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+
+	"github.com/palisade-sandbox/palisade/pkg/ocsf"
+	"github.com/palisade-sandbox/palisade/pkg/policy"
+	"github.com/palisade-sandbox/palisade/pkg/tlsca"
+)
+
+// upstreamTLS is an HTTPS server (HTTP/1.1 and h2) for allowed.test on
+// loopback with a certificate from its own test CA; it records what
+// reached it.
+type upstreamTLS struct {
+	srv  *httptest.Server
+	ca   *tlsca.Authority
+	port int
+	mu   sync.Mutex
+	seen []string // "METHOD path?query proto"
+}
+
+func newUpstreamTLS(t testing.TB, h2 bool) *upstreamTLS {
+	t.Helper()
+	ca, err := tlsca.New(tlsca.Options{Name: "upstream-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &upstreamTLS{ca: ca}
+	u.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u.mu.Lock()
+		u.seen = append(u.seen, r.Method+" "+r.URL.RequestURI()+" "+r.Proto)
+		u.mu.Unlock()
+		body, _ := io.ReadAll(r.Body)
+		if r.URL.Path == "/trailer" {
+			w.Header().Set("Trailer", "Grpc-Status")
+			w.Write([]byte("data"))
+			w.Header().Set("Grpc-Status", "0")
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(map[string]any{"method": r.Method, "path": r.URL.Path, "proto": r.Proto, "host": r.Host, "body": len(body), "te": r.Header.Get("Te")})
+	}))
+	leaf, err := ca.Leaf("allowed.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	protos := []string{"http/1.1"}
+	if h2 {
+		protos = []string{"h2", "http/1.1"}
+		u.srv.EnableHTTP2 = true
+	}
+	u.srv.TLS = &tls.Config{Certificates: []tls.Certificate{*leaf}, NextProtos: protos}
+	u.srv.StartTLS()
+	t.Cleanup(u.srv.Close)
+	u.port = u.srv.Listener.Addr().(*net.TCPAddr).Port
+	return u
+}
+
+func (u *upstreamTLS) requests() []string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return append([]string(nil), u.seen...)
+}
+
+func (u *upstreamTLS) pool() *x509.CertPool {
+	p := x509.NewCertPool()
+	p.AddCert(u.ca.Certificate())
+	return p
+}
+
+func restPolicy(port int, access string, extra string) string {
+	return fmt.Sprintf(`version: 1
+network_policies:
+  registry:
+    name: registry
+    endpoints:
+      - host: allowed.test
+        port: %d
+        protocol: rest
+        access: %s
+%s    binaries:
+      - path: /usr/bin/curl
+`, port, access, extra)
+}
+
+// inspectEnv is a proxy with a sandbox CA in front of an upstream.
+type inspectEnv struct {
+	*testEnv
+	up *upstreamTLS
+	ca *tlsca.Authority
+}
+
+func newInspectEnv(t *testing.T, h2 bool, yaml func(port int) string, trustUpstream bool) *inspectEnv {
+	t.Helper()
+	up := newUpstreamTLS(t, h2)
+	ca, err := tlsca.New(tlsca.Options{Name: "proxytest"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := newEnv(t, yaml(up.port), func(c *Config) {
+		c.CA = ca
+		if trustUpstream {
+			c.UpstreamRoots = up.pool()
+		} else {
+			c.UpstreamRoots = x509.NewCertPool()
+		}
+	})
+	return &inspectEnv{testEnv: env, up: up, ca: ca}
+}
+
+// client is an HTTP client using the proxy and trusting the sandbox CA.
+func (e *inspectEnv) client(h2 bool) *http.Client {
+	pool := x509.NewCertPool()
+	pool.AddCert(e.ca.Certificate())
+	pu, _ := url.Parse("http://" + e.addr)
+	tr := &http.Transport{Proxy: http.ProxyURL(pu), TLSClientConfig: &tls.Config{RootCAs: pool}, ForceAttemptHTTP2: h2,
+		MaxConnsPerHost: 1}
+	if !h2 {
+		tr.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
+	}
+	e.t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr, Timeout: 10 * time.Second}
+}
+
+func (e *inspectEnv) url(path string) string {
+	return fmt.Sprintf("https://allowed.test:%d%s", e.up.port, path)
+}
+
+func readDenial(t *testing.T, resp *http.Response) DenialBody {
+	t.Helper()
+	defer resp.Body.Close()
+	var d DenialBody
+	if err := json.NewDecoder(resp.Body).Decode(&d); err != nil {
+		t.Fatalf("denial body: %v", err)
+	}
+	return d
+}
+
+// Under access: read-only, GET goes through and POST is refused with the
+// JSON denial naming method and path, on one keep-alive connection (and
+// on one h2 connection), each request decided on its own.
+func TestInspectedTunnelDecidesEveryRequest(t *testing.T) {
+	for _, h2 := range []bool{false, true} {
+		t.Run(fmt.Sprintf("h2=%v", h2), func(t *testing.T) {
+			e := newInspectEnv(t, h2, func(port int) string { return restPolicy(port, "read-only", "") }, true)
+			cl := e.client(h2)
+			for i := 0; i < 3; i++ {
+				resp, err := cl.Get(e.url("/simple/pkg/?token=secret"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				var got map[string]any
+				json.NewDecoder(resp.Body).Decode(&got)
+				resp.Body.Close()
+				if resp.StatusCode != 200 || got["method"] != "GET" || got["host"] != "allowed.test:"+fmt.Sprint(e.up.port) {
+					t.Fatalf("GET: %d %v", resp.StatusCode, got)
+				}
+				wantProto := "HTTP/1.1"
+				if h2 {
+					wantProto = "HTTP/2.0"
+				}
+				if resp.Proto != wantProto || got["proto"] != wantProto {
+					t.Fatalf("protocols: client leg %s, upstream leg %v, want %s", resp.Proto, got["proto"], wantProto)
+				}
+				resp, err = cl.Post(e.url("/upload/x?q=1"), "application/octet-stream", strings.NewReader("payload"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				d := readDenial(t, resp)
+				if resp.StatusCode != 403 || d.Error != "policy_denied" || d.Reason != policy.L7AccessDenied ||
+					d.Method != "POST" || d.Path != "/upload/x" || d.Policy != "registry" || d.Binary != curlExe {
+					t.Fatalf("POST: %d %+v", resp.StatusCode, d)
+				}
+			}
+			for _, r := range e.up.requests() {
+				if !strings.HasPrefix(r, "GET /simple/pkg/?token=secret") {
+					t.Errorf("upstream saw %q", r)
+				}
+			}
+			if n := len(e.up.requests()); n != 3 {
+				t.Errorf("upstream saw %d requests, want 3", n)
+			}
+			if h2 {
+				// One client connection carried all six requests.
+				if n := len(e.rec.ByClass(ocsf.ClassNetworkActivity)); n > 1 {
+					t.Errorf("%d tunnels for one h2 client", n)
+				}
+			}
+			evs := e.waitEvents(ocsf.ClassHTTPActivity, 6)
+			denied := 0
+			for _, ev := range evs {
+				b, _ := json.Marshal(ev)
+				if strings.Contains(string(b), "secret") || strings.Contains(string(b), "q=1") {
+					t.Errorf("event carries a query string: %s", b)
+				}
+				if ev["status_code"] == "policy_denied" {
+					denied++
+					if get(ev, "http_request", "url", "path") != "/upload/x" || get(ev, "http_request", "http_method") != "POST" ||
+						num(get(ev, "http_response", "code")) != 403 || get(ev, "firewall_rule", "name") != "registry" {
+						t.Errorf("denied request event: %s", b)
+					}
+				}
+			}
+			// Repeated denials of one (outcome, host, port, binary) are
+			// rate-limited (reported later with a count): at least one.
+			if len(evs)-denied != 3 || denied < 1 {
+				t.Errorf("%d HTTP events, %d denied", len(evs), denied)
+			}
+		})
+	}
+}
+
+// rawTLS opens an inspected tunnel and a TLS connection inside it.
+func (e *inspectEnv) rawTLS(protos ...string) *tls.Conn {
+	e.t.Helper()
+	c, resp, br := e.connect(fmt.Sprintf("allowed.test:%d", e.up.port))
+	if resp.StatusCode != 200 {
+		e.t.Fatalf("CONNECT: %d", resp.StatusCode)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(e.ca.Certificate())
+	tc := tls.Client(&bufConn{Conn: c, r: br}, &tls.Config{ServerName: "allowed.test", RootCAs: pool, NextProtos: protos})
+	if err := tc.Handshake(); err != nil {
+		e.t.Fatalf("handshake: %v", err)
+	}
+	return tc
+}
+
+// The smuggling and path-confusion corpus, sent as raw bytes inside the
+// terminated tunnel: ambiguous framing and authority are 400, ambiguous
+// paths 403 (refused as today), normalisable paths decided after
+// normalisation. Nothing refused reaches the upstream.
+func TestInspectedTunnelSmugglingCorpus(t *testing.T) {
+	e := newInspectEnv(t, false, func(port int) string {
+		return restPolicy(port, "read-only", "        deny_rules:\n          - method: GET\n            path: /admin/**\n")
+	}, true)
+	host := fmt.Sprintf("allowed.test:%d", e.up.port)
+	cases := []struct {
+		name, req string
+		status    int
+		reason    string
+	}{
+		{"CL+TE", "POST /x HTTP/1.1\r\nHost: {H}\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400, ReasonMalformed},
+		{"TE variant", "GET /x HTTP/1.1\r\nHost: {H}\r\nTransfer-Encoding: chunked, identity\r\n\r\n", 400, ReasonMalformed},
+		{"obs-fold", "GET /x HTTP/1.1\r\nHost: {H}\r\nX-A: a\r\n b\r\n\r\n", 400, ReasonMalformed},
+		{"invalid char", "GET /x HTTP/1.1\r\nHost: {H}\r\nX-A: a\x01b\r\n\r\n", 400, ReasonMalformed},
+		{"h2c upgrade", "GET /x HTTP/1.1\r\nHost: {H}\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n\r\n", 400, ReasonH2CUpgrade},
+		{"absolute URI other host", "GET https://other.test/x HTTP/1.1\r\nHost: other.test\r\n\r\n", 400, ReasonAuthorityMismatch},
+		{"absolute URI vs Host", "GET https://{H}/x HTTP/1.1\r\nHost: other.test\r\n\r\n", 400, ReasonMalformed},
+		{"Host mismatch", "GET /x HTTP/1.1\r\nHost: other.test\r\n\r\n", 400, ReasonAuthorityMismatch},
+		{"two Hosts", "GET /x HTTP/1.1\r\nHost: {H}\r\nHost: {H}\r\n\r\n", 400, ReasonMalformed},
+		{"encoded slash", "GET /admin%2Fx HTTP/1.1\r\nHost: {H}\r\n\r\n", 403, policy.L7AmbiguousPath},
+		{"encoded slash lower", "GET /admin%2fx HTTP/1.1\r\nHost: {H}\r\n\r\n", 403, policy.L7AmbiguousPath},
+		{"dot-semicolon", "GET /x/..;/admin/y HTTP/1.1\r\nHost: {H}\r\n\r\n", 403, policy.L7AmbiguousPath},
+		{"double encoding", "GET /admin%252Fx HTTP/1.1\r\nHost: {H}\r\n\r\n", 403, policy.L7AmbiguousPath},
+		{"encoded dot", "GET /x/%2e%2e/admin/y HTTP/1.1\r\nHost: {H}\r\n\r\n", 403, policy.L7AmbiguousPath},
+		{"backslash", "GET /x\\..\\admin HTTP/1.1\r\nHost: {H}\r\n\r\n", 403, policy.L7AmbiguousPath},
+		{"dot segments normalised into deny rule", "GET /x/../admin/y HTTP/1.1\r\nHost: {H}\r\n\r\n", 403, policy.L7DeniedByRule},
+		{"slashes normalised into deny rule", "GET //admin//y HTTP/1.1\r\nHost: {H}\r\n\r\n", 403, policy.L7DeniedByRule},
+		{"encoded letters normalised into deny rule", "GET /%61dmin/y HTTP/1.1\r\nHost: {H}\r\n\r\n", 403, policy.L7DeniedByRule},
+		{"lower-case method", "post /x HTTP/1.1\r\nHost: {H}\r\nContent-Length: 0\r\n\r\n", 403, policy.L7AccessDenied},
+		{"above root", "GET /../x HTTP/1.1\r\nHost: {H}\r\n\r\n", 403, policy.L7AmbiguousPath},
+		{"websocket on POST", "POST /ws HTTP/1.1\r\nHost: {H}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nContent-Length: 0\r\n\r\n", 400, ReasonUnsupportedUpgrade},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			tc := e.rawTLS("http/1.1")
+			defer tc.Close()
+			tc.SetDeadline(time.Now().Add(10 * time.Second))
+			io.WriteString(tc, strings.ReplaceAll(c.req, "{H}", host))
+			resp, err := http.ReadResponse(bufio.NewReader(tc), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var body map[string]any
+			json.NewDecoder(resp.Body).Decode(&body)
+			resp.Body.Close()
+			if resp.StatusCode != c.status || body["reason"] != c.reason {
+				t.Fatalf("%d %v, want %d %s", resp.StatusCode, body, c.status, c.reason)
+			}
+		})
+	}
+	if r := e.up.requests(); len(r) != 0 {
+		t.Fatalf("refused requests reached the upstream: %q", r)
+	}
+	// The normalised path is what the upstream gets.
+	tc := e.rawTLS("http/1.1")
+	defer tc.Close()
+	fmt.Fprintf(tc, "GET //a/./b/../c%%7E?x=1 HTTP/1.1\r\nHost: %s\r\n\r\n", host)
+	resp, err := http.ReadResponse(bufio.NewReader(tc), nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("normalised GET: %v %v", resp, err)
+	}
+	if r := e.up.requests(); len(r) != 1 || r[0] != "GET /a/c~?x=1 HTTP/1.1" {
+		t.Fatalf("upstream saw %q", r)
+	}
+}
+
+// On h2 a refused stream gets its 400 or 403 and the connection carries
+// on; :authority must be the CONNECT host.
+func TestInspectedH2AuthorityAndStreams(t *testing.T) {
+	e := newInspectEnv(t, true, func(port int) string { return restPolicy(port, "read-only", "") }, true)
+	tc := e.rawTLS("h2")
+	if p := tc.ConnectionState().NegotiatedProtocol; p != "h2" {
+		t.Fatalf("ALPN %q", p)
+	}
+	cc, err := (&http2.Transport{}).NewClientConn(tc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	do := func(method, authority, path string) int {
+		req, _ := http.NewRequest(method, "https://"+authority+path, nil)
+		resp, err := cc.RoundTrip(req)
+		if err != nil {
+			t.Fatalf("%s %s%s: %v", method, authority, path, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	good := fmt.Sprintf("allowed.test:%d", e.up.port)
+	for i, c := range []struct {
+		method, auth, path string
+		want               int
+	}{
+		{"GET", good, "/a", 200},
+		{"GET", "other.test", "/a", 400},
+		{"GET", fmt.Sprintf("allowed.test:%d", e.up.port+1), "/a", 400},
+		{"DELETE", good, "/a", 403},
+		{"GET", good, "/b%2Fc", 403},
+		{"GET", good, "/a", 200},
+	} {
+		if got := do(c.method, c.auth, c.path); got != c.want {
+			t.Errorf("request %d %s %s%s: %d, want %d", i, c.method, c.auth, c.path, got, c.want)
+		}
+	}
+	if n := len(e.up.requests()); n != 2 {
+		t.Errorf("upstream saw %d requests, want 2", n)
+	}
+}
+
+// Trailers and "TE: trailers" cross the proxy on h2 (what gRPC needs).
+func TestInspectedH2Trailers(t *testing.T) {
+	e := newInspectEnv(t, true, func(port int) string { return restPolicy(port, "read-only", "") }, true)
+	cl := e.client(true)
+	req, _ := http.NewRequest("GET", e.url("/trailer"), nil)
+	req.Header.Set("TE", "trailers")
+	resp, err := cl.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(b) != "data" || resp.Trailer.Get("Grpc-Status") != "0" {
+		t.Fatalf("body %q trailer %v", b, resp.Trailer)
+	}
+}
+
+// An upstream certificate that does not verify is a 502 upstream_tls
+// with an event, never a downgrade.
+func TestInspectedUpstreamCertificateRefused(t *testing.T) {
+	e := newInspectEnv(t, false, func(port int) string { return restPolicy(port, "read-only", "") }, false)
+	resp, err := e.client(false).Get(e.url("/x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body map[string]any
+	json.NewDecoder(resp.Body).Decode(&body)
+	resp.Body.Close()
+	if resp.StatusCode != 502 || body["error"] != ErrorUpstreamTLS {
+		t.Fatalf("%d %v", resp.StatusCode, body)
+	}
+	if len(e.up.requests()) != 0 {
+		t.Fatal("a request reached an unverified upstream")
+	}
+	evs := e.waitEvents(ocsf.ClassHTTPActivity, 1)
+	if len(evs) == 0 || evs[0]["status_code"] != OutcomeUpstreamFailed || get(evs[0], "unmapped", "egress_proxy", "reason") != ReasonUpstreamTLS {
+		t.Fatalf("events %v", evs)
+	}
+}
+
+// A ClientHello whose SNI differs from the CONNECT host is refused, on a
+// terminated tunnel (handshake fails) and on a passthrough tunnel (the
+// tunnel closes before a byte reaches the upstream), with an event.
+func TestSNIMismatchRefused(t *testing.T) {
+	for _, rest := range []bool{true, false} {
+		t.Run(fmt.Sprintf("inspected=%v", rest), func(t *testing.T) {
+			e := newInspectEnv(t, false, func(port int) string {
+				if rest {
+					return restPolicy(port, "read-only", "")
+				}
+				return policyYAML(port, "")
+			}, true)
+			c, resp, br := e.connect(fmt.Sprintf("allowed.test:%d", e.up.port))
+			if resp.StatusCode != 200 {
+				t.Fatalf("CONNECT: %d", resp.StatusCode)
+			}
+			tc := tls.Client(&bufConn{Conn: c, r: br}, &tls.Config{ServerName: "fronted.example", InsecureSkipVerify: true})
+			if err := tc.Handshake(); err == nil {
+				t.Fatal("handshake with a fronted SNI succeeded")
+			}
+			evs := e.waitEvents(ocsf.ClassNetworkActivity, 1)
+			if len(evs) != 1 || evs[0]["status_code"] != OutcomePolicyDenied || get(evs[0], "unmapped", "egress_proxy", "reason") != ReasonSNIMismatch {
+				t.Fatalf("events %v", evs)
+			}
+			if len(e.up.requests()) != 0 {
+				t.Fatal("the upstream was reached")
+			}
+		})
+	}
+	// The matching SNI passes through untouched (the client verifies the
+	// upstream's own certificate: no termination without rest).
+	e := newInspectEnv(t, false, func(port int) string { return policyYAML(port, "") }, true)
+	c, _, br := e.connect(fmt.Sprintf("allowed.test:%d", e.up.port))
+	tc := tls.Client(&bufConn{Conn: c, r: br}, &tls.Config{ServerName: "allowed.test", RootCAs: e.up.pool()})
+	if err := tc.Handshake(); err != nil {
+		t.Fatalf("passthrough handshake: %v", err)
+	}
+	tc.Close()
+}
+
+// Plaintext HTTP inside a tunnel to a rest endpoint is inspected as it
+// is; bytes that are neither TLS nor HTTP are refused with an event.
+func TestInspectedTunnelPlaintextAndUnknown(t *testing.T) {
+	spy := newHeaderSpy(t)
+	e := newEnv(t, restPolicy(spy.port, "read-only", ""), func(c *Config) { c.CA, _ = tlsca.New(tlsca.Options{}) })
+	c2, _, _ := e.connect(fmt.Sprintf("allowed.test:%d", spy.port))
+	c2.Write([]byte{0, 1, 2, 3, 4, 5, 6, 7})
+	if n, _ := c2.Read(make([]byte, 1)); n != 0 {
+		t.Fatal("non-HTTP bytes got an answer")
+	}
+	waitFor(t, "refusal event", func() bool {
+		for _, ev := range e.rec.ByClass(ocsf.ClassNetworkActivity) {
+			if get(ev, "unmapped", "egress_proxy", "reason") == ReasonNotHTTP {
+				return true
+			}
+		}
+		return false
+	})
+	c, resp, br := e.connect(fmt.Sprintf("allowed.test:%d", spy.port))
+	if resp.StatusCode != 200 {
+		t.Fatalf("CONNECT %d", resp.StatusCode)
+	}
+	host := fmt.Sprintf("allowed.test:%d", spy.port)
+	fmt.Fprintf(c, "GET /a HTTP/1.1\r\nHost: %s\r\n\r\n", host)
+	r1, err := http.ReadResponse(br, nil)
+	if err != nil || r1.StatusCode != 200 {
+		t.Fatalf("GET: %v %v", r1, err)
+	}
+	io.Copy(io.Discard, r1.Body)
+	fmt.Fprintf(c, "DELETE /a HTTP/1.1\r\nHost: %s\r\n\r\n", host)
+	r2, err := http.ReadResponse(br, nil)
+	if err != nil || r2.StatusCode != 403 {
+		t.Fatalf("DELETE: %v %v", r2, err)
+	}
+}
+
+// FuzzInspectedRequestHead: a head the inspected HTTP/1.1 path accepts
+// has an origin-form target, one authority, and unambiguous framing.
+func FuzzInspectedRequestHead(f *testing.F) {
+	for _, s := range []string{
+		"GET /a HTTP/1.1\r\nHost: h.test\r\n\r\n",
+		"POST /x HTTP/1.1\r\nHost: h.test\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n",
+		"GET https://h.test/x HTTP/1.1\r\nHost: other.test\r\n\r\n",
+		"GET /x HTTP/1.1\r\nHost: h.test\r\nHost: h.test\r\n\r\n",
+		"GET /x HTTP/1.1\r\nHost: h.test\r\nX: a\r\n b\r\n\r\n",
+		"GET https://h.test?q HTTP/1.1\r\n\r\n",
+	} {
+		f.Add([]byte(s))
+	}
+	ix := &inspector{}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		h, err := ParseHead(raw)
+		if err != nil {
+			return
+		}
+		r, fr, err := ix.buildRequest(h, bufio.NewReader(strings.NewReader("")))
+		if err != nil {
+			return
+		}
+		if !strings.HasPrefix(r.RequestURI, "/") || strings.Contains(r.RequestURI, "#") {
+			t.Fatalf("accepted target %q", r.RequestURI)
+		}
+		if len(r.Header.Values("Host")) > 1 {
+			t.Fatal("accepted two Host fields")
+		}
+		if r.Header.Get("Transfer-Encoding") != "" && r.Header.Get("Content-Length") != "" {
+			t.Fatal("accepted Content-Length with Transfer-Encoding")
+		}
+		if fr.chunked && r.ContentLength != -1 || !fr.chunked && r.ContentLength != fr.length {
+			t.Fatalf("framing %+v vs ContentLength %d", fr, r.ContentLength)
+		}
+	})
+}

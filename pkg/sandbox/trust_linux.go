@@ -1,0 +1,16 @@
+//go:build linux
+
+package sandbox
+
+import specs "github.com/opencontainers/runtime-spec/specs-go"
+
+// addTrust puts the bundle into a sandbox's spec: mounts, variables, and
+// a Landlock read grant for TrustBundlePath (the system paths are
+// readable when the policy grants them, as before).
+func addTrust(spec *specs.Spec, cfg *InitConfig, bundle string) {
+	spec.Mounts = append(spec.Mounts, TrustMounts(bundle)...)
+	spec.Process.Env = mergeEnv(spec.Process.Env, TrustEnv())
+	if cfg.Landlock != nil {
+		cfg.Landlock.ReadOnly = append(cfg.Landlock.ReadOnly, TrustBundlePath)
+	}
+}

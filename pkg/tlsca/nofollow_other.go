@@ -1,0 +1,5 @@
+//go:build !unix
+
+package tlsca
+
+const syscallNoFollow = 0
