@@ -119,10 +119,9 @@ Examples:
   HTTPS_PROXY=http://127.0.0.1:3128 git ls-remote https://github.com/git/git HEAD   # allowed
   HTTPS_PROXY=http://127.0.0.1:3128 curl https://api.github.com/zen   # 403 policy_denied, binary_not_allowed
 
-  # Inspect HTTPS to rest endpoints on a host: trust the proxy's CA.
+  # Inspected (protocol: rest) endpoints: clients trust the proxy's CA.
   egress-proxy --policy policy.yaml --ca-out /run/egress-proxy-ca.pem &
-  HTTPS_PROXY=http://127.0.0.1:3128 curl --cacert /run/egress-proxy-ca.pem \
-      https://registry.example/simple/
+  curl -x http://127.0.0.1:3128 --cacert /run/egress-proxy-ca.pem https://pypi.org/simple/
 
   # Inspect and reload a running proxy.
   curl --unix-socket /run/egress-proxy.sock http://proxy/status

@@ -76,11 +76,16 @@ func TestStandaloneHelpExampleAndQuietDefaults(t *testing.T) {
 	pol := filepath.Join(t.TempDir(), "openshell-policy.yaml")
 	os.WriteFile(pol, text, 0o600)
 
+	// GitHub's endpoints are protocol: rest, so the proxy terminates
+	// their TLS: clients trust its CA (--ca-out), it trusts the fake
+	// internet's (--upstream-ca-bundle).
+	proxyCA := filepath.Join(t.TempDir(), "proxy-ca.pem")
+	trust := []string{"--ca-out", proxyCA, "--upstream-ca-bundle", in.CAFile()}
 	runExample := func(p *proc, cmd string) {
 		t.Helper()
 		line := strings.Replace(cmd, "http://127.0.0.1:3128", "http://"+p.addr, 1)
 		c := exec.Command("/bin/sh", "-c", line)
-		c.Env = append(os.Environ(), "GIT_SSL_CAINFO="+in.CAFile(), "CURL_CA_BUNDLE="+in.CAFile(), "GIT_TERMINAL_PROMPT=0")
+		c.Env = append(os.Environ(), "GIT_SSL_CAINFO="+proxyCA, "CURL_CA_BUNDLE="+proxyCA, "GIT_TERMINAL_PROMPT=0")
 		c.Run() // the fake GitHub is no git server: only the proxy's decision counts
 	}
 	waitConn := func(p *proc, n int) []map[string]any {
@@ -96,7 +101,7 @@ func TestStandaloneHelpExampleAndQuietDefaults(t *testing.T) {
 	}
 
 	// Default level.
-	p := startProxy(t, pol, hosts)
+	p := startProxy(t, pol, hosts, trust...)
 	if s := p.stderr.String(); strings.Contains(s, "RLIMIT_NOFILE") || strings.Contains(s, "descriptor limit") {
 		t.Errorf("default settings warn about the descriptor limit:\n%s", s)
 	}
@@ -122,7 +127,7 @@ func TestStandaloneHelpExampleAndQuietDefaults(t *testing.T) {
 	}
 
 	// --log-level debug: the git example's allowed connection is a line.
-	p = startProxy(t, pol, hosts, "--log-level", "debug")
+	p = startProxy(t, pol, hosts, append(trust, "--log-level", "debug")...)
 	for _, ex := range helpExamples(t) {
 		if strings.Contains(ex[1], "allowed") {
 			runExample(p, ex[0])

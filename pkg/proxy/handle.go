@@ -290,6 +290,10 @@ func isTimeout(err error) bool {
 // tunnel (domain fronting). Server-first protocols are unaffected: the
 // server's bytes flow while the proxy waits for the client's.
 func (p *Proxy) connect(c *net.TCPConn, br *bufio.Reader, up net.Conn, rec *Record, release func(), sni bool) {
+	// Counted before the 200 goes out: a client that sees it sees the
+	// tunnel in the counters too.
+	p.m.activeTunnels.Add(1)
+	defer p.m.activeTunnels.Add(-1)
 	c.SetWriteDeadline(time.Now().Add(responseWriteTimeout))
 	if _, err := c.Write(connectEstablished); err != nil {
 		c.Close()
@@ -303,8 +307,6 @@ func (p *Proxy) connect(c *net.TCPConn, br *bufio.Reader, up net.Conn, rec *Reco
 			first, _ = br.Peek(n)
 		}
 	}
-	p.m.activeTunnels.Add(1)
-	defer p.m.activeTunnels.Add(-1)
 	pre := func() bool {
 		if sni {
 			var ok bool

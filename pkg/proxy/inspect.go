@@ -123,6 +123,8 @@ func (p *Proxy) checkSNI(c *net.TCPConn, br *bufio.Reader, rec *Record) ([]byte,
 // it is, anything else is refused — and then decides every request on
 // the connection on its own.
 func (p *Proxy) inspect(c *net.TCPConn, br *bufio.Reader, up net.Conn, rec *Record, v Verdict) {
+	p.m.activeTunnels.Add(1)
+	defer p.m.activeTunnels.Add(-1)
 	c.SetWriteDeadline(time.Now().Add(responseWriteTimeout))
 	if _, err := c.Write(connectEstablished); err != nil {
 		return
@@ -130,8 +132,6 @@ func (p *Proxy) inspect(c *net.TCPConn, br *bufio.Reader, up net.Conn, rec *Reco
 	c.SetWriteDeadline(time.Time{})
 	rec.Status = http.StatusOK
 	rec.L7Checked = true
-	p.m.activeTunnels.Add(1)
-	defer p.m.activeTunnels.Add(-1)
 	c.SetReadDeadline(time.Now().Add(p.cfg.Limits.HeadTimeout))
 	first, err := br.Peek(1)
 	if err != nil {
