@@ -38,18 +38,9 @@ import (
 // serves git over smart HTTP (git http-backend), a tiny pip simple index
 // and an echo; the sandbox trusts only what the proxy's CA bundle gives it.
 
-const inspectPolicy = `version: 1
-filesystem_policy:
-  include_workdir: true
-  read_only: [/usr, /bin, /sbin, /lib, /lib64, /etc, %s]
-  read_write: [/tmp]
-landlock:
-  compatibility: hard_requirement
-process:
-  run_as_user: sandbox
-  run_as_group: sandbox
-network_policies:
-  registry:
+// inspectNetwork is the network part of the test policy (the rest is
+// labPolicy's, with the helper's directory readable).
+const inspectNetwork = `  registry:
     endpoints:
       - host: allowed.test
         port: 8443
@@ -105,7 +96,9 @@ func newInspectLab(t *testing.T) *inspectLab {
 }
 
 func (l *inspectLab) setAccess(access string) {
-	l.write(fmt.Sprintf(inspectPolicy, l.helperDir, access, l.helper))
+	head := labPolicy[:strings.Index(labPolicy, "  web:")]
+	head = strings.Replace(head, "/etc]", "/etc, "+l.helperDir+"]", 1)
+	l.write(head + fmt.Sprintf(inspectNetwork, access, l.helper))
 }
 
 func (l *inspectLab) git(dir string, args ...string) {
