@@ -212,3 +212,16 @@ func TestExpandEventsOnInheritedDescriptor(t *testing.T) {
 		t.Errorf("the symlink's target was written: %q", b)
 	}
 }
+
+// Issue 16 item 5: an unknown command prints its error first, as one line
+// with a hint, not after the whole usage (through the binary, as a user
+// sees it).
+func TestUnknownCommandIsOneLine(t *testing.T) {
+	bin := testutil.Binary(t, "policy-sync")
+	cmd := exec.Command(bin, "frobnicate")
+	out, _ := cmd.CombinedOutput()
+	s := strings.TrimSpace(string(out))
+	if cmd.ProcessState.ExitCode() != 2 || strings.Contains(s, "\n") || !strings.Contains(s, `unknown command "frobnicate"`) || !strings.Contains(s, "--help") {
+		t.Fatalf("exit %d, output:\n%s\nwant exit 2 and one line naming the command and --help", cmd.ProcessState.ExitCode(), out)
+	}
+}

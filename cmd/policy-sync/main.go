@@ -95,8 +95,11 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	c := findCommand(name)
 	if c == nil {
-		mainUsage(stderr, global)
-		return cli.Usagef("unknown command %q", name)
+		names := make([]string, len(commands))
+		for i, c := range commands {
+			names[i] = c.name
+		}
+		return cli.Usagef("unknown command %q; commands: %s (see %s --help)", name, strings.Join(names, ", "), prog)
 	}
 	a := &app{stdin: stdin, stdout: stdout, stderr: stderr, getenv: os.Getenv, log: logger}
 	fs := flag.NewFlagSet(prog+" "+c.name, flag.ContinueOnError)

@@ -59,6 +59,9 @@ func listCmd(args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() != 0 {
 		return cli.Usagef("list: unexpected argument %q", fs.Arg(0))
 	}
+	if err := requireRoot("list"); err != nil {
+		return cli.Failf("%v", err)
+	}
 	store, err := state.Open(*dir)
 	if err != nil {
 		return err
@@ -130,6 +133,9 @@ func statusCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	if *asJSON && *config {
 		return cli.Usagef("status: --json and --config are mutually exclusive")
+	}
+	if err := requireRoot("status"); err != nil {
+		return cli.Failf("%v", err)
 	}
 	store, err := state.Open(*dir)
 	if err != nil {
@@ -226,6 +232,9 @@ func gcCmd(args []string, stdout, stderr io.Writer) error {
 			return cli.Usagef("--stale-after %s: must not be negative", *staleFlag)
 		}
 		stale = *staleFlag
+	}
+	if err := requireRoot("gc"); err != nil {
+		return cli.Failf("%v", err)
 	}
 	store, err := state.Open(*dir)
 	if err != nil {

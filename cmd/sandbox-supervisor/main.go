@@ -88,6 +88,15 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		fmt.Fprint(stdout, usage)
 		return nil
 	}
-	fmt.Fprint(stderr, usage)
-	return cli.Usagef("unknown command %q", args[0])
+	return cli.Usagef("unknown command %q; commands: run, spec, list, status, gc, preflight (see sandbox-supervisor --help)", args[0])
+}
+
+// requireRoot stops a command that needs root before it touches anything
+// (the state directory, the operator's home policy): as another user the
+// first error would be a permission denied deep inside.
+func requireRoot(cmd string) error {
+	if uid := os.Geteuid(); uid != 0 {
+		return fmt.Errorf("sandbox-supervisor %s needs root (running as uid %d): run it with sudo", cmd, uid)
+	}
+	return nil
 }

@@ -43,6 +43,14 @@ fail-closed default) and runs CMD in it as the policy's unprivileged user.
 Flags:
 `
 
+const specUsage = `usage: sandbox-supervisor spec [run flags] -- CMD [ARG...]
+
+Prints the OCI config.json that run would use for the same flags and
+command, without creating anything (no root needed). It takes run's flags.
+
+Flags:
+`
+
 const runExamples = `
 Environment: MAC_OPENSHELL_POLICY, MAC_OPENSHELL_SANDBOX_NAME,
 MAC_OPENSHELL_KEEP, MAC_OPENSHELL_EVENTS_FILE, MAC_OPENSHELL_ENV_PASSTHROUGH,
@@ -71,10 +79,18 @@ type runFlags struct {
 
 func parseRunFlags(args []string, stderr io.Writer, specOnly bool) (*runFlags, []string, error) {
 	f := &runFlags{}
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	name := "run"
+	if specOnly {
+		name = "spec"
+	}
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprint(stderr, runUsage)
+		if specOnly {
+			fmt.Fprint(stderr, specUsage)
+		} else {
+			fmt.Fprint(stderr, runUsage)
+		}
 		fs.PrintDefaults()
 		fmt.Fprint(stderr, runExamples)
 	}
@@ -111,7 +127,7 @@ func parseRunFlags(args []string, stderr io.Writer, specOnly bool) (*runFlags, [
 	cmd := fs.Args()
 	if len(cmd) == 0 {
 		fs.Usage()
-		return nil, nil, cli.Usagef("run: no command given (put it after --)")
+		return nil, nil, cli.Usagef("%s: no command given (put it after --)", fs.Name())
 	}
 	if f.tty && f.noTTY {
 		return nil, nil, cli.Usagef("--tty and --no-tty are mutually exclusive")
@@ -197,6 +213,11 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if err != nil {
 		return err
 	}
+	if !specOnly {
+		if err := requireRoot("run"); err != nil {
+			return cli.WithCode(sandbox.ExitSandboxFailed, err)
+		}
+	}
 	if f.tty && !specOnly && !sandbox.IsTerminal(stdin) {
 		// As docker run -it: a terminal fed from a pipe or file echoes
 		// the input, cuts lines at 4095 bytes and never sees the end.
@@ -233,7 +254,7 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	}
 	resolved, err := policy.Resolve(policy.ResolveOptions{Flag: f.policy})
 	if err != nil {
-		return sandboxFailed(fmt.Errorf("policy: %w", err))
+		return sandboxFailed(err) // names the policy already
 	}
 	workdir := f.workdir
 	if workdir == "" {

@@ -20,6 +20,9 @@ func LoadFile(path string) (*Policy, error) {
 	}
 	p, err := Parse(data)
 	if err != nil {
+		if te := templateError(path, data, err); te != nil {
+			return nil, te
+		}
 		return nil, fmt.Errorf("policy %s: %w", path, err)
 	}
 	return p, nil

@@ -166,3 +166,49 @@ func ParseSetFlags(sets []string) (map[string]string, error) {
 	}
 	return out, nil
 }
+
+// TemplateError is a policy file that does not parse and still holds
+// __PLACEHOLDER__ tokens outside its comments: the operator pointed a tool
+// at the template (mac-hermes-policy.yaml) instead of a rendered copy.
+// Its message says so and shows the render command; Unwrap gives the
+// parse error (AsErrors still finds the field problems).
+type TemplateError struct {
+	Path         string
+	Placeholders []string
+	Err          error
+}
+
+func (e *TemplateError) Error() string {
+	var sets strings.Builder
+	for _, p := range e.Placeholders {
+		sets.WriteString(" --set " + p + "=...")
+	}
+	toks := make([]string, len(e.Placeholders))
+	for i, p := range e.Placeholders {
+		toks[i] = "__" + p + "__"
+	}
+	return fmt.Sprintf("policy %s is an unrendered template (it still holds %s); render it first: policy-sync render --template %s%s -o ~/.mac/openshell-policy.yaml",
+		e.Path, strings.Join(toks, ", "), e.Path, sets.String())
+}
+
+func (e *TemplateError) Unwrap() error { return e.Err }
+
+// templateError returns a TemplateError for a parse error of a file that
+// holds placeholders outside comments, else nil.
+func templateError(path string, data []byte, err error) error {
+	var body strings.Builder
+	for _, line := range strings.Split(string(data), "\n") {
+		if t := strings.TrimSpace(line); strings.HasPrefix(t, "#") {
+			continue
+		}
+		if i := strings.Index(line, " #"); i >= 0 {
+			line = line[:i]
+		}
+		body.WriteString(line + "\n")
+	}
+	ph := Placeholders([]byte(body.String()))
+	if len(ph) == 0 {
+		return nil
+	}
+	return &TemplateError{Path: path, Placeholders: ph, Err: err}
+}

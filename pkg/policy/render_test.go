@@ -1,6 +1,9 @@
 package policy
 
 import (
+	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -112,5 +115,31 @@ func TestParseSetFlags(t *testing.T) {
 		if _, err := ParseSetFlags(bad); err == nil {
 			t.Errorf("%v accepted", bad)
 		}
+	}
+}
+
+// A policy that does not parse and still holds placeholders outside its
+// comments is reported as an unrendered template with the render command
+// (issue 16 item 5); one that mentions a token only in a comment keeps
+// its plain field error.
+func TestUnrenderedTemplateError(t *testing.T) {
+	dir := t.TempDir()
+	tmpl, err := os.ReadFile("../../policies/mac-hermes-policy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, "p.yaml")
+	os.WriteFile(p, tmpl, 0o600)
+	_, err = LoadFile(p)
+	var te *TemplateError
+	if !errors.As(err, &te) || !strings.Contains(err.Error(), "policy-sync render --template "+p) || !strings.Contains(err.Error(), "__MAC_HUB_PORT__") {
+		t.Fatalf("LoadFile(template) = %v", err)
+	}
+	if _, ok := AsErrors(err); !ok {
+		t.Error("the field problems are no longer reachable through AsErrors")
+	}
+	os.WriteFile(p, []byte("# fill __HOST__ in below\nversion: 1\nsurprise: true\n"), 0o600)
+	if _, err = LoadFile(p); errors.As(err, &te) || !strings.Contains(err.Error(), "surprise") {
+		t.Fatalf("a comment's token made a template error: %v", err)
 	}
 }

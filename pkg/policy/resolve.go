@@ -115,6 +115,9 @@ func resolveFile(src Source, path, reason, origin string) (*Resolved, error) {
 	}
 	p, err := Parse(data)
 	if err != nil {
+		if te := templateError(path, data, err); te != nil {
+			return nil, te
+		}
 		what := path
 		if origin != "" {
 			what = fmt.Sprintf("%s (from %s)", path, origin)

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/palisade-sandbox/palisade/pkg/ocsf"
+	"github.com/palisade-sandbox/palisade/pkg/state"
 )
 
 // Component is the metadata.source of the supervisor's events.
@@ -26,6 +27,10 @@ type OCSFEvents struct {
 	degr    []string
 	args    []string
 	uid     uint32
+	// CallerUID is the user a launch that failed before the command
+	// existed is recorded under: the real caller ($SUDO_UID under sudo,
+	// else the real uid), never a made-up 0.
+	CallerUID uint32
 	// Lost counts events the emitter refused (disk full, closed pipe).
 	Lost int
 }
@@ -34,7 +39,7 @@ type OCSFEvents struct {
 // command the sandbox runs.
 func NewOCSFEvents(emit ocsf.Emitter, agentID, productVersion string, args []string) *OCSFEvents {
 	return &OCSFEvents{emit: emit, agentID: agentID, version: productVersion, args: args,
-		src: ocsf.NewSource("unnamed", Component, productVersion)}
+		src: ocsf.NewSource("unnamed", Component, productVersion), CallerUID: state.InvokingUID()}
 }
 
 func (e *OCSFEvents) send(ev ocsf.Event) {
@@ -143,7 +148,11 @@ func (e *OCSFEvents) Exited(pid int, code, signal int) {
 
 // Failed implements Events: a launch that did not happen.
 func (e *OCSFEvents) Failed(stage, msg string, code int) {
-	ev := e.src.ProcessLaunch(e.proc(0, e.args, e.uid), e.actor())
+	uid := e.uid
+	if uid == 0 {
+		uid = e.CallerUID // the command never ran as its own user
+	}
+	ev := e.src.ProcessLaunch(e.proc(0, e.args, uid), e.actor())
 	ev.StatusID = ocsf.StatusFailure
 	ev.StatusCode = fmt.Sprint(code)
 	ev.StatusDetail = stage + ": " + msg

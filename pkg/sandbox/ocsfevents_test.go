@@ -35,3 +35,15 @@ func TestOCSFEventsValidate(t *testing.T) {
 		t.Fatal("signal death not reported as 128+9")
 	}
 }
+
+// Issue 16 item 5: a launch that failed before the command existed is
+// recorded under the real caller ($SUDO_UID under sudo), not uid 0.
+func TestFailedLaunchRecordsTheCaller(t *testing.T) {
+	t.Setenv("SUDO_UID", "4242")
+	var buf bytes.Buffer
+	e := NewOCSFEvents(ocsf.NewWriter(&buf), "", "test", []string{"/bin/true"})
+	e.Failed("workdir", "cannot enter", ExitSandboxFailed)
+	if !strings.Contains(buf.String(), `"user":{"uid":"4242"}`) {
+		t.Fatalf("failed launch event does not name the caller 4242:\n%s", buf.String())
+	}
+}

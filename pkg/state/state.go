@@ -158,6 +158,15 @@ func InvokingUser() string {
 	return uid
 }
 
+// InvokingUID is the uid of the human behind this process: $SUDO_UID
+// when set (root via sudo), else the real uid.
+func InvokingUID() uint32 {
+	if n, err := strconv.ParseUint(os.Getenv("SUDO_UID"), 10, 32); err == nil {
+		return uint32(n)
+	}
+	return uint32(os.Getuid())
+}
+
 // ProcStartTime returns field 22 of /proc/<pid>/stat: the time the process
 // started, in clock ticks after boot. Together with the pid it identifies a
 // process across pid reuse. A missing process yields an error satisfying
