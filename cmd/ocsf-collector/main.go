@@ -47,16 +47,19 @@ only when a destination acknowledged them: a hub outage or a crash loses
 nothing, and deterministic event ids let the hub drop redeliveries.
 
 Inputs default to $MAC_OPENSHELL_EVENTS_FILE. Lines that are not OCSF events
-go to <spool>/dead-letter.jsonl. SIGINT/SIGTERM: stop reading, keep
-delivering for --shutdown-timeout, exit 0.
+go to <spool>/dead-letter.jsonl. With --stdout as the only destination and
+no --spool nothing is kept on disk: files are read from the start and lines
+that are not events are counted and dropped. An --input that matches no
+file is an error with --once, a warning otherwise. SIGINT/SIGTERM: stop
+reading, keep delivering for --shutdown-timeout, exit 0.
 
 Examples:
   # follow the sandbox event logs and ship them to the hub
   ocsf-collector --input '/var/log/openshell-ocsf.*.log' \
       --hub https://hub.example:8443 --agent-id agent_hub --token-file ~/.mac/worker-token
 
-  # normalise a file once, as JSONL on stdout
-  ocsf-collector --input events.log --stdout --once --spool /tmp/oc-spool
+  # normalise a file once, as JSONL on stdout (no spool, nothing kept)
+  ocsf-collector --input events.log --stdout --once
 
   # a pipeline: read stdin to EOF, ship, exit
   zcat old-events.log.gz | ocsf-collector --input - --hub http://127.0.0.1:8080 \
@@ -89,7 +92,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	hubURL := fs.String("hub", "", "hub base URL; ship records to POST /action-events")
 	agentID := fs.String("agent-id", "", "this agent's id (required with --hub; stamped into every record)")
 	tokenFile := fs.String("token-file", "", "file holding the hub bearer token (required with --hub)")
-	spoolDir := fs.String("spool", "", "spool directory: checkpoints, spool, dead letters (default $STATE_DIRECTORY or ~/.mac/ocsf-collector)")
+	spoolDir := fs.String("spool", "", "spool directory: checkpoints, spool, dead letters (default with --hub or --otlp-endpoint: $STATE_DIRECTORY or ~/.mac/ocsf-collector; --stdout alone keeps nothing)")
 	toStdout := fs.Bool("stdout", false, "write normalised JSONL records to stdout")
 	otlp := fs.String("otlp-endpoint", "", "OTLP/HTTP base URL; export records as logs to <URL>/v1/logs (JSON)")
 	metricsAddr := fs.String("metrics-listen", "", "serve Prometheus metrics at http://ADDR/metrics")
@@ -175,11 +178,24 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			return cli.Usagef("%v", err)
 		}
 	}
+	// --stdout alone needs no spool: nothing is checkpointed unless a
+	// spool is asked for.
 	dir := *spoolDir
-	if dir == "" {
+	if dir == "" && (*hubURL != "" || *otlp != "") {
 		dir, err = defaultSpool()
 		if err != nil {
 			return err
+		}
+	}
+	for _, in := range inputs {
+		if in == "-" {
+			continue
+		}
+		if m, _ := filepath.Glob(in); len(m) == 0 {
+			if *once {
+				return cli.Failf("--input %s matches no file (with --once there is nothing to wait for)", in)
+			}
+			log.Warn("--input matches no file yet; waiting for one to appear", "input", in)
 		}
 	}
 
@@ -219,7 +235,11 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	log.Info("collector stopped", attrs...)
 	if sum.DeadLetters > 0 {
-		log.Warn("some lines were set aside as dead letters", "count", sum.DeadLetters, "file", filepath.Join(dir, collector.DeadLetterName))
+		if dir == "" {
+			log.Warn("some lines were not OCSF events and were dropped (pass --spool to keep them as dead letters)", "count", sum.DeadLetters)
+		} else {
+			log.Warn("some lines were set aside as dead letters", "count", sum.DeadLetters, "file", filepath.Join(dir, collector.DeadLetterName))
+		}
 	}
 	if sum.Pending > 0 {
 		log.Warn("records remain in the spool; the next run delivers them", "bytes", sum.Pending)

@@ -36,7 +36,7 @@ func TestReadmeEventsPipeline(t *testing.T) {
 	line := readmePipeline(t)
 	line = strings.ReplaceAll(line, "/var/tmp/palisade-work", wd)
 	line = strings.Replace(line, "./bin/sandbox-supervisor run ", sup+" run --state-dir "+st+" ", 1)
-	line = strings.Replace(line, "./bin/ocsf-collector ", col+" --spool "+filepath.Join(t.TempDir(), "spool")+" ", 1)
+	line = strings.Replace(line, "./bin/ocsf-collector ", col+" ", 1)
 	dir := t.TempDir()
 	// bash for pipefail: the supervisor's status counts too.
 	cmd := exec.Command(testutil.RequireCommand(t, "bash"), "-o", "pipefail", "-c", line)

@@ -34,7 +34,9 @@ type Config struct {
 	Inputs []string
 	Stdin  io.Reader
 	// SpoolDir holds checkpoints, spool segments, cursors and the
-	// dead-letter file. Required.
+	// dead-letter file. Required with a hub or OTLP destination; empty
+	// with stdout only means nothing is kept: files are read from the
+	// start, dead letters are counted and dropped.
 	SpoolDir string
 	// AgentID goes into every record (and its event_id).
 	AgentID string
@@ -141,8 +143,8 @@ func (c *Config) Validate() error {
 	if stdin == 1 && c.Stdin == nil {
 		return errors.New(`inputs: "-" given but no stdin reader`)
 	}
-	if c.SpoolDir == "" {
-		return errors.New("spool directory: not set")
+	if c.SpoolDir == "" && (c.Hub != nil || c.OTLPEndpoint != "") {
+		return errors.New("spool directory: not set (a hub or OTLP destination needs one)")
 	}
 	if c.Hub == nil && c.OTLPEndpoint == "" && c.Stdout == nil {
 		return errors.New("no destination: set a hub, an OTLP endpoint or stdout")
@@ -194,7 +196,7 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 
 	// The spool directory is locked whenever this run keeps state in it
 	// (checkpoints or spool segments).
-	if len(globs) > 0 || len(senders) > 0 {
+	if cfg.SpoolDir != "" && (len(globs) > 0 || len(senders) > 0) {
 		if err := mkdirPrivate(cfg.SpoolDir); err != nil {
 			return Summary{}, err
 		}
@@ -205,7 +207,10 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 		defer lock.Close()
 	}
 
-	dl := &deadLetters{path: filepath.Join(cfg.SpoolDir, DeadLetterName), m: m}
+	dl := &deadLetters{m: m}
+	if cfg.SpoolDir != "" {
+		dl.path = filepath.Join(cfg.SpoolDir, DeadLetterName)
+	}
 	defer dl.close()
 	in := &ingester{agentID: cfg.AgentID, dl: dl, m: m, maxLine: cfg.MaxLineBytes}
 	if cfg.Stdout != nil {

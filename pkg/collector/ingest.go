@@ -36,7 +36,8 @@ type DeadLetter struct {
 }
 
 // deadLetters appends entries to the dead-letter file; writes are made
-// durable by commit. Safe for concurrent use.
+// durable by commit. Without a path (no spool: stdout only) they are
+// counted and dropped. Safe for concurrent use.
 type deadLetters struct {
 	path string
 	m    *Metrics
@@ -65,6 +66,10 @@ func (d *deadLetters) commit() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if len(d.buf) == 0 {
+		return nil
+	}
+	if d.path == "" {
+		d.buf = d.buf[:0]
 		return nil
 	}
 	if d.f == nil {

@@ -44,6 +44,9 @@ type checkpointFile struct {
 const checkpointName = "checkpoints.json"
 
 func loadCheckpoints(dir string) (map[fileID]checkpoint, error) {
+	if dir == "" {
+		return map[fileID]checkpoint{}, nil // no spool: nothing is checkpointed
+	}
 	p := filepath.Join(dir, checkpointName)
 	data, err := os.ReadFile(p)
 	if errors.Is(err, os.ErrNotExist) {
@@ -399,6 +402,9 @@ func (fo *follower) allAtEOF() bool {
 // when they changed. Call it only after the lines read so far are
 // durably spooled.
 func (fo *follower) save() error {
+	if fo.dir == "" {
+		return nil
+	}
 	cf := checkpointFile{Version: 1, Files: []checkpoint{}}
 	for _, t := range fo.sorted() {
 		cf.Files = append(cf.Files, checkpoint{Path: t.path, Dev: t.id.Dev, Ino: t.id.Ino, Offset: t.off, FPLen: t.fpLen, FP: t.fp})
