@@ -378,6 +378,30 @@ func TestKillFreezerFallback(t *testing.T) {
 	}
 }
 
+// Kill through the cgroup v2 freezer (cgroup.freeze in the unified
+// hierarchy), the method chooseKill picks on a kernel without cgroup.kill
+// and without a v1 freezer. It runs for real wherever a cgroup2 hierarchy
+// is mounted, hybrid hosts included (the freezer is part of the v2 core,
+// not a controller). Layout: hybrid or pure v2.
+func TestKillUnifiedFreezer(t *testing.T) {
+	if feature.Check(LayoutUnified) != nil {
+		testutil.RequireFeature(t, LayoutHybrid)
+	}
+	g := newTestGroup(t, Limits{Pids: 64}, false)
+	u := g.hier(Unified)
+	if u == nil {
+		t.Fatal("a host with a cgroup2 hierarchy gave a group none")
+	}
+	if _, err := os.Stat(filepath.Join(u.dir, "cgroup.freeze")); err != nil {
+		testutil.RequireData(t, "cgroup.freeze (Linux >= 5.2)", err)
+	}
+	g.kill, g.freezer = killFreeze, u
+	killForkingGroup(t, g)
+	if frozen, err := isFrozen(u); err != nil || frozen {
+		t.Fatalf("group left frozen (%v, %v)", frozen, err)
+	}
+}
+
 const groupEnv = "PALISADE_TEST_CGROUP"
 
 // joinFromEnv puts the helper process into the group named by groupEnv.

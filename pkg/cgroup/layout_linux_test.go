@@ -41,7 +41,8 @@ func TestLayoutProbesMatchTheGroups(t *testing.T) {
 // readLimits, Stats and the freezer read back, what ensureParent enables.
 // A unit test: on a hybrid host (this project's CI) the kernel gives the
 // cgroup2 hierarchy none of those controllers, so these paths cannot run
-// against the kernel there (docs/development.md). Any layout, no root.
+// against the kernel there (docs/development.md); the v2 freezer does run
+// for real in TestKillUnifiedFreezer. Any layout, no root.
 func TestV2FilesOnAPlainDirectory(t *testing.T) {
 	mount := t.TempDir()
 	h := &hier{name: Unified, mount: mount, dir: filepath.Join(mount, ParentName, "g"), v2: true, ctrls: []string{Pids, Memory, CPU}}
