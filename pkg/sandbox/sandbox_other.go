@@ -44,3 +44,27 @@ func CatchSignals() *Signals { return nil }
 
 // Stop does nothing on this platform.
 func (s *Signals) Stop() {}
+
+// Sandbox is empty on this platform.
+type Sandbox struct{}
+
+// Create is not supported on this platform.
+func Create(ctx context.Context, o Options) (*Sandbox, error) {
+	return &Sandbox{}, fmt.Errorf("sandbox: %w", feature.ErrNotSupported)
+}
+
+// Name is empty on this platform.
+func (s *Sandbox) Name() string { return "" }
+
+// Start is not supported on this platform.
+func (s *Sandbox) Start(ctx context.Context) error {
+	return fmt.Errorf("sandbox: %w", feature.ErrNotSupported)
+}
+
+// Wait is not supported on this platform.
+func (s *Sandbox) Wait(ctx context.Context) (Result, error) {
+	return Result{ExitCode: ExitSandboxFailed}, fmt.Errorf("sandbox: %w", feature.ErrNotSupported)
+}
+
+// Destroy does nothing on this platform.
+func (s *Sandbox) Destroy() {}

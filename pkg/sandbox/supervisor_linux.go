@@ -29,17 +29,89 @@ import (
 // error is non-nil only when the sandbox could not be created; the
 // command's own failure is reported in Result.ExitCode.
 func Run(ctx context.Context, o Options) (Result, error) {
+	s, err := Create(ctx, o)
+	defer s.Destroy()
+	if err != nil {
+		return s.res, err
+	}
+	if err := s.Start(ctx); err != nil {
+		return s.res, err
+	}
+	return s.Wait(ctx)
+}
+
+// A Sandbox is one sandbox through its phases: Create makes it (state,
+// cgroup, init, network) without running anything in it; Start lets the
+// init confine itself and start the main command; Wait relays until the
+// main command ends; Destroy tears down whatever exists (processes,
+// cgroup, network, proxy, state). Run, run --detach, exec and delete all
+// go through these phases; Destroy is always called, once Create returned,
+// whatever the outcome.
+type Sandbox struct {
+	o     Options
+	res   Result
+	t0    time.Time
+	sig   *Signals
+	plan  Plan
+	store *state.Store
+	name  string
+	cg    *cgroup.Group
+	ip    *initProc
+	icfg  *InitConfig
+	uid   uint32
+	gid   uint32
+
+	// cleanups run in reverse order at teardown.
+	cleanups  []func() error
+	stateOnce sync.Once
+	stateDone chan struct{}
+	// code is the status recorded at teardown (with --keep).
+	code      int
+	waited    bool
+	destroyed bool
+
+	// Signal relay and PTY.
+	initReady   chan struct{}
+	readySeen   bool
+	stopSignals chan struct{}
+	relay       sync.WaitGroup
+	pty         *os.File   // the PTY master, when --tty
+	ptyMu       sync.Mutex // pty is set by the message loop, read on SIGWINCH
+
+	cmdPID int
+	// finished is set once the main command's outcome is known (an exit,
+	// or a setup failure reported by the init); Wait then returns
+	// finishErr.
+	finished  bool
+	finishErr error
+}
+
+// Name is the sandbox's name (known once Create has reserved it).
+func (s *Sandbox) Name() string { return s.name }
+
+// mark logs, at debug level, how long start-up has taken so far
+// (`--log-level debug` shows where a slow start spends its time).
+func (s *Sandbox) mark(phase string) {
+	s.o.Logger.Debug("startup", "phase", phase, "elapsed_us", time.Since(s.t0).Microseconds())
+}
+
+func (s *Sandbox) failf(stage string, err error) error {
+	s.o.Events.Failed(stage, err.Error(), ExitSandboxFailed)
+	return fmt.Errorf("%s: %w", stage, err)
+}
+
+// Create runs the preflight and makes the sandbox: state directory,
+// cgroup, init (booting, or the prestarted one), its configuration, and
+// the network. Nothing runs in it yet. It always returns a Sandbox, to be
+// Destroyed even when the error is non-nil.
+func Create(ctx context.Context, o Options) (*Sandbox, error) {
 	if o.Events == nil {
 		o.Events = NopEvents{}
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	res := Result{Name: o.Name, ExitCode: ExitSandboxFailed}
-	// A prestarted init that this run does not take (it failed before, or
-	// it does not fit) is killed and its cgroup removed.
-	defer o.Prestarted.Abort()
-	t0 := time.Now()
+	s := &Sandbox{o: o, res: Result{Name: o.Name, ExitCode: ExitSandboxFailed}, t0: time.Now(), code: ExitSandboxFailed}
 	// Building encoding/json's encoders for the event types costs ~1 ms
 	// of CPU on first use; when events are written, do it on the other CPU
 	// while the preflight, state and cgroup are set up.
@@ -48,19 +120,9 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	}
 	// The signals the run forwards are caught before anything is created
 	// (see CatchSignals); the CLI catches them before the prestart.
-	sig := o.Signals
-	if sig == nil {
-		sig = CatchSignals()
-	}
-	defer sig.Stop()
-	// mark logs, at debug level, how long start-up has taken so far
-	// (`--log-level debug` shows where a slow start spends its time).
-	mark := func(phase string) {
-		o.Logger.Debug("startup", "phase", phase, "elapsed_us", time.Since(t0).Microseconds())
-	}
-	failf := func(stage string, err error) (Result, error) {
-		o.Events.Failed(stage, err.Error(), ExitSandboxFailed)
-		return res, fmt.Errorf("%s: %w", stage, err)
+	s.sig = o.Signals
+	if s.sig == nil {
+		s.sig = CatchSignals()
 	}
 
 	// Preflight: fail closed before anything is created.
@@ -71,114 +133,77 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	pf := RunPreflight(o.Probe, need...)
 	plan, err := Decide(pf, o.Policy.HardRequirement, o.Required, o.AllowDegraded, o.Policy.NetworkPolicies > 0)
 	if err != nil {
-		return failf("preflight", err)
+		return s, s.failf("preflight", err)
 	}
-	mark("preflight")
+	s.plan = plan
+	s.mark("preflight")
 	uid, gid, err := ResolveIdentity(o.Policy.RunAsUser, o.Policy.RunAsGroup)
 	if err != nil {
-		return failf("identity", err)
+		return s, s.failf("identity", err)
 	}
+	s.uid, s.gid = uid, gid
 	workdir, err := filepath.Abs(o.Workdir)
 	if err != nil {
-		return failf("workdir", err)
+		return s, s.failf("workdir", err)
 	}
 	if fi, err := os.Stat(workdir); err != nil || !fi.IsDir() {
-		return failf("workdir", fmt.Errorf("--workdir %s: not a directory", workdir))
+		return s, s.failf("workdir", fmt.Errorf("--workdir %s: not a directory", workdir))
 	}
 	if o.Profile != "" && o.Profile != ProfileDefault && o.Profile != ProfileBoundedTmpfs {
-		return failf("profile", fmt.Errorf("--profile %q: want default or bounded-tmpfs", o.Profile))
+		return s, s.failf("profile", fmt.Errorf("--profile %q: want default or bounded-tmpfs", o.Profile))
 	}
 	if o.Profile == ProfileBoundedTmpfs {
 		if err := MakeTestScratch(workdir, uid, gid); err != nil {
-			return failf("profile", err)
+			return s, s.failf("profile", err)
 		}
 	}
 
 	lim, err := sandboxLimits(o.Profile, o.PidsLimit, o.Memory, o.CPUs)
 	if err != nil {
-		return failf("profile", err)
+		return s, s.failf("profile", err)
 	}
 	pids, mem, cpus := lim.Pids, lim.MemoryBytes, lim.CPUs
 
 	store, err := state.Open(o.StateRoot)
 	if err != nil {
-		return failf("state", err)
+		return s, s.failf("state", err)
 	}
+	s.store = store
 	var labels state.Labels
-	var cg *cgroup.Group
-	var ip *initProc
 	if pname, pcg, pinit, ok := o.Prestarted.take(o, lim); ok {
 		// The state directory is reserved, the cgroup exists and the
 		// init has been booting since the command line was parsed.
-		cg, ip = pcg, pinit
 		if labels, err = store.Fill(pname, newLabels(o)); err != nil {
-			ip.kill()
-			cg.Destroy()
+			pinit.kill()
+			pcg.Destroy()
 			store.Remove(pname)
-			return failf("state", err)
+			return s, s.failf("state", err)
 		}
+		s.cg, s.ip = pcg, pinit
 	} else {
 		// The state directory and the cgroup are independent: both are
 		// made at once, on the two CPUs a start-up has.
-		labels, cg, err = createStateAndCgroup(store, o, lim)
+		labels, s.cg, err = createStateAndCgroup(store, o, lim)
 		if err != nil {
-			return failf(err.(*stageError).stage, err.(*stageError).err)
+			return s, s.failf(err.(*stageError).stage, err.(*stageError).err)
 		}
 	}
 	name := labels.Name
-	res.Name = name
-	mark("state+cgroup")
+	s.name = name
+	s.res.Name = name
+	s.mark("state+cgroup")
 
-	var cleanups []func() error
-	cleanups = append(cleanups, cg.Destroy)
-	// finishState removes the state directory (or, with keep, records the
-	// exit) in the background. It starts as soon as the command's status
-	// is known, so it overlaps the init's exit and the cgroup's removal;
-	// teardown waits for it.
-	var stateOnce sync.Once
-	stateDone := make(chan struct{})
-	finishState := func(exitCode int) {
-		stateOnce.Do(func() {
-			go func() {
-				defer close(stateDone)
-				if o.Keep {
-					store.Update(name, func(l *state.Labels) {
-						l.Status = state.StatusExited
-						l.ExitCode = &exitCode
-						l.Exited = time.Now().UTC().Truncate(time.Second)
-					})
-					return
-				}
-				if err := store.Remove(name); err != nil {
-					o.Logger.Warn("remove state", "sandbox", name, "err", err)
-				}
-			}()
-		})
-	}
-	teardown := func(exitCode int) {
-		finishState(exitCode)
-		for i := len(cleanups) - 1; i >= 0; i-- {
-			if err := cleanups[i](); err != nil {
-				o.Logger.Warn("teardown", "sandbox", name, "err", err)
-			}
-		}
-		<-stateDone
-	}
-	code := ExitSandboxFailed
-	defer func() {
-		teardown(code)
-		mark("teardown")
-	}()
+	s.stateDone = make(chan struct{})
+	s.cleanups = append(s.cleanups, s.cg.Destroy)
 
-	if ip == nil {
+	if s.ip == nil {
 		// The init boots while its configuration is put together here.
-		if ip, err = startInit(cg, o.InitExe, o.TTY, o.Stdin, o.Stdout, o.Stderr); err != nil {
-			return failf("init", err)
+		if s.ip, err = startInit(s.cg, o.InitExe, o.TTY, o.Stdin, o.Stdout, o.Stderr); err != nil {
+			return s, s.failf("init", err)
 		}
 	}
-	ctl, cmd := ip.ctl, ip.cmd
-	defer ctl.close()
-	cleanups = append(cleanups, func() error {
+	ip := s.ip
+	s.cleanups = append(s.cleanups, func() error {
 		if !ip.joined {
 			// Failed before the init got its configuration.
 			ip.kill()
@@ -194,74 +219,45 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	}
 	icfg, spec, err := initConfig(o, plan, name, workdir, uid, gid, pids, mem, cpus, store.Root())
 	if err != nil {
-		return failf("spec", err)
+		return s, s.failf("spec", err)
 	}
+	s.icfg = icfg
 	if err := CheckWorkdirEntry(workdir, uid, gid, spec.Mounts); err != nil {
-		return failf("workdir", err)
+		return s, s.failf("workdir", err)
 	}
 
 	if err := ip.join(); err != nil {
-		return failf("init", err)
+		return s, s.failf("init", err)
 	}
+	cmd := ip.cmd
 	initPID := cmd.Process.Pid
-	mark("init-started")
-	waited := false
-	cleanups = append(cleanups, func() error {
-		if !waited {
+	s.mark("init-started")
+	s.cleanups = append(s.cleanups, func() error {
+		if !s.waited {
 			cmd.Process.Kill()
 			cmd.Wait()
 		}
 		return nil
 	})
 
-	// Forward signals to the init, which passes them to the command. The
-	// supervisor catches them before "go", so the command never runs while
-	// a signal to the supervisor would still take its default action; the
-	// relay holds them until the init reports it catches them (MsgReady).
-	sigs := sig.c
-	initReady := make(chan struct{})
-	var relay sync.WaitGroup
-	var pty *os.File     // the PTY master, when --tty
-	var ptyMu sync.Mutex // pty is set by the message loop, read on SIGWINCH
-	stopSignals := make(chan struct{})
-	go func() {
-		select {
-		case <-initReady:
-		case <-stopSignals:
-			return
-		}
-		for {
-			select {
-			case s := <-sigs:
-				ptyMu.Lock()
-				if s == unix.SIGWINCH && pty != nil {
-					resizeFromCaller(pty, o.Stdin)
-				}
-				ptyMu.Unlock()
-				unix.Kill(initPID, s.(syscall.Signal))
-			case <-stopSignals:
-				return
-			}
-		}
-	}()
-	defer close(stopSignals)
+	s.startSignalRelay(initPID)
 
 	// The configuration goes out at once so the init decodes it while the
 	// network is attached; only "go" waits for that. The network layer's
 	// variables are appended to the command's environment in a message
 	// of their own.
 	if o.Network == nil {
-		if err := ctl.send(Message{Type: MsgConfig, Config: icfg}, -1); err != nil {
-			return failf("init", err)
+		if err := ip.ctl.send(Message{Type: MsgConfig, Config: icfg}, -1); err != nil {
+			return s, s.failf("init", err)
 		}
 	}
 	if o.Network != nil {
 		env, cleanup, err := o.Network.Attach(ctx, name, initPID)
 		if err != nil {
-			return failf("network", err)
+			return s, s.failf("network", err)
 		}
 		if cleanup != nil {
-			cleanups = append(cleanups, cleanup)
+			s.cleanups = append(s.cleanups, cleanup)
 		}
 		spec.Process.Env = mergeEnv(spec.Process.Env, env)
 		if ts, ok := o.Network.(TrustSource); ok {
@@ -269,112 +265,226 @@ func Run(ctx context.Context, o Options) (Result, error) {
 				addTrust(spec, icfg, b)
 			}
 		}
-		if err := ctl.send(Message{Type: MsgConfig, Config: icfg}, -1); err != nil {
-			return failf("init", err)
+		if err := ip.ctl.send(Message{Type: MsgConfig, Config: icfg}, -1); err != nil {
+			return s, s.failf("init", err)
 		}
 	}
+	return s, nil
+}
+
+// startSignalRelay forwards signals to the init, which passes them to the
+// command. The supervisor catches them before "go", so the command never
+// runs while a signal to the supervisor would still take its default
+// action; the relay holds them until the init reports it catches them
+// (MsgReady).
+func (s *Sandbox) startSignalRelay(initPID int) {
+	sigs := s.sig.c
+	s.initReady = make(chan struct{})
+	s.stopSignals = make(chan struct{})
+	initReady, stop := s.initReady, s.stopSignals
+	go func() {
+		select {
+		case <-initReady:
+		case <-stop:
+			return
+		}
+		for {
+			select {
+			case sg := <-sigs:
+				s.ptyMu.Lock()
+				if sg == unix.SIGWINCH && s.pty != nil {
+					resizeFromCaller(s.pty, s.o.Stdin)
+				}
+				s.ptyMu.Unlock()
+				unix.Kill(initPID, sg.(syscall.Signal))
+			case <-stop:
+				return
+			}
+		}
+	}()
+}
+
+// Start lets the init confine itself and start the main command, and
+// returns once the command runs (or its start failed). The error is
+// non-nil only when the sandbox failed; a command that could not be
+// executed is a result (Wait returns it).
+func (s *Sandbox) Start(ctx context.Context) error {
+	ctl, cmd := s.ip.ctl, s.ip.cmd
 	if err := ctl.send(Message{Type: MsgGo}, -1); err != nil {
-		return failf("init", err)
+		return s.failf("init", err)
 	}
-	mark("go")
+	s.mark("go")
+	initPID := cmd.Process.Pid
 	// Bookkeeping for list/status/gc, off the init's critical path: it
 	// runs while the init sets the sandbox up.
 	st, _ := state.ProcStartTime(initPID)
-	store.Update(name, func(l *state.Labels) {
+	s.store.Update(s.name, func(l *state.Labels) {
 		l.Status = state.StatusRunning
 		l.InitPID = initPID
 		l.InitStartTime = st
-		l.Cgroup = cg.Name()
+		l.Cgroup = s.cg.Name()
 	})
 	// The sandbox's full description (OCI spec, Landlock rules, seccomp)
 	// beside its labels: for inspection, and for a later `exec` into the
 	// running sandbox, which must confine a new process identically.
-	if dir, err := store.Dir(name); err == nil {
-		if err := fsutil.ReplaceFile(filepath.Join(dir, ConfigFile), EncodeConfig(icfg), 0o600); err != nil {
-			o.Logger.Warn("write sandbox config", "sandbox", name, "err", err)
+	if dir, err := s.store.Dir(s.name); err == nil {
+		if err := fsutil.ReplaceFile(filepath.Join(dir, ConfigFile), EncodeConfig(s.icfg), 0o600); err != nil {
+			s.o.Logger.Warn("write sandbox config", "sandbox", s.name, "err", err)
 		}
 	}
+	for !s.finished && s.cmdPID == 0 {
+		if err := s.step(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
-	var cmdPID int
-	readySeen := false
-	for {
-		m, fd, err := ctl.recv()
-		if err != nil {
-			// The init died without reporting: killed from outside or
-			// crashed. The command cannot have survived it.
-			werr := cmd.Wait()
-			waited = true
-			o.Events.Failed("init", fmt.Sprintf("init ended unexpectedly: %v", werr), ExitSandboxFailed)
-			return res, fmt.Errorf("init: ended without reporting the command's status: %v", werr)
-		}
-		switch m.Type {
-		case MsgReady:
-			if !readySeen {
-				readySeen = true
-				close(initReady)
-			}
-		case MsgLog:
-			lvl := slog.LevelInfo
-			lvl.UnmarshalText([]byte(m.Level))
-			o.Logger.Log(ctx, lvl, m.Msg, "sandbox", name, "from", "init", "elapsed_us", time.Since(t0).Microseconds())
-		case MsgPTY:
-			if fd < 0 {
-				return failf("tty", errors.New("init sent no PTY master"))
-			}
-			ptyMu.Lock()
-			pty, err = startRelay(fd, o, &relay)
-			ptyMu.Unlock()
-			if err != nil {
-				return failf("tty", err)
-			}
-		case MsgConfined:
-			mark("confined")
-			if m.Confinement != nil {
-				o.Events.Confined(*m.Confinement, cg.Name())
-			}
-		case MsgStarted:
-			mark("command-started")
-			cmdPID = m.PID
-			o.Events.Launched(m.PID, o.Args, uid, gid)
-		case MsgError:
-			cmd.Wait()
-			waited = true
-			code = m.Code
-			res.ExitCode = m.Code
-			o.Events.Failed(m.Stage, m.Msg, m.Code)
-			if m.Code == ExitNotFound || m.Code == ExitNotExecutable {
-				// The sandbox worked; the command could not be executed.
-				fmt.Fprintf(stderrOf(o), "sandbox-supervisor: %s\n", m.Msg)
-				return res, nil
-			}
-			return res, fmt.Errorf("%s: %s", m.Stage, m.Msg)
-		case MsgExit:
-			mark("command-exited")
-			exit := m.Code
-			if m.Signal != 0 {
-				exit = 128 + m.Signal
-			}
-			finishState(exit)
-			cmd.Wait()
-			waited = true
-			mark("init-reaped")
-			if pty != nil {
-				relay.Wait()
-				ptyMu.Lock()
-				pty.Close()
-				pty = nil
-				ptyMu.Unlock()
-			}
-			o.Events.Exited(cmdPID, m.Code, m.Signal)
-			res.Signal = m.Signal
-			res.ExitCode = m.Code
-			if m.Signal != 0 {
-				res.ExitCode = 128 + m.Signal
-			}
-			code = res.ExitCode
-			return res, nil
+// Wait relays the init's messages until the main command ends and
+// returns how it ended. The error is non-nil only when the sandbox
+// itself failed.
+func (s *Sandbox) Wait(ctx context.Context) (Result, error) {
+	for !s.finished {
+		if err := s.step(ctx); err != nil {
+			return s.res, err
 		}
 	}
+	return s.res, s.finishErr
+}
+
+// step handles one message from the init. It returns an error when the
+// sandbox failed; the main command's end sets s.finished.
+func (s *Sandbox) step(ctx context.Context) error {
+	o, ctl, cmd := s.o, s.ip.ctl, s.ip.cmd
+	m, fd, err := ctl.recv()
+	if err != nil {
+		// The init died without reporting: killed from outside or
+		// crashed. The command cannot have survived it.
+		werr := cmd.Wait()
+		s.waited = true
+		o.Events.Failed("init", fmt.Sprintf("init ended unexpectedly: %v", werr), ExitSandboxFailed)
+		return fmt.Errorf("init: ended without reporting the command's status: %v", werr)
+	}
+	switch m.Type {
+	case MsgReady:
+		if !s.readySeen {
+			s.readySeen = true
+			close(s.initReady)
+		}
+	case MsgLog:
+		lvl := slog.LevelInfo
+		lvl.UnmarshalText([]byte(m.Level))
+		o.Logger.Log(ctx, lvl, m.Msg, "sandbox", s.name, "from", "init", "elapsed_us", time.Since(s.t0).Microseconds())
+	case MsgPTY:
+		if fd < 0 {
+			return s.failf("tty", errors.New("init sent no PTY master"))
+		}
+		s.ptyMu.Lock()
+		s.pty, err = startRelay(fd, o, &s.relay)
+		s.ptyMu.Unlock()
+		if err != nil {
+			return s.failf("tty", err)
+		}
+	case MsgConfined:
+		s.mark("confined")
+		if m.Confinement != nil {
+			o.Events.Confined(*m.Confinement, s.cg.Name())
+		}
+	case MsgStarted:
+		s.mark("command-started")
+		s.cmdPID = m.PID
+		o.Events.Launched(m.PID, o.Args, s.uid, s.gid)
+	case MsgError:
+		cmd.Wait()
+		s.waited = true
+		s.code = m.Code
+		s.res.ExitCode = m.Code
+		o.Events.Failed(m.Stage, m.Msg, m.Code)
+		s.finished = true
+		if m.Code == ExitNotFound || m.Code == ExitNotExecutable {
+			// The sandbox worked; the command could not be executed.
+			fmt.Fprintf(stderrOf(o), "sandbox-supervisor: %s\n", m.Msg)
+			return nil
+		}
+		return fmt.Errorf("%s: %s", m.Stage, m.Msg)
+	case MsgExit:
+		s.mark("command-exited")
+		exit := m.Code
+		if m.Signal != 0 {
+			exit = 128 + m.Signal
+		}
+		s.finishState(exit)
+		cmd.Wait()
+		s.waited = true
+		s.mark("init-reaped")
+		if s.pty != nil {
+			s.relay.Wait()
+			s.ptyMu.Lock()
+			s.pty.Close()
+			s.pty = nil
+			s.ptyMu.Unlock()
+		}
+		o.Events.Exited(s.cmdPID, m.Code, m.Signal)
+		s.res.Signal = m.Signal
+		s.res.ExitCode = exit
+		s.code = exit
+		s.finished = true
+	}
+	return nil
+}
+
+// finishState removes the state directory (or, with keep, records the
+// exit) in the background. It starts as soon as the command's status is
+// known, so it overlaps the init's exit and the cgroup's removal;
+// teardown waits for it.
+func (s *Sandbox) finishState(exitCode int) {
+	s.stateOnce.Do(func() {
+		go func() {
+			defer close(s.stateDone)
+			if s.o.Keep {
+				s.store.Update(s.name, func(l *state.Labels) {
+					l.Status = state.StatusExited
+					l.ExitCode = &exitCode
+					l.Exited = time.Now().UTC().Truncate(time.Second)
+				})
+				return
+			}
+			if err := s.store.Remove(s.name); err != nil {
+				s.o.Logger.Warn("remove state", "sandbox", s.name, "err", err)
+			}
+		}()
+	})
+}
+
+// Destroy tears down everything Create made, in reverse order: the
+// signal relay, the init and the command, the network and proxy, the
+// cgroup, and the state directory (kept with its exit status under
+// --keep). It is safe to call more than once.
+func (s *Sandbox) Destroy() {
+	if s.destroyed {
+		return
+	}
+	s.destroyed = true
+	if s.stopSignals != nil {
+		close(s.stopSignals)
+	}
+	if s.ip != nil {
+		s.ip.ctl.close()
+	}
+	if s.stateDone != nil {
+		s.finishState(s.code)
+		for i := len(s.cleanups) - 1; i >= 0; i-- {
+			if err := s.cleanups[i](); err != nil {
+				s.o.Logger.Warn("teardown", "sandbox", s.name, "err", err)
+			}
+		}
+		<-s.stateDone
+		s.mark("teardown")
+	}
+	s.sig.Stop()
+	// A prestarted init that this run does not take (it failed before, or
+	// it does not fit) is killed and its cgroup removed.
+	s.o.Prestarted.Abort()
 }
 
 // Signals catches the signals a run forwards to its command.
