@@ -121,11 +121,16 @@ class Compiler:
             res["profiles"] = profiles
         return res
 
-    def finish(self, a):
+    def finish(self, a, keep_group=False):
         a = dict(a)
+        explicit = "profile" in a
         prof = a.pop("profile", None)
         if prof is not None and "profiles" not in a:
             a["profiles"] = [prof]
+        elif explicit and prof is None:
+            # "profile": null in an override takes the attribute out of
+            # the profile that $include put it in (system.json: actor).
+            a["profiles"] = None
         t = a.get("type", "string_t")
         if t not in self.types and t != "object_t":
             a["object_type"] = t
@@ -135,9 +140,145 @@ class Compiler:
             a["type_name"] = self.types[t].get("caption", t)
         a.setdefault("requirement", "optional")
         a.setdefault("profiles", None)
-        a.pop("group", None)
+        if not keep_group:
+            a.pop("group", None)
         a.pop("references", None)
         return a
+
+
+class ClassCompiler(Compiler):
+    """Compiles an event class (events/**.json) into the server's export
+    shape: the extends chain up to base_event, $include'd profiles,
+    dictionary attributes, class_uid/category_uid/type_uid enums."""
+
+    def __init__(self, gitdir, commit):
+        super().__init__(gitdir, commit)
+        files = subprocess.run(["git", "--git-dir", gitdir, "ls-tree", "-r", "--name-only",
+                                commit, "events/"], check=True, capture_output=True,
+                               text=True).stdout.split()
+        self.events = {}
+        for f in files:
+            if f.endswith(".json"):
+                raw = git_json(gitdir, commit, f)
+                if "name" in raw:
+                    self.events[raw["name"]] = raw
+        self.categories = git_json(gitdir, commit, "categories.json")["attributes"]
+
+    def compile_class(self, name):
+        chain = []
+        n = name
+        while n:
+            raw = self.events[n]
+            chain.append(raw)
+            n = raw.get("extends")
+        chain.reverse()
+        attrs, constraints, profiles, assoc, category = {}, {}, [], {}, None
+        for raw in chain:
+            for k, v in self.own_attributes(raw).items():
+                attrs[k] = merge(attrs.get(k, {}), v)
+            if "constraints" in raw:
+                constraints = raw["constraints"]
+            for p in raw.get("profiles", []) or []:
+                if p not in profiles:
+                    profiles.append(p)
+            assoc = raw.get("associations", assoc)
+            category = raw.get("category", category)
+        top = chain[-1]
+        cat = self.categories[category]
+        uid = cat["uid"] * 1000 + top["uid"]
+        out = {}
+        for k, v in attrs.items():
+            base = dict(self.dattrs.get(k, {}))
+            enum = dict(base.get("enum", {}))
+            full = merge(base, v)
+            if "enum" in v:
+                enum.update(v["enum"])
+            if enum:
+                full["enum"] = enum
+            out[k] = self.finish(full, keep_group=True)
+        for k in list(out):
+            if out[k]["type"] == "timestamp_t" and k + "_dt" not in out:
+                out[k + "_dt"] = {"type": "datetime_t", "caption": out[k].get("caption", k),
+                                  "requirement": "optional", "profiles": ["datetime"],
+                                  "type_name": self.types["datetime_t"]["caption"],
+                                  "group": out[k].get("group"),
+                                  "description": out[k].get("description", "")}
+        out["class_uid"]["enum"] = {str(uid): {"caption": top["caption"],
+                                               "description": top.get("description", "")}}
+        out["category_uid"]["enum"] = {str(cat["uid"]): {"caption": cat["caption"], "uid": cat["uid"],
+                                                         "description": cat.get("description", "")}}
+        types = {}
+        for aid, e in sorted(out["activity_id"]["enum"].items(), key=lambda kv: int(kv[0])):
+            t = {"caption": f"{top['caption']}: {e['caption']}"}
+            if int(aid) not in (0, 99) and "description" in e:
+                t["description"] = e["description"]
+            types[str(uid * 100 + int(aid))] = t
+        out["type_uid"]["enum"] = types
+        # The server lists every profile the class or an object it carries
+        # can declare; the validator reads this list only to know profile
+        # names, so the union of the attributes' profiles stands in for it.
+        for a in out.values():
+            for p in a.get("profiles") or []:
+                if p not in profiles:
+                    profiles.append(p)
+        res = {"name": name, "caption": top["caption"], "description": top.get("description", ""),
+               "uid": uid, "extends": top.get("extends"), "category": category,
+               "category_name": cat["caption"], "category_uid": cat["uid"],
+               "attributes": dict(sorted(out.items())), "profiles": sorted(profiles)}
+        if top.get("references"):
+            res["references"] = top["references"]
+        if assoc:
+            res["associations"] = assoc
+        if constraints:
+            res["constraints"] = constraints
+        return res
+
+
+def class_shape(obj):
+    attrs, cons = shape(obj)
+    for k, v in obj["attributes"].items():
+        attrs[k] = attrs[k] + (tuple(sorted((e.get("caption") for e in (v.get("enum") or {}).values()))),)
+    return attrs, cons
+
+
+def main_classes(gitdir, commit, shared, outdir, names):
+    """compile.py --classes: self-check against every class the export
+    carries, then write the named classes to OUT_DIR/classes."""
+    comp = ClassCompiler(gitdir, commit)
+    bad = checked = 0
+    clsdir = os.path.join(shared, "classes")
+    for fn in sorted(os.listdir(clsdir)):
+        ref = json.load(open(os.path.join(clsdir, fn)))
+        if "attributes" not in ref or ref["name"] not in comp.events or ref.get("category") not in comp.categories:
+            continue
+        mine = comp.compile_class(ref["name"])
+        ra, rc = class_shape(ref)
+        ma, mc = class_shape(mine)
+        checked += 1
+        for k in sorted(set(ra) | set(ma)):
+            if ra.get(k) != ma.get(k):
+                bad += 1
+                print(f"MISMATCH {ref['name']}.{k}: export={ra.get(k)} compiled={ma.get(k)}")
+        if rc != mc:
+            bad += 1
+            print(f"MISMATCH {ref['name']} constraints: export={rc} compiled={mc}")
+        if ref.get("uid") != mine["uid"] or ref.get("caption") != mine["caption"] or \
+                ref.get("category_uid") != mine["category_uid"]:
+            bad += 1
+            print(f"MISMATCH {ref['name']} uid/caption/category")
+    print(f"self-check: {checked} exported classes compared, {bad} mismatches")
+    if bad:
+        sys.exit(1)
+    os.makedirs(os.path.join(outdir, "classes"), exist_ok=True)
+    for n in names:
+        if os.path.exists(os.path.join(clsdir, n + ".json")):
+            sys.exit(f"{n} is in the export already")
+        obj = comp.compile_class(n)
+        obj["supplement"] = f"compiled from ocsf/ocsf-schema@{commit} by compile.py --classes"
+        with open(os.path.join(outdir, "classes", n + ".json"), "w") as f:
+            json.dump(obj, f, indent=2, sort_keys=True, ensure_ascii=False)
+            f.write("\n")
+        print("wrote class", n)
 
 
 def merge(base, over):
@@ -161,12 +302,18 @@ def shape(obj):
 
 
 def main():
-    gitdir, commit, shared, outdir, *names = sys.argv[1:]
+    args = sys.argv[1:]
+    classes = args[:1] == ["--classes"]
+    if classes:
+        args = args[1:]
+    gitdir, commit, shared, outdir, *names = args
     commit = subprocess.run(["git", "--git-dir", gitdir, "rev-parse", commit], check=True,
                             capture_output=True, text=True).stdout.strip()
     version = git_json(gitdir, commit, "version.json")["version"]
     if version != "1.8.0":
         sys.exit(f"{commit} is OCSF {version}, not 1.8.0")
+    if classes:
+        return main_classes(gitdir, commit, shared, outdir, names)
     comp = Compiler(gitdir, commit)
     objdir = os.path.join(shared, "objects")
     bad = 0
