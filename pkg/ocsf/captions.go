@@ -13,6 +13,7 @@ type ClassInfo struct {
 // (classes/*.json: caption, category_uid, category_name). TestTables checks
 // it against the definitions.
 var classes = map[int]ClassInfo{
+	ClassFileActivity:            {"File System Activity", CategorySystemActivity, "System Activity"},
 	ClassProcessActivity:         {"Process Activity", CategorySystemActivity, "System Activity"},
 	ClassDetectionFinding:        {"Detection Finding", CategoryFindings, "Findings"},
 	ClassNetworkActivity:         {"Network Activity", CategoryNetworkActivity, "Network Activity"},
@@ -26,6 +27,24 @@ var classes = map[int]ClassInfo{
 // "<object>.<attribute>" for object enums. TestTables checks every table
 // against the definitions, entry for entry.
 var captions = map[string]map[int]string{
+	"1001/activity_id": {
+		0:  "Unknown",
+		1:  "Create",
+		2:  "Read",
+		3:  "Update",
+		4:  "Delete",
+		5:  "Rename",
+		6:  "Set Attributes",
+		7:  "Set Security",
+		8:  "Get Attributes",
+		9:  "Get Security",
+		10: "Encrypt",
+		11: "Decrypt",
+		12: "Mount",
+		13: "Unmount",
+		14: "Open",
+		99: "Other",
+	},
 	"1007/activity_id": {
 		0:  "Unknown",
 		1:  "Launch",

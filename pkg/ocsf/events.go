@@ -9,7 +9,7 @@ import (
 	"strconv"
 )
 
-// Event is one OCSF event of a class Palisade emits: *ProcessActivity,
+// Event is one OCSF event of a class Palisade emits: *FileActivity, *ProcessActivity,
 // *ConfigStateChange, *DetectionFinding, *NetworkActivity or
 // *HTTPActivity. Build events with a Source; the interface is sealed.
 type Event interface {

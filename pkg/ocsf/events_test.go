@@ -101,6 +101,12 @@ func examples() []struct {
 		{"network-fail", p.NetworkFail(conn(), rule, "upstream_connect_failed", errors.New("dial 198.51.100.7:443: connection refused"))},
 		{"http-allowed", p.HTTPRequest(conn(), ocsf.Request{Method: "GET", URL: u, Version: "HTTP/1.1", Status: 200},
 			ocsf.Decision{Allowed: true, Rule: rule})},
+		{"file-denied", s.FileDenied(ocsf.FileDenial{
+			ActivityID: ocsf.FileRead, Verb: "read", Rights: []string{"fs.read_file"}, Domain: "1e7a7a6b6",
+			Target: ocsf.File{Name: "shadow", Path: "/etc/shadow", TypeID: ocsf.FileTypeRegular},
+			Actor:  ocsf.Actor{Process: &ocsf.Process{PID: 4242, Name: "cat", File: ocsf.ExeFile("/usr/bin/cat", ""), Sandbox: "sbx-3f9a2c"}},
+			Policy: &policy})},
+		{"denial-logging-unavailable", s.DenialLogging(false, "audit netlink unavailable: operation not permitted")},
 		{"http-denied", p.HTTPRequest(conn(), ocsf.Request{Method: "POST", URL: u, Version: "HTTP/1.1", Status: 403},
 			ocsf.Decision{Rule: deny, Code: "policy_denied", Reason: "POST not allowed by rules"})},
 	}

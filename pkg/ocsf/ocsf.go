@@ -1,7 +1,7 @@
 // Package ocsf holds the OCSF 1.8.0 events Palisade emits for every
-// security act — Process Activity (1007), Device Config State Change (5019),
-// Detection Finding (2004), Network Activity (4001) and HTTP Activity
-// (4002) — the constructors that fill their invariant parts (class,
+// security act — File System Activity (1001), Process Activity (1007),
+// Device Config State Change (5019), Detection Finding (2004), Network
+// Activity (4001) and HTTP Activity (4002) — the constructors that fill their invariant parts (class,
 // category, type_uid, captions, epoch-millisecond time, metadata, the
 // sandbox device), a JSONL writer safe for concurrent goroutines and
 // processes appending to one file, and URL redaction for HTTP events.
@@ -25,6 +25,7 @@ const (
 
 // Class UIDs of the classes Palisade emits.
 const (
+	ClassFileActivity            = 1001
 	ClassProcessActivity         = 1007
 	ClassDetectionFinding        = 2004
 	ClassNetworkActivity         = 4001
