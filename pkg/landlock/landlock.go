@@ -12,6 +12,13 @@
 // device ioctls. Paths are opened when the ruleset is built, so build it
 // before dropping privileges.
 //
+// From ABI 7 (MinLogABI) the domain is created with
+// LANDLOCK_RESTRICT_SELF_LOG_NEW_EXEC_ON, so the kernel writes an audit
+// record for every denial of the command and all its descendants, across
+// execve (by default Landlock stops logging at the first execve). The
+// records reach the audit subsystem only while audit is enabled; package
+// landlockaudit reads them.
+//
 // Enforce applies to the calling thread only: lock the goroutine to its
 // thread first and fork the confined child from that thread.
 package landlock
@@ -22,6 +29,10 @@ import "fmt"
 // `landlock.compatibility: hard_requirement`. ABI 3 is the first that
 // handles truncate; below it a read-only file could be truncated.
 const MinHardABI = 3
+
+// MinLogABI is the first Landlock ABI whose denials can be logged to the
+// audit subsystem (Linux 6.15).
+const MinLogABI = 7
 
 // Rules is the filesystem access to grant.
 type Rules struct {
@@ -47,8 +58,12 @@ type Result struct {
 	ReadWrite int    `json:"read_write"` // rules granted read-write
 	Scopes    string `json:"scopes"`     // handled IPC scopes, e.g. "abstract_unix_socket,signal"
 	Handled   string `json:"handled"`    // handled filesystem rights
-	Skipped   []Skip `json:"skipped,omitempty"`
-	Enforced  bool   `json:"enforced"`
+	// Logging is the audit logging flag set on the domain ("new_exec_on"
+	// from ABI 7: denials of the command and its descendants are logged),
+	// "" below ABI 7.
+	Logging  string `json:"logging,omitempty"`
+	Skipped  []Skip `json:"skipped,omitempty"`
+	Enforced bool   `json:"enforced"`
 }
 
 func (r Result) String() string {

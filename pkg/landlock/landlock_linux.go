@@ -46,8 +46,16 @@ func Build(r Rules) (*Ruleset, error) {
 	cfg := presets[use]
 	// Never handle network rights: the network namespace and proxy own them.
 	cfg.HandledAccessNet = 0
+	logging := ""
+	if use >= MinLogABI {
+		// Denials are logged by default only until the first execve; the
+		// command is a new executable, so ask for its denials and its
+		// descendants' (nested domains stay logged: the default).
+		cfg = cfg.EnableLoggingForSubprocesses()
+		logging = "new_exec_on"
+	}
 
-	res := Result{ABI: use, Scopes: cfg.Scoped.String(), Handled: cfg.HandledAccessFS.String()}
+	res := Result{ABI: use, Scopes: cfg.Scoped.String(), Handled: cfg.HandledAccessFS.String(), Logging: logging}
 	var rules []ll.Rule
 	add := func(p, access string) error {
 		fi, err := os.Stat(p)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"github.com/palisade-sandbox/palisade/pkg/ocsf"
 	"github.com/palisade-sandbox/palisade/pkg/state"
@@ -31,6 +32,7 @@ type OCSFEvents struct {
 	// existed is recorded under: the real caller ($SUDO_UID under sudo,
 	// else the real uid), never a made-up 0.
 	CallerUID uint32
+	mu        sync.Mutex // guards Lost: denials are sent from another goroutine
 	// Lost counts events the emitter refused (disk full, closed pipe).
 	Lost int
 }
@@ -44,7 +46,9 @@ func NewOCSFEvents(emit ocsf.Emitter, agentID, productVersion string, args []str
 
 func (e *OCSFEvents) send(ev ocsf.Event) {
 	if err := e.emit.Emit(ev); err != nil {
+		e.mu.Lock()
 		e.Lost++
+		e.mu.Unlock()
 	}
 }
 

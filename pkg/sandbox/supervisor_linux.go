@@ -78,6 +78,11 @@ type Sandbox struct {
 	pty         *os.File   // the PTY master, when --tty
 	ptyMu       sync.Mutex // pty is set by the message loop, read on SIGWINCH
 
+	// dwc delivers the denial watch started in Create; dw is it once
+	// Start (or teardown) has taken it.
+	dwc chan *denialWatch
+	dw  *denialWatch
+
 	cmdPID int
 	// finished is set once the main command's outcome is known (an exit,
 	// or a setup failure reported by the init); Wait then returns
@@ -217,6 +222,15 @@ func Create(ctx context.Context, o Options) (*Sandbox, error) {
 		o.Events.Degraded(d.Feature, d.Detail, d.OptIn)
 		o.Logger.Warn("running degraded", "sandbox", name, "feature", d.Feature, "detail", d.Detail, "opt_in", d.OptIn)
 	}
+	// Landlock denials are read from the audit multicast group from
+	// before the command can be denied anything until after it ended;
+	// setting that up overlaps the init's start.
+	s.dwc = make(chan *denialWatch, 1)
+	go func() { s.dwc <- startDenials(o, plan, pf.LandlockABI, s.cg, name) }()
+	s.cleanups = append(s.cleanups, func() error {
+		s.denials().stop(o.Logger, name)
+		return nil
+	})
 	icfg, spec, err := initConfig(o, plan, name, workdir, uid, gid, pids, mem, cpus, store.Root())
 	if err != nil {
 		return s, s.failf("spec", err)
@@ -310,6 +324,7 @@ func (s *Sandbox) startSignalRelay(initPID int) {
 // executed is a result (Wait returns it).
 func (s *Sandbox) Start(ctx context.Context) error {
 	ctl, cmd := s.ip.ctl, s.ip.cmd
+	s.denials() // reading before the command can be denied anything
 	if err := ctl.send(Message{Type: MsgGo}, -1); err != nil {
 		return s.failf("init", err)
 	}
@@ -431,6 +446,14 @@ func (s *Sandbox) step(ctx context.Context) error {
 		s.finished = true
 	}
 	return nil
+}
+
+// denials returns the sandbox's denial watch, waiting for its start.
+func (s *Sandbox) denials() *denialWatch {
+	if s.dw == nil && s.dwc != nil {
+		s.dw = <-s.dwc
+	}
+	return s.dw
 }
 
 // finishState removes the state directory (or, with keep, records the

@@ -301,6 +301,7 @@ func encodeConfinement(w *wenc, c *Confinement) {
 	w.i(int64(l.ReadWrite))
 	w.str(l.Scopes)
 	w.str(l.Handled)
+	w.str(l.Logging)
 	w.flag(l.Enforced)
 	w.u(uint64(len(l.Skipped)))
 	for _, s := range l.Skipped {
@@ -324,6 +325,7 @@ func decodeConfinement(r *wdec) *Confinement {
 	l.ReadWrite = r.int()
 	l.Scopes = r.str()
 	l.Handled = r.str()
+	l.Logging = r.str()
 	l.Enforced = r.flag()
 	if n, _ := r.count(false); n > 0 {
 		l.Skipped = make([]landlock.Skip, n)

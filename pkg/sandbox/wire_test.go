@@ -94,7 +94,7 @@ func TestWireEveryMessageType(t *testing.T) {
 		{Type: MsgLog, Level: "debug", Msg: "init timing: mounts=1us"},
 		{Type: MsgConfig, Config: &InitConfig{}},
 		{Type: MsgConfined, Confinement: &Confinement{
-			Landlock: landlock.Result{ABI: 7, ReadOnly: 9, ReadWrite: 4, Scopes: "abstract_unix_socket,signal", Handled: "execute,write_file",
+			Landlock: landlock.Result{ABI: 7, ReadOnly: 9, ReadWrite: 4, Scopes: "abstract_unix_socket,signal", Handled: "execute,write_file", Logging: "new_exec_on",
 				Skipped: []landlock.Skip{{Path: "/opt/x", Access: "read_only", Reason: "no such file"}}, Enforced: true},
 			Seccomp: true, SeccompRules: 63, Namespaces: []string{"mount", "pid"}, UID: 10001, GID: 10001, Mounts: 12,
 		}},

@@ -120,3 +120,19 @@ func openFDs() map[string]string {
 	}
 	return out
 }
+
+// HostLock serialises tests, in every package and process, that change
+// or depend on one host-wide setting (name, e.g. "audit"): it holds an
+// exclusive flock on /run/palisade-test-<name>.lock until the test ends.
+func HostLock(t testing.TB, name string) {
+	t.Helper()
+	f, err := os.OpenFile("/run/palisade-test-"+name+".lock", os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatalf("host lock %s: %v", name, err)
+	}
+	if err := flock(f); err != nil {
+		f.Close()
+		t.Fatalf("host lock %s: %v", name, err)
+	}
+	t.Cleanup(func() { f.Close() })
+}

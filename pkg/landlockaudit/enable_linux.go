@@ -1,0 +1,228 @@
+//go:build linux
+
+package landlockaudit
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/palisade-sandbox/palisade/pkg/fsutil"
+	"github.com/palisade-sandbox/palisade/pkg/state"
+)
+
+// CoordDir is where supervisors on one host coordinate audit enablement:
+// a lock file and the list of running supervisors that need audit on.
+// Audit is one setting for the whole host, so the coordination is too.
+var CoordDir = "/run/palisade/audit"
+
+// Mode says how denial records reach the supervisor.
+type Mode string
+
+const (
+	// ModeEnabled: audit was off and no audit daemon owned it, so a
+	// supervisor turned it on; the last one to finish turns it off again.
+	ModeEnabled Mode = "enabled-while-sandboxes-run"
+	// ModeAlreadyOn: audit was already on (set by the operator), no
+	// daemon: only read.
+	ModeAlreadyOn Mode = "already-on"
+	// ModeDaemon: an audit daemon is registered; its settings are never
+	// touched, records are read from the multicast group.
+	ModeDaemon Mode = "audit-daemon"
+	// ModeUnavailable: no denial events (see Lease.Detail).
+	ModeUnavailable Mode = "unavailable"
+)
+
+// Lease is one supervisor's claim on audit being enabled. Release it when
+// the sandbox ends.
+type Lease struct {
+	Mode   Mode
+	Detail string // why unavailable, or which daemon owns audit
+	token  string
+}
+
+type coordState struct {
+	// EnabledByPalisade is true when a supervisor turned audit on and the
+	// last holder must turn it off.
+	EnabledByPalisade bool `json:"enabled_by_palisade"`
+	// Holders maps a token (pid:start:n) to nothing; holders whose
+	// process is gone are pruned.
+	Holders map[string]bool `json:"holders"`
+}
+
+var leaseSeq atomic.Uint64
+
+// Acquire makes sure audit records flow while the caller's sandbox runs,
+// changing the host's audit settings only when nobody else owns them:
+//
+//   - an audit daemon is registered (AUDIT_GET pid != 0): nothing is
+//     changed; ModeDaemon, or ModeUnavailable when the daemon keeps audit
+//     disabled;
+//   - audit is on without a daemon: nothing is changed; ModeAlreadyOn
+//     (or ModeEnabled when another supervisor turned it on);
+//   - audit is off and no daemon: it is turned on, ModeEnabled, and the
+//     last supervisor to Release turns it off again — unless somebody
+//     changed the settings in between, then they are left alone;
+//   - audit cannot be read or set: ModeUnavailable with the reason.
+//
+// Acquire never returns an error: a sandbox never fails for lack of
+// denial events. A ModeUnavailable lease needs no Release (it is a no-op).
+func Acquire() *Lease {
+	l, err := acquire()
+	if err != nil {
+		return &Lease{Mode: ModeUnavailable, Detail: err.Error()}
+	}
+	return l
+}
+
+func acquire() (*Lease, error) {
+	st, err := GetStatus()
+	if err != nil {
+		return nil, err
+	}
+	if st.PID != 0 {
+		if st.Enabled == 0 {
+			return nil, fmt.Errorf("audit daemon (pid %d) keeps audit disabled; its settings are left alone", st.PID)
+		}
+		return &Lease{Mode: ModeDaemon, Detail: fmt.Sprintf("audit daemon pid %d owns the audit settings; reading only", st.PID)}, nil
+	}
+	unlock, err := lockCoord()
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	cs := readCoord()
+	pruneHolders(&cs)
+	// Ask again under the lock: another supervisor may have changed it.
+	if st, err = GetStatus(); err != nil {
+		return nil, err
+	}
+	l := &Lease{token: fmt.Sprintf("%d:%d:%d", os.Getpid(), selfStart(), leaseSeq.Add(1))}
+	switch {
+	case st.PID != 0:
+		return &Lease{Mode: ModeDaemon, Detail: fmt.Sprintf("audit daemon pid %d owns the audit settings; reading only", st.PID)}, nil
+	case st.Enabled != 0 && cs.EnabledByPalisade:
+		l.Mode, l.Detail = ModeEnabled, "audit enabled by a Palisade supervisor while sandboxes run"
+	case st.Enabled != 0:
+		l.Mode, l.Detail = ModeAlreadyOn, "audit already enabled; settings left alone"
+	default:
+		if err := setEnabled(1); err != nil {
+			return nil, err
+		}
+		cs.EnabledByPalisade = true
+		l.Mode, l.Detail = ModeEnabled, "audit enabled while sandboxes run"
+	}
+	cs.Holders[l.token] = true
+	if err := writeCoord(cs); err != nil {
+		// Without the record the last holder could not restore: undo.
+		if l.Mode == ModeEnabled && len(cs.Holders) == 1 {
+			setEnabled(0)
+		}
+		return nil, err
+	}
+	return l, nil
+}
+
+// Release drops the lease. The last holder restores audit to off when a
+// supervisor turned it on and nobody changed it since (no daemon
+// registered, still enabled=1).
+func (l *Lease) Release() error {
+	if l == nil || l.token == "" {
+		return nil
+	}
+	unlock, err := lockCoord()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	cs := readCoord()
+	delete(cs.Holders, l.token)
+	l.token = ""
+	pruneHolders(&cs)
+	if len(cs.Holders) == 0 && cs.EnabledByPalisade {
+		cs.EnabledByPalisade = false
+		if st, err := GetStatus(); err == nil && st.PID == 0 && st.Enabled == 1 {
+			if err := setEnabled(0); err != nil {
+				writeCoord(cs)
+				return err
+			}
+		}
+	}
+	return writeCoord(cs)
+}
+
+func lockCoord() (func(), error) {
+	if err := os.MkdirAll(CoordDir, 0o700); err != nil {
+		return nil, fmt.Errorf("audit: coordination directory %s: %w", CoordDir, err)
+	}
+	p := filepath.Join(CoordDir, "lock")
+	fd, err := unix.Open(p, unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("audit: open %s: %w", p, err)
+	}
+	if err := unix.Flock(fd, unix.LOCK_EX); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("audit: lock %s: %w", p, err)
+	}
+	return func() { unix.Close(fd) }, nil
+}
+
+func coordFile() string { return filepath.Join(CoordDir, "holders.json") }
+
+func readCoord() coordState {
+	cs := coordState{Holders: map[string]bool{}}
+	b, err := os.ReadFile(coordFile())
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return cs
+	}
+	if len(b) > 0 && json.Unmarshal(b, &cs) != nil {
+		cs = coordState{}
+	}
+	if cs.Holders == nil {
+		cs.Holders = map[string]bool{}
+	}
+	return cs
+}
+
+func writeCoord(cs coordState) error {
+	b, _ := json.Marshal(cs)
+	if err := fsutil.ReplaceFile(coordFile(), b, 0o600); err != nil {
+		return fmt.Errorf("audit: write %s: %w", coordFile(), err)
+	}
+	return nil
+}
+
+// pruneHolders drops holders whose process is gone (or whose pid was
+// reused: the start time differs), so a crashed supervisor does not keep
+// audit on forever: the next one to start or finish inherits its duty.
+func pruneHolders(cs *coordState) {
+	for tok := range cs.Holders {
+		f := strings.Split(tok, ":")
+		if len(f) != 3 {
+			delete(cs.Holders, tok)
+			continue
+		}
+		pid, err1 := strconv.Atoi(f[0])
+		start, err2 := strconv.ParseUint(f[1], 10, 64)
+		if err1 != nil || err2 != nil {
+			delete(cs.Holders, tok)
+			continue
+		}
+		if got, err := state.ProcStartTime(pid); err != nil || got != start {
+			delete(cs.Holders, tok)
+		}
+	}
+}
+
+func selfStart() uint64 {
+	s, _ := state.ProcStartTime(os.Getpid())
+	return s
+}

@@ -1,0 +1,84 @@
+//go:build linux
+
+package sandbox
+
+import (
+	"fmt"
+	"log/slog"
+	"slices"
+
+	"github.com/palisade-sandbox/palisade/pkg/cgroup"
+	"github.com/palisade-sandbox/palisade/pkg/landlock"
+	"github.com/palisade-sandbox/palisade/pkg/landlockaudit"
+)
+
+// DenialEvents is the optional part of Events that reports refused
+// filesystem accesses. OCSFEvents implements it; an Events without it
+// gets no denial reporting (and the supervisor reads no audit records).
+type DenialEvents interface {
+	// FileDenied: Landlock refused an access in the sandbox (called from
+	// the denial watcher's goroutine).
+	FileDenied(d landlockaudit.Denial)
+	// DenialLogging: refused accesses will (or cannot) be reported.
+	DenialLogging(enabled bool, detail string)
+}
+
+// denialWatch is a running denial reporter: the audit lease and the
+// watcher. Its zero value (nothing started) stops as a no-op.
+type denialWatch struct {
+	lease *landlockaudit.Lease
+	w     *landlockaudit.Watcher
+}
+
+// startDenials makes sure the kernel logs the sandbox's Landlock denials
+// (enabling audit only when nobody owns it) and starts reading them. It
+// never fails the sandbox: without audit it reports, once, that denials
+// are not logged.
+func startDenials(o Options, plan Plan, abi int, cg *cgroup.Group, name string) *denialWatch {
+	de, ok := o.Events.(DenialEvents)
+	if !ok || !plan.Landlock {
+		return &denialWatch{}
+	}
+	if abi < landlock.MinLogABI {
+		de.DenialLogging(false, fmt.Sprintf("Landlock ABI %d logs no denials (needs ABI >= %d, Linux >= 6.15)", abi, landlock.MinLogABI))
+		return &denialWatch{}
+	}
+	lease := landlockaudit.Acquire()
+	if lease.Mode == landlockaudit.ModeUnavailable {
+		de.DenialLogging(false, lease.Detail)
+		o.Logger.Warn("filesystem denial events unavailable", "sandbox", name, "reason", lease.Detail)
+		return &denialWatch{}
+	}
+	w, err := landlockaudit.Watch(landlockaudit.Config{
+		Owns: func(pid int) bool {
+			procs, err := cg.Procs()
+			return err == nil && slices.Contains(procs, pid)
+		},
+		Emit: de.FileDenied,
+	})
+	if err != nil {
+		lease.Release()
+		de.DenialLogging(false, err.Error())
+		o.Logger.Warn("filesystem denial events unavailable", "sandbox", name, "reason", err)
+		return &denialWatch{}
+	}
+	o.Logger.Debug("filesystem denial events", "sandbox", name, "audit", string(lease.Mode), "detail", lease.Detail)
+	return &denialWatch{lease: lease, w: w}
+}
+
+// stop reports what is still on its way and releases the audit lease
+// (restoring audit when this was the last sandbox that turned it on).
+func (d *denialWatch) stop(log *slog.Logger, name string) {
+	if d == nil || d.w == nil {
+		return
+	}
+	st := d.w.Stop()
+	if st.Overruns > 0 {
+		log.Warn("audit records lost to a full buffer", "sandbox", name, "overruns", st.Overruns)
+	}
+	log.Debug("filesystem denials", "sandbox", name, "denials", st.Denials, "events", st.Emitted,
+		"folded", st.Suppressed, "foreign", st.Foreign, "records", st.Records)
+	if err := d.lease.Release(); err != nil {
+		log.Warn("release audit", "sandbox", name, "err", err)
+	}
+}
