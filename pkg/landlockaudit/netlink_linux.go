@@ -165,16 +165,23 @@ type Daemon struct{ c *control }
 func (d *Daemon) Drain() {
 	buf := make([]byte, 1<<16)
 	for {
-		_, _, err := unix.Recvfrom(d.c.fd, buf, 0)
-		if err != nil && err != unix.EAGAIN && err != unix.EINTR && err != unix.ENOBUFS {
+		n, _, err := unix.Recvfrom(d.c.fd, buf, 0)
+		if (err == nil && n == 0) || (err != nil && err != unix.EAGAIN && err != unix.EINTR && err != unix.ENOBUFS) {
 			return
 		}
 	}
 }
 
-// Unregister sets the audit pid back to 0 and closes the socket.
+// Unregister sets the audit pid back to 0 and closes the socket. The
+// request goes out on a socket of its own (the kernel checks the
+// process, not the socket), so Drain cannot swallow its answer.
 func (d *Daemon) Unregister() error {
-	err := d.c.set(Status{Mask: unix.AUDIT_STATUS_PID, PID: 0})
+	c, err := openControl()
+	if err == nil {
+		err = c.set(Status{Mask: unix.AUDIT_STATUS_PID, PID: 0})
+		c.close()
+	}
+	unix.Shutdown(d.c.fd, unix.SHUT_RDWR)
 	d.c.close()
 	return err
 }

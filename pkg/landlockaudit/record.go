@@ -62,8 +62,9 @@ var untrusted = map[string]bool{
 // audit records (elastic/go-libaudit is not one of them). It never
 // panics and never allocates more than the record's size; FuzzParseRecord
 // checks both. BenchmarkParseRecord runs it beside a regexp parser of the
-// same grammar: about 8x faster on a Landlock access record (the figure
-// in docs/sandbox.md).
+// same grammar (the only parser the permitted dependencies offer): 480 ns
+// against 2,500 ns per Landlock access record, 5.2x faster, with 13
+// allocations against 17 (2 cores, load average 7.5).
 func ParseRecord(typ uint16, text []byte) (Record, error) {
 	r := Record{Type: typ}
 	rest, ok := bytes.CutPrefix(text, []byte("audit("))

@@ -252,6 +252,13 @@ func (w *Watcher) handle(typ uint16, text []byte) {
 			}
 			w.domains[id] = w.cfg.Owns(pid)
 		case "deallocated":
+			// Every denial of the domain was logged before its last
+			// process left it: report what is pending while the domain
+			// is still known.
+			for serial, ev := range w.pending {
+				delete(w.pending, serial)
+				w.finish(ev, w.cfg.Now())
+			}
 			delete(w.domains, id)
 		}
 	case TypeSyscall, TypeEOE:

@@ -1,0 +1,256 @@
+//go:build linux
+
+package landlockaudit
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/palisade-sandbox/palisade/pkg/landlock"
+	"github.com/palisade-sandbox/palisade/pkg/testutil"
+)
+
+// requireAudit skips (fails under PALISADE_REQUIRE_PRIVILEGED=1) unless
+// this process can use the audit netlink interface, and serialises the
+// test with every other test that touches the host's audit settings.
+func requireAudit(t *testing.T) Status {
+	t.Helper()
+	testutil.RequireRoot(t)
+	testutil.RequireFeature(t, "landlock")
+	testutil.HostLock(t, "audit")
+	st, err := GetStatus()
+	if err != nil {
+		testutil.RequireData(t, "the kernel's audit netlink interface", err)
+	}
+	return st
+}
+
+// requireAuditIdle needs audit off and no audit daemon: the state in
+// which a supervisor may enable audit.
+func requireAuditIdle(t *testing.T) {
+	t.Helper()
+	st := requireAudit(t)
+	if st.PID != 0 || st.Enabled != 0 {
+		testutil.RequireData(t, "audit off with no audit daemon",
+			fmt.Errorf("audit enabled=%d pid=%d on this host", st.Enabled, st.PID))
+	}
+}
+
+func same(a, b Status) bool {
+	return a.Enabled == b.Enabled && a.PID == b.PID && a.Failure == b.Failure &&
+		a.RateLimit == b.RateLimit && a.BacklogLimit == b.BacklogLimit
+}
+
+// Audit off and no daemon: enabled while any lease is held, restored by
+// the last release.
+func TestAcquireEnablesAndRestores(t *testing.T) {
+	requireAuditIdle(t)
+	before, _ := GetStatus()
+	a := Acquire()
+	b := Acquire()
+	if a.Mode != ModeEnabled || b.Mode != ModeEnabled {
+		t.Fatalf("modes %s (%s), %s (%s)", a.Mode, a.Detail, b.Mode, b.Detail)
+	}
+	if st, _ := GetStatus(); st.Enabled != 1 {
+		t.Fatalf("audit enabled=%d while leases are held", st.Enabled)
+	}
+	if err := a.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := GetStatus(); st.Enabled != 1 {
+		t.Fatalf("audit enabled=%d after the first of two releases", st.Enabled)
+	}
+	if err := b.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := GetStatus(); !same(st, before) {
+		t.Fatalf("status after the last release %+v, before %+v", st, before)
+	}
+}
+
+// A lease whose holder died is pruned: the next release restores.
+func TestCrashedHolderIsPruned(t *testing.T) {
+	requireAuditIdle(t)
+	l := Acquire()
+	if l.Mode != ModeEnabled {
+		t.Fatalf("mode %s", l.Mode)
+	}
+	// Forge a holder that no longer exists.
+	unlock, err := lockCoord()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := readCoord()
+	cs.Holders["999999999:1:1"] = true
+	writeCoord(cs)
+	unlock()
+	l.Release()
+	if st, _ := GetStatus(); st.Enabled != 0 {
+		t.Fatalf("audit left enabled=%d by a dead holder", st.Enabled)
+	}
+}
+
+// The audit-daemon stand-in runs in a child process: it registers as the
+// audit daemon (AUDIT_SET with AUDIT_STATUS_PID) and enables audit, then
+// drains its socket until stdin closes, unregisters and puts enabled
+// back.
+func standInChild() {
+	before, err := GetStatus()
+	if err != nil {
+		fmt.Println("ERROR", err)
+		os.Exit(1)
+	}
+	d, err := RegisterDaemon()
+	if err != nil {
+		fmt.Println("ERROR", err)
+		os.Exit(1)
+	}
+	go d.Drain()
+	fmt.Println("READY")
+	io.Copy(io.Discard, os.Stdin)
+	err = d.Unregister()
+	setEnabled(before.Enabled)
+	if err != nil {
+		fmt.Println("ERROR", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+// deniedChild confines itself with Landlock (read-only /usr and the
+// libraries), then tries to read the file named by PALISADE_LA_PATH.
+func deniedChild() {
+	runtime.LockOSThread()
+	rs, err := landlock.Build(landlock.Rules{ReadOnly: []string{"/usr", "/lib", "/lib64", "/bin"}, HardRequirement: true})
+	if err != nil {
+		fmt.Println("ERROR", err)
+		os.Exit(1)
+	}
+	unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+	if _, err := rs.Enforce(); err != nil {
+		fmt.Println("ERROR", err)
+		os.Exit(1)
+	}
+	_, err = unix.Open(os.Getenv("PALISADE_LA_PATH"), unix.O_RDONLY, 0)
+	fmt.Println("open:", err)
+	os.Exit(0)
+}
+
+// With an audit daemon holding the settings, a supervisor changes
+// nothing, and denials still reach it through the multicast group.
+func TestAuditDaemonStandIn(t *testing.T) {
+	if testutil.IsChild("audit-standin") {
+		standInChild()
+	}
+	if testutil.IsChild("landlock-denied") {
+		deniedChild()
+	}
+	requireAuditIdle(t)
+	abi := landlockABI(t)
+	if abi < landlock.MinLogABI {
+		testutil.RequireData(t, "Landlock ABI 7 (audit logging)", fmt.Errorf("kernel offers ABI %d", abi))
+	}
+	idle, _ := GetStatus()
+	daemon := exec.Command(os.Args[0], "-test.run=^TestAuditDaemonStandIn$", "-test.count=1")
+	daemon.Env = append(os.Environ(), testutil.ChildEnv+"=audit-standin")
+	stdin, _ := daemon.StdinPipe()
+	stdout, _ := daemon.StdoutPipe()
+	daemon.Stderr = os.Stderr
+	if err := daemon.Start(); err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	stop := func() {
+		if !stopped {
+			stopped = true
+			stdin.Close()
+			daemon.Wait()
+		}
+	}
+	t.Cleanup(func() {
+		stop()
+		if !daemon.ProcessState.Success() {
+			t.Errorf("stand-in failed to unregister: %v", daemon.ProcessState)
+		}
+		if st, err := GetStatus(); err == nil && !same(st, idle) {
+			t.Errorf("audit not back to idle after the stand-in: %+v", st)
+		}
+	})
+	line, _ := bufio.NewReader(stdout).ReadString('\n')
+	if strings.TrimSpace(line) != "READY" {
+		t.Fatalf("stand-in: %q", line)
+	}
+	held, _ := GetStatus()
+	if held.PID != uint32(daemon.Process.Pid) || held.Enabled != 1 {
+		t.Fatalf("stand-in did not register: %+v (pid %d)", held, daemon.Process.Pid)
+	}
+	coordBefore, _ := os.ReadFile(coordFile())
+
+	lease := Acquire()
+	if lease.Mode != ModeDaemon {
+		t.Fatalf("mode %s (%s), want %s", lease.Mode, lease.Detail, ModeDaemon)
+	}
+	var mu sync.Mutex
+	var got []Denial
+	var producer *exec.Cmd
+	w, err := Watch(Config{
+		Owns: func(pid int) bool { return producer != nil && producer.Process != nil && pid == producer.Process.Pid },
+		Emit: func(d Denial) { mu.Lock(); got = append(got, d); mu.Unlock() },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := t.TempDir() + "/secret"
+	os.WriteFile(target, []byte("x"), 0o644)
+	producer = exec.Command(os.Args[0], "-test.run=^TestAuditDaemonStandIn$", "-test.count=1")
+	producer.Env = append(os.Environ(), testutil.ChildEnv+"=landlock-denied", "PALISADE_LA_PATH="+target)
+	out, err := producer.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "permission denied") {
+		t.Fatalf("producer: %v %s", err, out)
+	}
+	time.Sleep(50 * time.Millisecond)
+	stats := w.Stop()
+	if err := lease.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := GetStatus(); !same(st, held) {
+		t.Fatalf("audit settings changed under the daemon: %+v, held %+v", st, held)
+	}
+	if coordAfter, _ := os.ReadFile(coordFile()); string(coordAfter) != string(coordBefore) {
+		t.Fatalf("coordination state changed: %s -> %s", coordBefore, coordAfter)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	n := 0
+	for _, d := range got {
+		if d.Path == target {
+			n++
+			if d.Blockers[0] != "fs.read_file" || d.PID != producer.Process.Pid {
+				t.Errorf("denial %+v", d)
+			}
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d events for the denied read (stats %+v, all %+v)", n, stats, got)
+	}
+	stop()
+}
+
+func landlockABI(t *testing.T) int {
+	rs, err := landlock.Build(landlock.Rules{ReadOnly: []string{"/usr"}})
+	if err != nil || rs == nil {
+		return 0
+	}
+	defer rs.Close()
+	return rs.Result().ABI
+}
