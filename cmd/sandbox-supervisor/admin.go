@@ -305,8 +305,11 @@ func gcCmd(args []string, stdout, stderr io.Writer) error {
 const preflightUsage = `usage: sandbox-supervisor preflight [--json]
 
 Probes every kernel feature the sandbox uses and prints one typed result
-per feature, naming the minimum kernel. Exit status 1 when a confinement
-feature is missing.
+per feature, naming the minimum kernel, then the Landlock ABI, rights and
+scopes a sandbox gets and whether its refused file accesses can be
+reported (audit: enabled while sandboxes run, read-only under an audit
+daemon, or unavailable — never a reason to refuse a sandbox). Exit
+status 1 when a confinement feature is missing.
 
 Examples:
   sudo sandbox-supervisor preflight
@@ -349,10 +352,17 @@ func preflightCmd(args []string, stdout, stderr io.Writer) error {
 			detail := r.Detail
 			if r.Name == "landlock" && r.OK {
 				detail = fmt.Sprintf("ABI %d", pf.LandlockABI)
+				if l := pf.Landlock; l != nil && l.Logging != "" {
+					detail += ", denials logged (" + l.Logging + ")"
+				}
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Name, st, r.MinKernel, detail)
 		}
 		tw.Flush()
+		if l := pf.Landlock; l != nil {
+			fmt.Fprintf(stdout, "\nlandlock ABI %d in force:\n  rights: %s\n  scopes: %s\n", l.ABI, strings.Trim(l.Handled, "{}"), strings.Trim(l.Scopes, "{}"))
+		}
+		fmt.Fprintf(stdout, "filesystem denial events: %s\n", pf.Audit)
 	}
 	if len(missing) > 0 {
 		return cli.Failf("preflight: missing confinement features: %s", strings.Join(missing, ", "))

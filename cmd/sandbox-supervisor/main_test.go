@@ -331,6 +331,32 @@ func TestPreflightJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &pf); err != nil || len(pf.Features) < 10 || pf.LandlockABI < 1 {
 		t.Fatalf("%v %s", err, out)
 	}
+	var full struct {
+		Landlock struct {
+			ABI     int
+			Handled string
+			Scopes  string
+			Logging string
+		}
+		Audit string
+	}
+	json.Unmarshal([]byte(out), &full)
+	if full.Landlock.ABI != pf.LandlockABI || !strings.Contains(full.Landlock.Handled, "truncate") ||
+		!strings.Contains(full.Landlock.Scopes, "signal") || full.Audit == "" ||
+		(full.Landlock.ABI >= 7) != (full.Landlock.Logging == "new_exec_on") {
+		t.Fatalf("preflight lacks the Landlock rights, scopes, logging or audit mode:\n%s", out)
+	}
+	// Audit unavailable: said so, and not a missing confinement feature.
+	probe = func(n string) error {
+		if n == "audit" {
+			return &feature.MissingError{Feature: n, Reason: "simulated: no CAP_AUDIT_READ"}
+		}
+		return nil
+	}
+	out, _, err = runCLI(t, "preflight")
+	if err != nil || !strings.Contains(out, "filesystem denial events: unavailable: simulated") {
+		t.Fatalf("audit unavailable: %v\n%s", err, out)
+	}
 	probe = func(n string) error {
 		if n == "seccomp" {
 			return &feature.MissingError{Feature: n, MinKernel: "3.17", Reason: "simulated"}

@@ -29,32 +29,10 @@ type Ruleset struct {
 // unavailable and the rules are best-effort: the caller must report the
 // degraded run.
 func Build(r Rules) (*Ruleset, error) {
-	abi, err := feature.LandlockABI()
-	if err != nil || abi < 1 {
-		if r.HardRequirement {
-			return nil, fmt.Errorf("landlock: hard_requirement but Landlock is unavailable: %v", err)
-		}
-		return nil, nil
+	cfg, use, logging, err := config(r.HardRequirement)
+	if err != nil || use == 0 {
+		return nil, err
 	}
-	if r.HardRequirement && abi < MinHardABI {
-		return nil, fmt.Errorf("landlock: hard_requirement needs ABI >= %d, kernel offers %d", MinHardABI, abi)
-	}
-	use := abi
-	if use >= len(presets) {
-		use = len(presets) - 1
-	}
-	cfg := presets[use]
-	// Never handle network rights: the network namespace and proxy own them.
-	cfg.HandledAccessNet = 0
-	logging := ""
-	if use >= MinLogABI {
-		// Denials are logged by default only until the first execve; the
-		// command is a new executable, so ask for its denials and its
-		// descendants' (nested domains stay logged: the default).
-		cfg = cfg.EnableLoggingForSubprocesses()
-		logging = "new_exec_on"
-	}
-
 	res := Result{ABI: use, Scopes: cfg.Scoped.String(), Handled: cfg.HandledAccessFS.String(), Logging: logging}
 	var rules []ll.Rule
 	add := func(p, access string) error {
@@ -116,6 +94,48 @@ func Build(r Rules) (*Ruleset, error) {
 		return nil, fmt.Errorf("landlock: ruleset handles nothing at ABI %d", use)
 	}
 	return &Ruleset{fd: fd, flags: flags, result: res}, nil
+}
+
+// config is the go-landlock configuration Build uses on this kernel: the
+// highest ABI both offer, without network rights, with denial logging
+// from ABI 7. use 0 with a nil error: Landlock unavailable, best effort.
+func config(hard bool) (cfg ll.Config, use int, logging string, err error) {
+	abi, err := feature.LandlockABI()
+	if err != nil || abi < 1 {
+		if hard {
+			return cfg, 0, "", fmt.Errorf("landlock: hard_requirement but Landlock is unavailable: %v", err)
+		}
+		return cfg, 0, "", nil
+	}
+	if hard && abi < MinHardABI {
+		return cfg, 0, "", fmt.Errorf("landlock: hard_requirement needs ABI >= %d, kernel offers %d", MinHardABI, abi)
+	}
+	use = abi
+	if use >= len(presets) {
+		use = len(presets) - 1
+	}
+	cfg = presets[use]
+	// Never handle network rights: the network namespace and proxy own them.
+	cfg.HandledAccessNet = 0
+	if use >= MinLogABI {
+		// Denials are logged by default only until the first execve; the
+		// command is a new executable, so ask for its denials and its
+		// descendants' (nested domains stay logged: the default).
+		cfg = cfg.EnableLoggingForSubprocesses()
+		logging = "new_exec_on"
+	}
+	return cfg, use, logging, nil
+}
+
+// Offer reports what a ruleset built now would enforce, without building
+// one: the ABI in use, the handled rights, the scopes and the logging
+// flag (Enforced false, no rule counts). ABI 0: Landlock unavailable.
+func Offer() Result {
+	cfg, use, logging, err := config(false)
+	if err != nil || use == 0 {
+		return Result{}
+	}
+	return Result{ABI: use, Scopes: cfg.Scoped.String(), Handled: cfg.HandledAccessFS.String(), Logging: logging}
 }
 
 // Result reports what the ruleset grants.

@@ -131,4 +131,10 @@ func TestBuildReportsSkipsAndCounts(t *testing.T) {
 	if !strings.Contains(r.Scopes, "signal") || !strings.Contains(r.Scopes, "abstract_unix_socket") {
 		t.Fatalf("scopes %q", r.Scopes)
 	}
+	if want := (r.ABI >= MinLogABI); want != (r.Logging == "new_exec_on") {
+		t.Fatalf("ABI %d with logging %q", r.ABI, r.Logging)
+	}
+	if o := Offer(); o.ABI != r.ABI || o.Handled != r.Handled || o.Scopes != r.Scopes || o.Logging != r.Logging {
+		t.Fatalf("Offer %+v differs from the built ruleset %+v", o, r)
+	}
 }

@@ -23,3 +23,6 @@ func (rs *Ruleset) Close() error { return nil }
 
 // Enforce is not supported on this platform.
 func (rs *Ruleset) Enforce() (Result, error) { return Result{}, feature.ErrNotSupported }
+
+// Offer reports that Landlock is unavailable on this platform.
+func Offer() Result { return Result{} }

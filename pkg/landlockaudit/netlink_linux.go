@@ -32,6 +32,8 @@ type Status struct {
 
 const statusSize = int(unsafe.Sizeof(Status{}))
 
+var errTimeout = errors.New("audit: no record waiting")
+
 // control is a netlink audit socket for AUDIT_GET / AUDIT_SET requests.
 type control struct {
 	fd  int

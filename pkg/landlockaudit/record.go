@@ -42,6 +42,11 @@ func (r *Record) Get(key string) (string, bool) {
 	return "", false
 }
 
+func get(r *Record, key string) string {
+	v, _ := r.Get(key)
+	return v
+}
+
 var errFormat = errors.New("audit: record does not start with audit(SECONDS.MILLIS:SERIAL):")
 
 // maxFields bounds the fields kept from one record; a record carries a

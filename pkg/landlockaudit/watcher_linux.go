@@ -281,11 +281,6 @@ func (w *Watcher) handle(typ uint16, text []byte) {
 	}
 }
 
-func get(r *Record, key string) string {
-	v, _ := r.Get(key)
-	return v
-}
-
 // finish turns one audit event's access records into denials of this
 // sandbox, folds repeats and emits the rest.
 func (w *Watcher) finish(ev *event, now time.Time) {

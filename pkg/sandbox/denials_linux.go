@@ -23,6 +23,10 @@ type DenialEvents interface {
 	DenialLogging(enabled bool, detail string)
 }
 
+// acquireAudit is the audit-enablement seam: tests simulate audit being
+// unavailable.
+var acquireAudit = landlockaudit.Acquire
+
 // denialWatch is a running denial reporter: the audit lease and the
 // watcher. Its zero value (nothing started) stops as a no-op.
 type denialWatch struct {
@@ -43,7 +47,7 @@ func startDenials(o Options, plan Plan, abi int, cg *cgroup.Group, name string) 
 		de.DenialLogging(false, fmt.Sprintf("Landlock ABI %d logs no denials (needs ABI >= %d, Linux >= 6.15)", abi, landlock.MinLogABI))
 		return &denialWatch{}
 	}
-	lease := landlockaudit.Acquire()
+	lease := acquireAudit()
 	if lease.Mode == landlockaudit.ModeUnavailable {
 		de.DenialLogging(false, lease.Detail)
 		o.Logger.Warn("filesystem denial events unavailable", "sandbox", name, "reason", lease.Detail)

@@ -291,3 +291,33 @@ func landlockABI() (int, error) {
 }
 
 var _ = json.Marshal
+
+// Audit unavailable: the sandbox runs as usual and one Device Config
+// State Change says denials are not reported.
+func TestDenialLoggingUnavailable(t *testing.T) {
+	f := newFixture(t)
+	acquireAudit = func() *landlockaudit.Lease {
+		return &landlockaudit.Lease{Mode: landlockaudit.ModeUnavailable, Detail: "simulated: no CAP_AUDIT_READ"}
+	}
+	defer func() { acquireAudit = landlockaudit.Acquire }()
+	env, _ := BuildEnv(EnvInput{Host: os.Environ(), Workdir: f.workdir, Name: "t"})
+	stdout, _, res := f.run(f.options([]string{f.exe, "fsdeny", "read:/root"}, env))
+	if res.ExitCode != 0 || strings.TrimSpace(stdout) != "read=EACCES" {
+		t.Fatalf("exit %d, %q", res.ExitCode, stdout)
+	}
+	n := 0
+	for _, e := range f.validateEvents() {
+		if e["class_uid"] == float64(ocsf.ClassDeviceConfigStateChange) && e["activity_name"] == ocsf.ActivityDenialLogging {
+			n++
+			if e["state_id"] != float64(ocsf.StateDisabled) || !strings.Contains(e["status_detail"].(string), "simulated") {
+				t.Errorf("event %v", e)
+			}
+		}
+		if e["class_uid"] == float64(ocsf.ClassFileActivity) {
+			t.Errorf("a denial event without audit: %v", e["message"])
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d Denial Logging events, want 1", n)
+	}
+}

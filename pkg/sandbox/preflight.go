@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/palisade-sandbox/palisade/pkg/feature"
+	"github.com/palisade-sandbox/palisade/pkg/landlock"
+	"github.com/palisade-sandbox/palisade/pkg/landlockaudit"
 )
 
 // PreflightFeatures are the probes `sandbox-supervisor preflight` reports,
@@ -15,6 +17,7 @@ var PreflightFeatures = []string{
 	"ns:mnt", "ns:pid", "ns:ipc", "ns:uts", "ns:net", "ns:cgroup",
 	"cgroup", "nftables",
 	"bpf:cgroup_sock_addr", "bpf:cgroup_sock", "bpf:sock_ops", "bpf:tracepoint",
+	"audit",
 }
 
 // FeatureResult is one typed preflight result.
@@ -30,6 +33,13 @@ type FeatureResult struct {
 type Preflight struct {
 	Results     []FeatureResult `json:"features"`
 	LandlockABI int             `json:"landlock_abi"`
+	// Landlock is what a sandbox's ruleset enforces on this kernel: the
+	// ABI in use, the handled filesystem rights, the IPC scopes and the
+	// denial-logging flag (full preflight only).
+	Landlock *landlock.Result `json:"landlock,omitempty"`
+	// Audit says how refused accesses reach the supervisor's events
+	// (full preflight only).
+	Audit string `json:"audit,omitempty"`
 }
 
 // Prober checks one named feature; nil means present. feature.Check is
@@ -49,7 +59,8 @@ func RunPreflight(probe Prober, names ...string) Preflight {
 	if probe == nil {
 		probe = feature.Check
 	}
-	if len(names) == 0 {
+	full := len(names) == 0
+	if full {
 		names = PreflightFeatures
 	}
 	var pf Preflight
@@ -75,6 +86,18 @@ func RunPreflight(probe Prober, names ...string) Preflight {
 	if pf.ok("landlock") {
 		if abi, err := feature.LandlockABI(); err == nil {
 			pf.LandlockABI = abi
+		}
+	}
+	if full {
+		if o := landlock.Offer(); o.ABI > 0 {
+			pf.Landlock = &o
+		}
+		pf.Audit = landlockaudit.Describe()
+		if r := pf.result("audit"); !r.OK {
+			pf.Audit = "unavailable: " + r.Detail
+		}
+		if pf.Landlock != nil && pf.Landlock.ABI < landlock.MinLogABI {
+			pf.Audit = fmt.Sprintf("unavailable: Landlock ABI %d logs no denials (needs ABI >= %d)", pf.Landlock.ABI, landlock.MinLogABI)
 		}
 	}
 	return pf
