@@ -84,6 +84,13 @@ func Acquire() *Lease {
 }
 
 func acquire() (*Lease, error) {
+	// One AUDIT_GET, under the host lock: each costs a kernel thread
+	// (audit_send_reply), about 0.3 ms.
+	unlock, err := lockCoord()
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	st, err := GetStatus()
 	if err != nil {
 		return nil, err
@@ -94,21 +101,10 @@ func acquire() (*Lease, error) {
 		}
 		return &Lease{Mode: ModeDaemon, Detail: fmt.Sprintf("audit daemon pid %d owns the audit settings; reading only", st.PID)}, nil
 	}
-	unlock, err := lockCoord()
-	if err != nil {
-		return nil, err
-	}
-	defer unlock()
 	cs := readCoord()
 	pruneHolders(&cs)
-	// Ask again under the lock: another supervisor may have changed it.
-	if st, err = GetStatus(); err != nil {
-		return nil, err
-	}
 	l := &Lease{token: fmt.Sprintf("%d:%d:%d", os.Getpid(), selfStart(), leaseSeq.Add(1))}
 	switch {
-	case st.PID != 0:
-		return &Lease{Mode: ModeDaemon, Detail: fmt.Sprintf("audit daemon pid %d owns the audit settings; reading only", st.PID)}, nil
 	case st.Enabled != 0 && cs.EnabledByPalisade:
 		l.Mode, l.Detail = ModeEnabled, "audit enabled by a Palisade supervisor while sandboxes run"
 	case st.Enabled != 0:

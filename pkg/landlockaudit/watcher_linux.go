@@ -172,8 +172,9 @@ func (w *Watcher) final() {
 	for w.drain() {
 		st, err := GetStatus()
 		if err != nil || st.Backlog == 0 || time.Now().After(deadline) {
-			// One more look: kauditd may be between dequeue and send.
-			time.Sleep(time.Millisecond)
+			// One more look: kauditd may be between dequeue and send
+			// (microseconds).
+			time.Sleep(200 * time.Microsecond)
 			w.drain()
 			break
 		}

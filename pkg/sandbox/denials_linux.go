@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 
 	"github.com/palisade-sandbox/palisade/pkg/cgroup"
 	"github.com/palisade-sandbox/palisade/pkg/landlock"
@@ -32,6 +33,10 @@ var acquireAudit = landlockaudit.Acquire
 type denialWatch struct {
 	lease *landlockaudit.Lease
 	w     *landlockaudit.Watcher
+	once  sync.Once
+	done  chan struct{}
+	stats landlockaudit.Stats
+	err   error
 }
 
 // startDenials makes sure the kernel logs the sandbox's Landlock denials
@@ -41,6 +46,11 @@ type denialWatch struct {
 func startDenials(o Options, plan Plan, abi int, cg *cgroup.Group, name string) *denialWatch {
 	de, ok := o.Events.(DenialEvents)
 	if !ok || !plan.Landlock {
+		return &denialWatch{}
+	}
+	if d, ok := o.Events.(interface{ Discards() bool }); ok && d.Discards() {
+		// Events go nowhere: reading (and enabling) audit would be work
+		// for nothing.
 		return &denialWatch{}
 	}
 	if abi < landlock.MinLogABI {
@@ -70,19 +80,38 @@ func startDenials(o Options, plan Plan, abi int, cg *cgroup.Group, name string) 
 	return &denialWatch{lease: lease, w: w}
 }
 
-// stop reports what is still on its way and releases the audit lease
-// (restoring audit when this was the last sandbox that turned it on).
+// finish starts, in the background, reading what is still on its way
+// and releasing the audit lease (restoring audit when this was the last
+// sandbox that turned it on). Call it once the command has exited: the
+// final drain then overlaps the rest of the teardown.
+func (d *denialWatch) finish() {
+	if d == nil || d.w == nil {
+		return
+	}
+	d.once.Do(func() {
+		d.done = make(chan struct{})
+		go func() {
+			defer close(d.done)
+			d.stats = d.w.Stop()
+			d.err = d.lease.Release()
+		}()
+	})
+}
+
+// stop finishes and waits, and logs what the watcher saw.
 func (d *denialWatch) stop(log *slog.Logger, name string) {
 	if d == nil || d.w == nil {
 		return
 	}
-	st := d.w.Stop()
+	d.finish()
+	<-d.done
+	st := d.stats
 	if st.Overruns > 0 {
 		log.Warn("audit records lost to a full buffer", "sandbox", name, "overruns", st.Overruns)
 	}
 	log.Debug("filesystem denials", "sandbox", name, "denials", st.Denials, "events", st.Emitted,
 		"folded", st.Suppressed, "foreign", st.Foreign, "records", st.Records)
-	if err := d.lease.Release(); err != nil {
-		log.Warn("release audit", "sandbox", name, "err", err)
+	if d.err != nil {
+		log.Warn("release audit", "sandbox", name, "err", d.err)
 	}
 }

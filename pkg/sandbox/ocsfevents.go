@@ -171,6 +171,10 @@ func (e *OCSFEvents) Incident(kind, title, detail string) {
 	e.send(ev)
 }
 
+// Discards reports whether events go nowhere (no --events): then the
+// supervisor does not read denial records at all.
+func (e *OCSFEvents) Discards() bool { return e.emit == nil || e.emit == ocsf.Nowhere }
+
 // Warm builds encoding/json's encoders for the event types the supervisor
 // emits, so the first event does not pay for it; nothing when events go
 // nowhere.

@@ -429,6 +429,7 @@ func (s *Sandbox) step(ctx context.Context) error {
 			exit = 128 + m.Signal
 		}
 		s.finishState(exit)
+		s.denials().finish()
 		cmd.Wait()
 		s.waited = true
 		s.mark("init-reaped")
