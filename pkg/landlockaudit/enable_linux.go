@@ -84,13 +84,23 @@ func Acquire() *Lease {
 }
 
 func acquire() (*Lease, error) {
-	// One AUDIT_GET, under the host lock: each costs a kernel thread
-	// (audit_send_reply), about 0.3 ms.
 	unlock, err := lockCoord()
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
+	cs := readCoord()
+	pruneHolders(&cs)
+	l := &Lease{token: fmt.Sprintf("%d:%d:%d", os.Getpid(), selfStart(), leaseSeq.Add(1))}
+	if cs.EnabledByPalisade && len(cs.Holders) > 0 {
+		// Running supervisors hold audit on: join them without asking
+		// the kernel (each AUDIT_GET costs a kernel thread, 0.3 ms and
+		// more under load). Nothing changes here; the last holder checks
+		// for a daemon before it restores anything.
+		l.Mode, l.Detail = ModeEnabled, "audit enabled by a Palisade supervisor while sandboxes run"
+		cs.Holders[l.token] = true
+		return l, writeCoord(cs)
+	}
 	st, err := GetStatus()
 	if err != nil {
 		return nil, err
@@ -101,9 +111,6 @@ func acquire() (*Lease, error) {
 		}
 		return &Lease{Mode: ModeDaemon, Detail: fmt.Sprintf("audit daemon pid %d owns the audit settings; reading only", st.PID)}, nil
 	}
-	cs := readCoord()
-	pruneHolders(&cs)
-	l := &Lease{token: fmt.Sprintf("%d:%d:%d", os.Getpid(), selfStart(), leaseSeq.Add(1))}
 	switch {
 	case st.Enabled != 0 && cs.EnabledByPalisade:
 		l.Mode, l.Detail = ModeEnabled, "audit enabled by a Palisade supervisor while sandboxes run"
