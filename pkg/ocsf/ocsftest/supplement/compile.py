@@ -8,6 +8,10 @@ v1.8.0 release into the same API-export shape, so ocsftest can validate them.
 
 Usage:
     compile.py SCHEMA_GIT_DIR COMMIT SHARED_DIR OUT_DIR name...
+    compile.py --classes SCHEMA_GIT_DIR COMMIT SHARED_DIR OUT_DIR class...
+
+With --classes it compiles event classes (events/**.json by name) instead,
+after the same kind of self-check against every class the export carries.
 
 SCHEMA_GIT_DIR is a git directory of github.com/ocsf/ocsf-schema; COMMIT is
 the v1.8.0 release commit (3dcb905d, "v1.8.0 prep", version.json = 1.8.0).
@@ -251,6 +255,8 @@ def main_classes(gitdir, commit, shared, outdir, names):
         ref = json.load(open(os.path.join(clsdir, fn)))
         if "attributes" not in ref or ref["name"] not in comp.events or ref.get("category") not in comp.categories:
             continue
+        if "supplement" in ref:
+            continue  # compiled by this script, not exported by the server
         mine = comp.compile_class(ref["name"])
         ra, rc = class_shape(ref)
         ma, mc = class_shape(mine)
@@ -271,7 +277,8 @@ def main_classes(gitdir, commit, shared, outdir, names):
         sys.exit(1)
     os.makedirs(os.path.join(outdir, "classes"), exist_ok=True)
     for n in names:
-        if os.path.exists(os.path.join(clsdir, n + ".json")):
+        existing = os.path.join(clsdir, n + ".json")
+        if os.path.exists(existing) and "supplement" not in json.load(open(existing)):
             sys.exit(f"{n} is in the export already")
         obj = comp.compile_class(n)
         obj["supplement"] = f"compiled from ocsf/ocsf-schema@{commit} by compile.py --classes"
