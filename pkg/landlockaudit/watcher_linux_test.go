@@ -27,7 +27,7 @@ func offline(t *testing.T, owned ...int) (*Watcher, *[]Denial, *fakeClock) {
 		Owns:    func(pid int) bool { return own[pid] },
 		Emit:    func(d Denial) { got = append(got, d) },
 		Window:  DefaultWindow,
-		MaxKeys: 4,
+		MaxKeys: 32,
 		Now:     clk.now,
 	}
 	w := &Watcher{cfg: cfg, domains: map[string]bool{}, pending: map[uint64]*event{}, lim: newLimiter(cfg.Window, cfg.MaxKeys)}
@@ -97,21 +97,23 @@ func TestWatcherFoldsRepeats(t *testing.T) {
 	if len(*got) != 2 || (*got)[1].Count != 4 || (*got)[1].FirstMilli != 1796137112275 {
 		t.Fatalf("after the window: %+v", *got)
 	}
-	// Distinct paths beyond MaxKeys fold into one overflow key.
+	// Distinct paths beyond MaxKeys fold into overflow keys (one per
+	// shard of the limiter, 16).
 	*got = nil
-	for i := 0; i < 50; i++ {
+	const n, bound = 2000, 32 + 2*16
+	for i := 0; i < n; i++ {
 		feed(w, 100+i, "aa", 0, 100, fmt.Sprintf("/etc/f%d", i))
 	}
-	if len(*got) > w.cfg.MaxKeys+1 {
-		t.Fatalf("%d events for 50 distinct paths with MaxKeys %d", len(*got), w.cfg.MaxKeys)
+	if len(*got) > bound {
+		t.Fatalf("%d events for %d distinct paths with MaxKeys %d", len(*got), n, w.cfg.MaxKeys)
 	}
 	w.tick(clk.t, true)
 	total := 0
 	for _, d := range *got {
 		total += d.Count
 	}
-	if total != 50 || len(*got) > w.cfg.MaxKeys+2 {
-		t.Fatalf("%d events counting %d denials, want <= %d counting 50", len(*got), total, w.cfg.MaxKeys+2)
+	if total != n || len(*got) > bound+16 {
+		t.Fatalf("%d events counting %d denials, want <= %d counting %d", len(*got), total, bound+16, n)
 	}
 }
 

@@ -83,10 +83,37 @@ class Compiler:
         return [p for p in out if p.endswith(f"/objects/{name}.json")]
 
     def compile(self, name):
+        chain, attrs, constraints, profiles = self.flatten(name, self.raw_object)
+        out = {k: self.resolve(k, v) for k, v in attrs.items()}
+        self.add_datetimes(out, keep_group=False)
+        res = {"name": name, "caption": chain[-1].get("caption", name),
+               "description": chain[-1].get("description", ""),
+               "extends": chain[-1].get("extends"), "attributes": dict(sorted(out.items()))}
+        if constraints:
+            res["constraints"] = constraints
+        if profiles:
+            res["profiles"] = profiles
+        return res
+
+    def add_datetimes(self, out, keep_group):
+        """The datetime profile's <name>_dt sibling of every timestamp."""
+        for k in list(out):
+            if out[k]["type"] == "timestamp_t" and k + "_dt" not in out:
+                dt = {"type": "datetime_t", "caption": out[k].get("caption", k),
+                      "requirement": "optional", "profiles": ["datetime"],
+                      "type_name": self.types["datetime_t"]["caption"],
+                      "description": out[k].get("description", "")}
+                if keep_group:
+                    dt["group"] = out[k].get("group")
+                out[k + "_dt"] = dt
+
+    def flatten(self, name, raw_of):
+        """The extends chain of name (root first) and its own attributes,
+        last constraints and profiles, merged down the chain."""
         chain = []
         n = name
         while n:
-            raw = self.raw_object(n)
+            raw = raw_of(n)
             chain.append(raw)
             n = raw.get("extends")
         chain.reverse()
@@ -99,31 +126,19 @@ class Compiler:
             for p in raw.get("profiles", []) or []:
                 if p not in profiles:
                     profiles.append(p)
-        out = {}
-        for k, v in attrs.items():
-            base = dict(self.dattrs.get(k, {}))
-            enum = dict(base.get("enum", {}))
-            full = merge(base, v)
-            if "enum" in v:
-                enum.update(v["enum"])
-            if enum:
-                full["enum"] = enum
-            out[k] = self.finish(full)
-            if out[k]["type"] == "timestamp_t":
-                dt = k + "_dt"
-                if dt not in attrs:
-                    out[dt] = {"type": "datetime_t", "caption": out[k].get("caption", k),
-                               "requirement": "optional", "profiles": ["datetime"],
-                               "type_name": self.types["datetime_t"]["caption"],
-                               "description": out[k].get("description", "")}
-        res = {"name": name, "caption": chain[-1].get("caption", name),
-               "description": chain[-1].get("description", ""),
-               "extends": chain[-1].get("extends"), "attributes": dict(sorted(out.items()))}
-        if constraints:
-            res["constraints"] = constraints
-        if profiles:
-            res["profiles"] = profiles
-        return res
+        return chain, attrs, constraints, profiles
+
+    def resolve(self, key, over, keep_group=False):
+        """One attribute: the dictionary's definition merged with the
+        class's or object's overrides, enums united."""
+        base = dict(self.dattrs.get(key, {}))
+        enum = dict(base.get("enum", {}))
+        full = merge(base, over)
+        if "enum" in over:
+            enum.update(over["enum"])
+        if enum:
+            full["enum"] = enum
+        return self.finish(full, keep_group)
 
     def finish(self, a, keep_group=False):
         a = dict(a)
@@ -169,44 +184,16 @@ class ClassCompiler(Compiler):
         self.categories = git_json(gitdir, commit, "categories.json")["attributes"]
 
     def compile_class(self, name):
-        chain = []
-        n = name
-        while n:
-            raw = self.events[n]
-            chain.append(raw)
-            n = raw.get("extends")
-        chain.reverse()
-        attrs, constraints, profiles, assoc, category = {}, {}, [], {}, None
+        chain, attrs, constraints, profiles = self.flatten(name, self.events.__getitem__)
+        assoc, category = {}, None
         for raw in chain:
-            for k, v in self.own_attributes(raw).items():
-                attrs[k] = merge(attrs.get(k, {}), v)
-            if "constraints" in raw:
-                constraints = raw["constraints"]
-            for p in raw.get("profiles", []) or []:
-                if p not in profiles:
-                    profiles.append(p)
             assoc = raw.get("associations", assoc)
             category = raw.get("category", category)
         top = chain[-1]
         cat = self.categories[category]
         uid = cat["uid"] * 1000 + top["uid"]
-        out = {}
-        for k, v in attrs.items():
-            base = dict(self.dattrs.get(k, {}))
-            enum = dict(base.get("enum", {}))
-            full = merge(base, v)
-            if "enum" in v:
-                enum.update(v["enum"])
-            if enum:
-                full["enum"] = enum
-            out[k] = self.finish(full, keep_group=True)
-        for k in list(out):
-            if out[k]["type"] == "timestamp_t" and k + "_dt" not in out:
-                out[k + "_dt"] = {"type": "datetime_t", "caption": out[k].get("caption", k),
-                                  "requirement": "optional", "profiles": ["datetime"],
-                                  "type_name": self.types["datetime_t"]["caption"],
-                                  "group": out[k].get("group"),
-                                  "description": out[k].get("description", "")}
+        out = {k: self.resolve(k, v, keep_group=True) for k, v in attrs.items()}
+        self.add_datetimes(out, keep_group=True)
         out["class_uid"]["enum"] = {str(uid): {"caption": top["caption"],
                                                "description": top.get("description", "")}}
         out["category_uid"]["enum"] = {str(cat["uid"]): {"caption": cat["caption"], "uid": cat["uid"],
@@ -238,6 +225,22 @@ class ClassCompiler(Compiler):
         return res
 
 
+def compare(ref, mine, shape_fn):
+    """Prints every difference between an exported definition and the
+    compiled one; returns how many."""
+    ra, rc = shape_fn(ref)
+    ma, mc = shape_fn(mine)
+    bad = 0
+    for k in sorted(set(ra) | set(ma)):
+        if ra.get(k) != ma.get(k):
+            bad += 1
+            print(f"MISMATCH {ref['name']}.{k}: export={ra.get(k)} compiled={ma.get(k)}")
+    if rc != mc:
+        bad += 1
+        print(f"MISMATCH {ref['name']} constraints: export={rc} compiled={mc}")
+    return bad
+
+
 def class_shape(obj):
     attrs, cons = shape(obj)
     for k, v in obj["attributes"].items():
@@ -258,16 +261,8 @@ def main_classes(gitdir, commit, shared, outdir, names):
         if "supplement" in ref:
             continue  # compiled by this script, not exported by the server
         mine = comp.compile_class(ref["name"])
-        ra, rc = class_shape(ref)
-        ma, mc = class_shape(mine)
         checked += 1
-        for k in sorted(set(ra) | set(ma)):
-            if ra.get(k) != ma.get(k):
-                bad += 1
-                print(f"MISMATCH {ref['name']}.{k}: export={ra.get(k)} compiled={ma.get(k)}")
-        if rc != mc:
-            bad += 1
-            print(f"MISMATCH {ref['name']} constraints: export={rc} compiled={mc}")
+        bad += compare(ref, mine, class_shape)
         if ref.get("uid") != mine["uid"] or ref.get("caption") != mine["caption"] or \
                 ref.get("category_uid") != mine["category_uid"]:
             bad += 1
@@ -335,16 +330,8 @@ def main():
             print(f"skip {ref['name']}: patched by an extension")
             continue
         mine = comp.compile(ref["name"])
-        ra, rc = shape(ref)
-        ma, mc = shape(mine)
         checked += 1
-        for k in sorted(set(ra) | set(ma)):
-            if ra.get(k) != ma.get(k):
-                bad += 1
-                print(f"MISMATCH {ref['name']}.{k}: export={ra.get(k)} compiled={ma.get(k)}")
-        if rc != mc:
-            bad += 1
-            print(f"MISMATCH {ref['name']} constraints: export={rc} compiled={mc}")
+        bad += compare(ref, mine, shape)
     print(f"self-check: {checked} exported objects compared, {bad} mismatches")
     if bad:
         sys.exit(1)
