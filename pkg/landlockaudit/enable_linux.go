@@ -89,6 +89,11 @@ func acquire() (*Lease, error) {
 		return nil, err
 	}
 	defer unlock()
+	return acquireLocked()
+}
+
+// acquireLocked is Acquire for a caller holding the host lock.
+func acquireLocked() (*Lease, error) {
 	cs := readCoord()
 	pruneHolders(&cs)
 	l := &Lease{token: fmt.Sprintf("%d:%d:%d", os.Getpid(), selfStart(), leaseSeq.Add(1))}
@@ -146,18 +151,35 @@ func (l *Lease) Release() error {
 		return err
 	}
 	defer unlock()
+	return l.releaseLocked()
+}
+
+// releaseLocked is Release for a caller holding the host lock.
+func (l *Lease) releaseLocked() error {
+	if l == nil || l.token == "" {
+		return nil
+	}
 	cs := readCoord()
 	delete(cs.Holders, l.token)
 	l.token = ""
 	pruneHolders(&cs)
 	if len(cs.Holders) == 0 && cs.EnabledByPalisade {
-		cs.EnabledByPalisade = false
-		if st, err := GetStatus(); err == nil && st.PID == 0 && st.Enabled == 1 {
+		st, err := GetStatus()
+		if err != nil {
+			// Keep the duty: the next supervisor to start or finish
+			// restores audit.
+			writeCoord(cs)
+			return err
+		}
+		if st.PID == 0 && st.Enabled == 1 {
 			if err := setEnabled(0); err != nil {
 				writeCoord(cs)
 				return err
 			}
 		}
+		// Restored, or somebody (a daemon, the operator) took over the
+		// settings: either way they are no longer Palisade's.
+		cs.EnabledByPalisade = false
 	}
 	return writeCoord(cs)
 }

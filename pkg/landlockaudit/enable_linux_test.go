@@ -35,14 +35,38 @@ func requireAudit(t *testing.T) Status {
 	return st
 }
 
-// requireAuditIdle needs audit off and no audit daemon: the state in
-// which a supervisor may enable audit.
-func requireAuditIdle(t *testing.T) {
+// holdIdle waits until audit is off, no audit daemon is registered and
+// no supervisor holds a lease (sandboxes of tests running in parallel
+// come and go), then holds the host lock until the test ends, so that no
+// supervisor changes anything meanwhile (they wait in Acquire). The test
+// uses acquireLocked and releaseLocked.
+func holdIdle(t *testing.T) {
 	t.Helper()
-	st := requireAudit(t)
-	if st.PID != 0 || st.Enabled != 0 {
-		testutil.RequireData(t, "audit off with no audit daemon",
-			fmt.Errorf("audit enabled=%d pid=%d on this host", st.Enabled, st.PID))
+	requireAudit(t)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		unlock, err := lockCoord()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cs := readCoord()
+		pruneHolders(&cs)
+		st, err := GetStatus()
+		if err != nil {
+			unlock()
+			t.Fatal(err)
+		}
+		if len(cs.Holders) == 0 && st.Enabled == 0 && st.PID == 0 {
+			t.Cleanup(unlock)
+			return
+		}
+		unlock()
+		if len(cs.Holders) == 0 || time.Now().After(deadline) {
+			// Not ours to wait for: the operator or a daemon has audit.
+			testutil.RequireData(t, "audit off with no audit daemon",
+				fmt.Errorf("audit enabled=%d pid=%d, %d supervisors holding it", st.Enabled, st.PID, len(cs.Holders)))
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -54,23 +78,23 @@ func same(a, b Status) bool {
 // Audit off and no daemon: enabled while any lease is held, restored by
 // the last release.
 func TestAcquireEnablesAndRestores(t *testing.T) {
-	requireAuditIdle(t)
+	holdIdle(t)
 	before, _ := GetStatus()
-	a := Acquire()
-	b := Acquire()
+	a, _ := acquireLocked()
+	b, _ := acquireLocked()
 	if a.Mode != ModeEnabled || b.Mode != ModeEnabled {
 		t.Fatalf("modes %s (%s), %s (%s)", a.Mode, a.Detail, b.Mode, b.Detail)
 	}
 	if st, _ := GetStatus(); st.Enabled != 1 {
 		t.Fatalf("audit enabled=%d while leases are held", st.Enabled)
 	}
-	if err := a.Release(); err != nil {
+	if err := a.releaseLocked(); err != nil {
 		t.Fatal(err)
 	}
 	if st, _ := GetStatus(); st.Enabled != 1 {
 		t.Fatalf("audit enabled=%d after the first of two releases", st.Enabled)
 	}
-	if err := b.Release(); err != nil {
+	if err := b.releaseLocked(); err != nil {
 		t.Fatal(err)
 	}
 	if st, _ := GetStatus(); !same(st, before) {
@@ -80,21 +104,16 @@ func TestAcquireEnablesAndRestores(t *testing.T) {
 
 // A lease whose holder died is pruned: the next release restores.
 func TestCrashedHolderIsPruned(t *testing.T) {
-	requireAuditIdle(t)
-	l := Acquire()
-	if l.Mode != ModeEnabled {
-		t.Fatalf("mode %s", l.Mode)
+	holdIdle(t)
+	l, _ := acquireLocked()
+	if l == nil || l.Mode != ModeEnabled {
+		t.Fatalf("lease %+v", l)
 	}
 	// Forge a holder that no longer exists.
-	unlock, err := lockCoord()
-	if err != nil {
-		t.Fatal(err)
-	}
 	cs := readCoord()
 	cs.Holders["999999999:1:1"] = true
 	writeCoord(cs)
-	unlock()
-	l.Release()
+	l.releaseLocked()
 	if st, _ := GetStatus(); st.Enabled != 0 {
 		t.Fatalf("audit left enabled=%d by a dead holder", st.Enabled)
 	}
@@ -155,7 +174,7 @@ func TestAuditDaemonStandIn(t *testing.T) {
 	if testutil.IsChild("landlock-denied") {
 		deniedChild()
 	}
-	requireAuditIdle(t)
+	holdIdle(t)
 	abi := landlockABI(t)
 	if abi < landlock.MinLogABI {
 		testutil.RequireData(t, "Landlock ABI 7 (audit logging)", fmt.Errorf("kernel offers ABI %d", abi))
@@ -196,8 +215,8 @@ func TestAuditDaemonStandIn(t *testing.T) {
 	}
 	coordBefore, _ := os.ReadFile(coordFile())
 
-	lease := Acquire()
-	if lease.Mode != ModeDaemon {
+	lease, err := acquireLocked()
+	if err != nil || lease.Mode != ModeDaemon {
 		t.Fatalf("mode %s (%s), want %s", lease.Mode, lease.Detail, ModeDaemon)
 	}
 	var mu sync.Mutex
@@ -220,7 +239,7 @@ func TestAuditDaemonStandIn(t *testing.T) {
 	}
 	time.Sleep(50 * time.Millisecond)
 	stats := w.Stop()
-	if err := lease.Release(); err != nil {
+	if err := lease.releaseLocked(); err != nil {
 		t.Fatal(err)
 	}
 	if st, _ := GetStatus(); !same(st, held) {

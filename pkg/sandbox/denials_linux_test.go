@@ -270,8 +270,12 @@ func TestDenialBurstIsFolded(t *testing.T) {
 		count += eventCount(e)
 	}
 	t.Logf("10000 denied opens in %v (run %v): %d events, counts summing to %d", strings.TrimSpace(stdout), time.Since(t0), events, count)
-	if events < 1 || events > 2 {
-		t.Fatalf("%d events for one repeated denial, want 1 or 2 (first + folded count)", events)
+	// One key reports at most twice in a run (the first, then the folded
+	// count). Under a burst the kernel drops records beyond its queue; a
+	// denial whose syscall record was dropped has no executable, so it
+	// is a second key: at most four events.
+	if events < 1 || events > 4 {
+		t.Fatalf("%d events for one repeated denial, want 1 to 4 (first + folded count, with and without the executable)", events)
 	}
 	if count > 10000 || count < 1 {
 		t.Fatalf("folded count %d", count)
