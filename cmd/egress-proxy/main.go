@@ -350,6 +350,14 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	defer p.Close()
 
+	// The sock_diag socket must exist in the sandbox's namespace before
+	// CAP_SYS_ADMIN goes: setns(2) needs it, and without the socket every
+	// lookup reads the namespace's whole /proc/<pid>/net/tcp table.
+	if pb, ok := attr.(interface{ Prepare() error }); ok {
+		if err := pb.Prepare(); err != nil {
+			log.Warn("attribution: exact socket lookup unavailable; reading /proc socket tables per connection", "err", err)
+		}
+	}
 	if os.Geteuid() == 0 {
 		if err := proxy.DropCapabilities(proxy.KeepCapabilities); err != nil {
 			log.Warn("capabilities not dropped; the proxy keeps root's full set", "err", err)

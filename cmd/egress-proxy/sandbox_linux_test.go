@@ -9,6 +9,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -188,6 +190,14 @@ network_policies:
 	if err := json.Unmarshal([]byte(out), &d); err != nil || d.Error != "policy_denied" || d.Binary != curlBin || d.PID == 0 {
 		t.Fatalf("denied from the sandbox: %s", out)
 	}
+	// Both were attributed through the exact sock_diag lookup, in a proxy
+	// that dropped CAP_SYS_ADMIN after start-up: a lookup that misses
+	// there reads the namespace's whole /proc/<pid>/net/tcp table instead
+	// (the regression this catches: every connection took that path).
+	st := controlStatus(t, sock)
+	if st.Attribution["sock_diag"] < 2 || st.Attribution["proc_tables"] != 0 {
+		t.Errorf("attribution counters %v: want every socket found by sock_diag (>= 2) and no /proc table read\n%s", st.Attribution, &stderr)
+	}
 	// A direct connection around the proxy fails fast and is reported.
 	start := time.Now()
 	out, err = l.inSandbox(curlBin, "-sS", "--max-time", "5", "--noproxy", "*", "http://"+l.internet.V4[0].String()+"/direct")
@@ -226,6 +236,25 @@ network_policies:
 	if !sawBypass || !sawFinding {
 		t.Errorf("bypass refuse event with pid and binary: %v, finding: %v\n%s", sawBypass, sawFinding, data)
 	}
+}
+
+// controlStatus asks the proxy's control socket for GET /status.
+func controlStatus(t *testing.T, sock string) proxy.Status {
+	t.Helper()
+	cl := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}
+	defer cl.CloseIdleConnections()
+	resp, err := cl.Get("http://proxy/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st proxy.Status
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		t.Fatalf("status: %v", err)
+	}
+	return st
 }
 
 func get(m map[string]any, path ...string) any {

@@ -117,6 +117,40 @@ func (b *ProcBackend) Stats() ProcStats {
 	}
 }
 
+// Prepare opens the sock_diag socket in the sandbox's network namespace
+// now. Call it before the process gives up CAP_SYS_ADMIN (as the egress
+// proxy does after binding its listeners): the socket is kept, so exact
+// lookups keep working afterwards instead of falling back to reading
+// /proc/<pid>/net/tcp{,6} on every connection. An error (no such
+// namespace, setns refused) leaves the backend working through the /proc
+// tables; it names the namespace.
+func (b *ProcBackend) Prepare() error {
+	if b.cfg.NoSockDiag {
+		return nil
+	}
+	pid := b.cfg.NetnsPID()
+	if pid <= 0 {
+		return fmt.Errorf("attribution: sock_diag: sandbox network namespace has no process (netns pid %d)", pid)
+	}
+	if err := b.diag.open(diagNsPath(b.cfg.ProcRoot, pid)); err != nil {
+		return fmt.Errorf("attribution: sock_diag socket in %s: %w", diagNsPath(b.cfg.ProcRoot, pid), err)
+	}
+	return nil
+}
+
+// Counters returns Stats as flat counters, for the proxy's /status and
+// /metrics: sock_diag and proc_tables say how sockets were found.
+func (b *ProcBackend) Counters() map[string]uint64 {
+	s := b.Stats()
+	return map[string]uint64{
+		"lookups":           s.Lookups,
+		"not_found":         s.NotFound,
+		"processes_scanned": s.Scanned,
+		"sock_diag":         s.SockDiag,
+		"proc_tables":       s.ProcTables,
+	}
+}
+
 // Close releases the sock_diag socket. The backend stays usable (it
 // reopens the socket when needed).
 func (b *ProcBackend) Close() error {

@@ -39,6 +39,14 @@ func NewProcBackend(ProcConfig) (*ProcBackend, error) {
 // Stats returns zero counters.
 func (*ProcBackend) Stats() ProcStats { return ProcStats{} }
 
+// Prepare returns feature.ErrNotSupported.
+func (*ProcBackend) Prepare() error {
+	return fmt.Errorf("attribution: /proc backend: %w", feature.ErrNotSupported)
+}
+
+// Counters returns nil.
+func (*ProcBackend) Counters() map[string]uint64 { return nil }
+
 // Lookup returns feature.ErrNotSupported.
 func (*ProcBackend) Lookup(context.Context, netip.AddrPort, netip.AddrPort) (*Identity, error) {
 	return nil, fmt.Errorf("attribution: /proc backend: %w", feature.ErrNotSupported)

@@ -29,6 +29,10 @@ type sockDiag struct {
 	ino     uint64
 	seq     uint32
 	denied  bool // setns was refused: do not try again
+	// pinned: the socket was opened by open before the process gave up
+	// CAP_SYS_ADMIN and could not be opened again, so a failed exchange
+	// never closes it (a late answer is skipped by its sequence number).
+	pinned  bool
 	buf     []byte
 	request [nlHdrLen + diagReqLen]byte
 }
@@ -55,6 +59,28 @@ func (d *sockDiag) close() {
 	}
 }
 
+// open creates the socket in the namespace at nsPath now and pins it:
+// lookups in that namespace keep using it after the process drops the
+// capability that setns(2) needs.
+func (d *sockDiag) open(nsPath string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var st unix.Stat_t
+	if err := unix.Stat(nsPath, &st); err != nil {
+		return err
+	}
+	if d.fd >= 0 {
+		unix.Close(d.fd)
+		d.fd = -1
+	}
+	fd, err := socketInNetns(nsPath)
+	if err != nil {
+		return err
+	}
+	d.fd, d.dev, d.ino, d.pinned, d.denied = fd, st.Dev, st.Ino, true, false
+	return nil
+}
+
 // lookup returns the inode of the TCP socket client -> proxy in the
 // namespace at nsPath. found reports a socket without a file (inode 0).
 // errDiagUnavailable (wrapped) means: ask /proc instead.
@@ -71,7 +97,7 @@ func (d *sockDiag) lookup(nsPath string, client, proxy netip.AddrPort) (inode ui
 	if d.fd < 0 || st.Dev != d.dev || st.Ino != d.ino {
 		if d.fd >= 0 {
 			unix.Close(d.fd)
-			d.fd = -1
+			d.fd, d.pinned = -1, false
 		}
 		fd, err := socketInNetns(nsPath)
 		if err != nil {
@@ -212,10 +238,13 @@ func (d *sockDiag) query(client, proxy netip.AddrPort) (uint64, bool, error) {
 	}
 }
 
-// broken closes a socket that failed, so the next lookup opens a new one.
+// broken closes a socket that failed, so the next lookup opens a new one,
+// unless it is pinned: then it could not be reopened, and it stays.
 func (d *sockDiag) broken(err error) error {
-	unix.Close(d.fd)
-	d.fd = -1
+	if !d.pinned {
+		unix.Close(d.fd)
+		d.fd = -1
+	}
 	return fmt.Errorf("%w: %v", errDiagUnavailable, err)
 }
 

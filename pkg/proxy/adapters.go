@@ -86,6 +86,15 @@ func (a AttributionBackend) Lookup(ctx context.Context, client, local netip.Addr
 	return out, nil
 }
 
+// AttributionCounters implements AttributionCounter for backends that
+// have counters (a Counters() map[string]uint64 method), else nil.
+func (a AttributionBackend) AttributionCounters() map[string]uint64 {
+	if c, ok := a.Backend.(interface{ Counters() map[string]uint64 }); ok {
+		return c.Counters()
+	}
+	return nil
+}
+
 // AttributionPinner adapts an *attribution.Pinner, turning its
 // *attribution.MismatchError into a *MismatchError.
 type AttributionPinner struct{ Pinner *attribution.Pinner }

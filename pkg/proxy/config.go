@@ -99,6 +99,13 @@ type Attributor interface {
 	Lookup(ctx context.Context, client, local netip.AddrPort) (*Identity, error)
 }
 
+// AttributionCounter is implemented by an Attributor that counts its
+// work (how sockets were found, lookups that failed); the counters appear
+// in /status under "attribution" and in /metrics.
+type AttributionCounter interface {
+	AttributionCounters() map[string]uint64
+}
+
 // Pinner is the per-sandbox trust-on-first-use store of binary hashes.
 // Pin records sha for exe on first use and returns a *MismatchError when a
 // different hash was pinned before.

@@ -19,6 +19,9 @@ type Status struct {
 	LastReloadError string       `json:"last_reload_error,omitempty"`
 	StartedAt       time.Time    `json:"started_at"`
 	Counters        Counters     `json:"counters"`
+	// Attribution holds the attribution backend's counters, when it has
+	// any (see AttributionCounter).
+	Attribution map[string]uint64 `json:"attribution,omitempty"`
 }
 
 // PolicyStatus describes the generation in force.
@@ -45,6 +48,7 @@ func (p *Proxy) Status() Status {
 			LoadedAt:     g.LoadedAt,
 		},
 	}
+	s.Attribution = p.attributionCounters()
 	if e := p.lastReloadErr.Load(); e != nil {
 		s.LastReloadError = *e
 	}

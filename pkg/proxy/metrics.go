@@ -158,7 +158,26 @@ func (p *Proxy) WriteMetrics(w io.Writer) error {
 	fmt.Fprintf(bw, "palisade_proxy_events_total{outcome=\"emitted\"} %d\n", c.EventsEmitted)
 	fmt.Fprintf(bw, "palisade_proxy_events_total{outcome=\"suppressed\"} %d\n", c.EventsSuppressed)
 	fmt.Fprintf(bw, "palisade_proxy_events_total{outcome=\"error\"} %d\n", c.EventErrors)
+	if ac := p.attributionCounters(); len(ac) > 0 {
+		metric("palisade_proxy_attribution_total", "counter", "Attribution backend work, by counter (sock_diag, proc_tables: how sockets were found).")
+		names := make([]string, 0, len(ac))
+		for k := range ac {
+			names = append(names, k)
+		}
+		slices.Sort(names)
+		for _, k := range names {
+			fmt.Fprintf(bw, "palisade_proxy_attribution_total{counter=%q} %d\n", promLabel(k), ac[k])
+		}
+	}
 	return bw.Flush()
+}
+
+// attributionCounters returns the Attributor's counters, if it has any.
+func (p *Proxy) attributionCounters() map[string]uint64 {
+	if ac, ok := p.cfg.Attributor.(AttributionCounter); ok {
+		return ac.AttributionCounters()
+	}
+	return nil
 }
 
 func cmpString(a, b string) int {
