@@ -23,12 +23,12 @@ import (
 // Creating the socket needs setns(2) into the namespace (CAP_SYS_ADMIN);
 // without it the backend reads /proc/<pid>/net/tcp{,6} instead.
 type sockDiag struct {
-	mu      sync.Mutex
-	fd      int    // -1: not open
-	dev     uint64 // the namespace the socket lives in
-	ino     uint64
-	seq     uint32
-	denied  bool // setns was refused: do not try again
+	mu     sync.Mutex
+	fd     int    // -1: not open
+	dev    uint64 // the namespace the socket lives in
+	ino    uint64
+	seq    uint32
+	denied bool // setns was refused: do not try again
 	// pinned: the socket was opened by open before the process gave up
 	// CAP_SYS_ADMIN and could not be opened again, so a failed exchange
 	// never closes it (a late answer is skipped by its sequence number).
