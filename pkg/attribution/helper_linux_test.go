@@ -5,6 +5,7 @@ package attribution
 import (
 	"bufio"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -50,6 +51,16 @@ func TestMain(m *testing.M) {
 //	sibling <tag> <dial>: connects, starts two holder children, closes its
 //	  own copy, prints "ready ... <holder1> <holder2>".
 //	holder: holds fd 3 and waits.
+//	exechand <tag> <dial> <bin>: connects, prints its ready line, then
+//	  execs "<bin> holder" with the socket as fd 3 (same pid, new binary).
+//	forkhand <tag> <dial> <bin>: connects, starts "<bin> holder" with the
+//	  socket, closes its own copy, prints "ready ... <holder pid>".
+//	recv <tag> <path>: listens on the Unix socket path, prints
+//	  "ready <tag> <pid>", receives one descriptor (SCM_RIGHTS), holds it
+//	  and prints "got <tag>.got <fd>".
+//	scmsend <tag> <dial> <path> keep|close: connects, sends the socket to
+//	  the recv listening on path, keeps or closes its own copy, prints its
+//	  ready line.
 //
 // dial is "4|ip:port", "6|[ip]:port" or "mapped|ip:port" (an AF_INET6
 // socket connecting to the IPv4-mapped address).
@@ -60,6 +71,10 @@ func runHelper(mode string, args []string) error {
 	case "holder":
 		time.Sleep(helperLife)
 		return nil
+	case "recv":
+		return helperRecv(args)
+	case "exechand", "forkhand", "scmsend":
+		return helperHandOff(mode, args)
 	case "client", "share", "sibling":
 	default:
 		return fmt.Errorf("unknown mode")
@@ -102,10 +117,10 @@ func helperInit() error {
 	for in.Scan() {
 		f := strings.Fields(in.Text())
 		switch {
-		case len(f) == 5 && f[0] == "spawn":
+		case len(f) >= 4 && f[0] == "spawn":
 			// bash's own stderr is discarded (it reports clients the
 			// tests kill); the client's goes to fd 3, the real stderr.
-			cmd := exec.Command("bash", "-c", `"$0" "$@" 2>&3 3>&-; true`, f[1], f[2], f[3], f[4])
+			cmd := exec.Command("bash", append([]string{"-c", `"$0" "$@" 2>&3 3>&-; true`}, f[1:]...)...)
 			cmd.Stdout = os.Stdout
 			cmd.ExtraFiles = []*os.File{os.Stderr}
 			if err := cmd.Start(); err != nil {
@@ -174,4 +189,91 @@ func helperDial(spec string) (int, string, error) {
 		local = netip.AddrPortFrom(netip.AddrFrom16(s.Addr), uint16(s.Port))
 	}
 	return fd, local.String(), nil
+}
+
+// helperHandOff connects and hands the socket to another process: by
+// exec (exechand), to a child that outlives its copy (forkhand), or over
+// a Unix socket to an unrelated process (scmsend).
+func helperHandOff(mode string, args []string) error {
+	if len(args) < 3 || (mode == "scmsend" && len(args) != 4) {
+		return fmt.Errorf("%s: wrong arguments %q", mode, args)
+	}
+	tag, dial, arg := args[0], args[1], args[2]
+	fd, local, err := helperDial(dial)
+	if err != nil {
+		return err
+	}
+	line := fmt.Sprintf("ready %s %d %d %s", tag, os.Getpid(), os.Getppid(), local)
+	switch mode {
+	case "exechand":
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, 0); err != nil {
+			return err
+		}
+		if fd != 3 {
+			if err := unix.Dup2(fd, 3); err != nil {
+				return err
+			}
+		}
+		fmt.Println(line)
+		return unix.Exec(arg, []string{arg, "holder"}, os.Environ())
+	case "forkhand":
+		sock := os.NewFile(uintptr(fd), "socket")
+		cmd := exec.Command(arg, "holder")
+		cmd.ExtraFiles = []*os.File{sock}
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			return err
+		}
+		sock.Close()
+		line += fmt.Sprintf(" %d", cmd.Process.Pid)
+	case "scmsend":
+		c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: arg, Net: "unix"})
+		if err != nil {
+			return err
+		}
+		if _, _, err := c.WriteMsgUnix([]byte("x"), unix.UnixRights(fd), nil); err != nil {
+			return err
+		}
+		c.Close()
+		if args[3] == "close" {
+			unix.Close(fd)
+		}
+	}
+	fmt.Println(line)
+	time.Sleep(helperLife)
+	return nil
+}
+
+// helperRecv receives one descriptor over a Unix socket and holds it.
+func helperRecv(args []string) error {
+	if len(args) != 2 {
+		return fmt.Errorf("recv: want <tag> <path>")
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: args[1], Net: "unix"})
+	if err != nil {
+		return err
+	}
+	fmt.Printf("ready %s %d\n", args[0], os.Getpid())
+	c, err := ln.AcceptUnix()
+	if err != nil {
+		return err
+	}
+	oob := make([]byte, unix.CmsgSpace(4))
+	_, oobn, _, _, err := c.ReadMsgUnix(make([]byte, 1), oob)
+	if err != nil {
+		return err
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+	if err != nil || len(msgs) != 1 {
+		return fmt.Errorf("recv: control message: %v", err)
+	}
+	fds, err := unix.ParseUnixRights(&msgs[0])
+	if err != nil || len(fds) != 1 {
+		return fmt.Errorf("recv: rights: %v", err)
+	}
+	c.Close()
+	ln.Close()
+	fmt.Printf("got %s.got %d\n", args[0], fds[0])
+	time.Sleep(helperLife)
+	return nil
 }

@@ -204,6 +204,12 @@ type client struct {
 // connecting over family (4, 6, mapped), waits for it to connect, and
 // accepts the connection on the proxy side.
 func (s *testSandbox) spawn(bin, mode, family string) *client {
+	s.t.Helper()
+	return s.spawnArgs(bin, mode, family)
+}
+
+// spawnArgs is spawn with extra arguments after the dial spec.
+func (s *testSandbox) spawnArgs(bin, mode, family string, extra ...string) *client {
 	t := s.t
 	t.Helper()
 	ln, host := s.ln4, proxyV4
@@ -213,7 +219,7 @@ func (s *testSandbox) spawn(bin, mode, family string) *client {
 	port := ln.Addr().(*net.TCPAddr).Port
 	tag := testutil.UniqueName(mode)
 	dial := family + "|" + netip.AddrPortFrom(netip.MustParseAddr(host), uint16(port)).String()
-	if _, err := fmt.Fprintf(s.stdin, "spawn %s %s %s %s\n", bin, mode, tag, dial); err != nil {
+	if _, err := fmt.Fprintf(s.stdin, "spawn %s %s %s %s\n", bin, mode, tag, strings.Join(append([]string{dial}, extra...), " ")); err != nil {
 		t.Fatal(err)
 	}
 	f := strings.Fields(s.waitLine(tag, 20*time.Second))
