@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 
 	"github.com/palisade-sandbox/palisade/pkg/cgroup"
 	"github.com/palisade-sandbox/palisade/pkg/nettest"
@@ -216,16 +217,53 @@ shutdown_lifetime 0 seconds
 // (attribution through the cgroup), on the host side of the same veth.
 // Both cross the same two veths, so the ratio is the proxy's cost.
 func BenchmarkTunnelThroughputSandboxPath(b *testing.B) {
-	testutil.RequireRoot(b)
 	curl := testutil.RequireCommand(b, "curl")
-	_, hostNS := testutil.NamedNetns(b, "bh")
-	_, clientNS := testutil.NamedNetns(b, "bc")
-	inet := nettest.NewInternet(b, nettest.WithHostNetns(hostNS))
+	sb := newBenchSandbox(b)
 	n := benchMB() << 20
 	host := "bulk.test"
+	url := fmt.Sprintf("http://%s/bytes?n=%d", host, n)
+	resolve := fmt.Sprintf("%s:80:%s", host, sb.inet.V4[0])
 
-	// The client's link: 192.0.2.0/30 (TEST-NET-1), host side .1.
-	if err := nsthread.Run(hostNS, func() error {
+	run := func(b *testing.B, args ...string) {
+		b.SetBytes(n)
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			cmd := sb.start(b, io.Discard, append([]string{curl, "-sS", "--fail", "-o", "/dev/null", "--max-time", "120"}, args...)...)
+			if err := cmd.Wait(); err != nil {
+				b.Fatalf("curl %v: %v", args, err)
+			}
+		}
+	}
+	b.Run("direct", func(b *testing.B) { run(b, "--noproxy", "*", "--resolve", resolve, url) })
+
+	b.Run("egress-proxy", func(b *testing.B) {
+		addr := sb.startProxy(b, host, 80, curl)
+		run(b, "--proxytunnel", "--proxy", "http://"+addr, url)
+	})
+}
+
+// benchSandbox is the sandbox's network path without the rest of a
+// sandbox: a client network namespace and cgroup behind a veth
+// (192.0.2.0/30, TEST-NET-1) to a throwaway "host" namespace that
+// forwards to the TEST-NET internet, with an anchor process standing in
+// for the init.
+type benchSandbox struct {
+	hostNS, clientNS netns.NsHandle
+	inet             *nettest.Internet
+	cg               *cgroup.Group
+	anchor           *exec.Cmd
+}
+
+// benchHostAddr is the host side of the client's veth.
+const benchHostAddr = "192.0.2.1"
+
+func newBenchSandbox(b *testing.B) *benchSandbox {
+	testutil.RequireRoot(b)
+	sb := &benchSandbox{}
+	_, sb.hostNS = testutil.NamedNetns(b, "bh")
+	_, sb.clientNS = testutil.NamedNetns(b, "bc")
+	sb.inet = nettest.NewInternet(b, nettest.WithHostNetns(sb.hostNS))
+	if err := nsthread.Run(sb.hostNS, func() error {
 		la := netlink.NewLinkAttrs()
 		la.Name = "bcl0"
 		if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: la, PeerName: "bcl1"}); err != nil {
@@ -233,10 +271,10 @@ func BenchmarkTunnelThroughputSandboxPath(b *testing.B) {
 		}
 		h0, _ := netlink.LinkByName("bcl0")
 		h1, _ := netlink.LinkByName("bcl1")
-		if err := netlink.LinkSetNsFd(h1, int(clientNS)); err != nil {
+		if err := netlink.LinkSetNsFd(h1, int(sb.clientNS)); err != nil {
 			return err
 		}
-		addr, _ := netlink.ParseAddr("192.0.2.1/30")
+		addr, _ := netlink.ParseAddr(benchHostAddr + "/30")
 		netlink.AddrAdd(h0, addr)
 		if err := netlink.LinkSetUp(h0); err != nil {
 			return err
@@ -248,7 +286,7 @@ func BenchmarkTunnelThroughputSandboxPath(b *testing.B) {
 	}); err != nil {
 		b.Fatal(err)
 	}
-	if err := nsthread.Run(clientNS, func() error {
+	if err := nsthread.Run(sb.clientNS, func() error {
 		c1, err := netlink.LinkByName("bcl1")
 		if err != nil {
 			return err
@@ -259,82 +297,80 @@ func BenchmarkTunnelThroughputSandboxPath(b *testing.B) {
 		if lo, err := netlink.LinkByName("lo"); err == nil {
 			netlink.LinkSetUp(lo)
 		}
-		return netlink.RouteAdd(&netlink.Route{LinkIndex: c1.Attrs().Index, Gw: net.ParseIP("192.0.2.1")})
+		return netlink.RouteAdd(&netlink.Route{LinkIndex: c1.Attrs().Index, Gw: net.ParseIP(benchHostAddr)})
 	}); err != nil {
 		b.Fatal(err)
 	}
-	// The "sandbox": a cgroup, an anchor process in the client namespace
-	// standing in for the init, and curl started inside both.
 	cg, err := cgroup.New(testutil.UniqueName("bcg-"), cgroup.Limits{})
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { cg.Destroy() })
-	inSandbox := func(args ...string) *exec.Cmd {
-		cmd := exec.Command(args[0], args[1:]...)
-		cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
-		if err := nsthread.Run(clientNS, func() error { return cg.StartIn(cmd) }); err != nil {
-			b.Fatal(err)
-		}
-		return cmd
-	}
-	anchor := inSandbox("/bin/sleep", "3600")
-	b.Cleanup(func() { anchor.Process.Kill(); anchor.Wait() })
-	url := fmt.Sprintf("http://%s/bytes?n=%d", host, n)
-	resolve := fmt.Sprintf("%s:80:%s", host, inet.V4[0])
+	sb.cg = cg
+	b.Cleanup(func() { cg.Kill(); cg.Destroy() })
+	sb.anchor = sb.start(b, io.Discard, "/bin/sleep", "3600")
+	b.Cleanup(func() { sb.anchor.Process.Kill(); sb.anchor.Wait() })
+	return sb
+}
 
-	run := func(b *testing.B, args ...string) {
-		b.SetBytes(n)
-		b.ResetTimer()
-		for i := 0; i < b.N; i++ {
-			cmd := inSandbox(append([]string{curl, "-sS", "--fail", "-o", "/dev/null", "--max-time", "120"}, args...)...)
-			if err := cmd.Wait(); err != nil {
-				b.Fatalf("curl %v: %v", args, err)
-			}
-		}
+// start runs argv in the client namespace and cgroup.
+func (sb *benchSandbox) start(b *testing.B, stdout io.Writer, argv ...string) *exec.Cmd {
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdout, cmd.Stderr = stdout, stdout
+	if err := nsthread.Run(sb.clientNS, func() error { return sb.cg.StartIn(cmd) }); err != nil {
+		b.Fatal(err)
 	}
-	b.Run("direct", func(b *testing.B) { run(b, "--noproxy", "*", "--resolve", resolve, url) })
+	return cmd
+}
 
-	b.Run("egress-proxy", func(b *testing.B) {
-		bin := testutil.Binary(b, "egress-proxy")
-		hosts := inet.HostsFile(map[string]string{host: inet.V4[0].String()})
-		pol := filepath.Join(b.TempDir(), "policy.yaml")
-		os.WriteFile(pol, []byte(fmt.Sprintf(`version: 1
+// startProxy runs egress-proxy in sandbox mode on the host side of the
+// veth, allowing host:port for binary, and returns its address once the
+// client namespace can reach it. extra flags are appended.
+func (sb *benchSandbox) startProxy(b *testing.B, host string, port int, binary string, extra ...string) string {
+	bin := testutil.Binary(b, "egress-proxy")
+	hosts := sb.inet.HostsFile(map[string]string{host: sb.inet.V4[0].String()})
+	pol := filepath.Join(b.TempDir(), "policy.yaml")
+	os.WriteFile(pol, []byte(fmt.Sprintf(`version: 1
 network_policies:
-  bulk:
+  bench:
     endpoints:
       - host: %s
-        port: 80
+        port: %d
     binaries:
       - path: %s
-`, host, curl)), 0o600)
-		addr := "192.0.2.1:3128"
-		cmd := exec.Command(bin, "--policy", pol, "--listen", addr, "--hosts-file", hosts, "--log-format", "json",
-			"--sandbox", "bench", "--cgroup", cg.Name(), "--init-pid", strconv.Itoa(anchor.Process.Pid))
-		cmd.Stderr = io.Discard
-		// Started from a thread inside the host namespace: the proxy is
-		// born there.
-		if err := nsthread.Run(hostNS, cmd.Start); err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-		deadline := time.Now().Add(15 * time.Second)
-		for {
-			err := nsthread.Run(clientNS, func() error {
-				c, err := net.Dial("tcp", addr)
-				if err == nil {
-					c.Close()
-				}
-				return err
-			})
+`, host, port, binary)), 0o600)
+	addr := benchHostAddr + ":3128"
+	args := append([]string{"--policy", pol, "--listen", addr, "--hosts-file", hosts, "--log-format", "json",
+		"--sandbox", "bench", "--cgroup", sb.cg.Name(), "--init-pid", strconv.Itoa(sb.anchor.Process.Pid)}, extra...)
+	cmd := exec.Command(bin, args...)
+	cmd.Stderr = io.Discard
+	// Started from a thread inside the host namespace: the proxy is born
+	// there.
+	if err := nsthread.Run(sb.hostNS, cmd.Start); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	sb.waitListening(b, addr)
+	return addr
+}
+
+// waitListening waits until addr accepts connections from the client
+// namespace.
+func (sb *benchSandbox) waitListening(b *testing.B, addr string) {
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		err := nsthread.Run(sb.clientNS, func() error {
+			c, err := net.Dial("tcp", addr)
 			if err == nil {
-				break
+				c.Close()
 			}
-			if time.Now().After(deadline) {
-				b.Fatalf("proxy not listening: %v", err)
-			}
-			time.Sleep(50 * time.Millisecond)
+			return err
+		})
+		if err == nil {
+			return
 		}
-		run(b, "--proxytunnel", "--proxy", "http://"+addr, url)
-	})
+		if time.Now().After(deadline) {
+			b.Fatalf("nothing listening on %s: %v", addr, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

@@ -1,0 +1,169 @@
+//go:build linux
+
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/palisade-sandbox/palisade/pkg/nettest"
+	"github.com/palisade-sandbox/palisade/pkg/nsthread"
+	"github.com/palisade-sandbox/palisade/pkg/testutil"
+)
+
+// BenchmarkSandboxConnectRate measures sequential new connections per
+// second from inside a sandbox-like namespace and cgroup, each a TCP
+// connect plus a 1 KiB round trip to the echo server in the TEST-NET
+// internet, made by python3 (testdata/connrate.py): "direct" (the host
+// forwards), then through a CONNECT tunnel of egress-proxy in sandbox
+// mode (so every connection is attributed among the cgroup's processes),
+// squid and tinyproxy (when installed), all on the host side of the same
+// veth. It runs with no extra processes in the cgroup and with 2,000
+// sleeping ones, which cost a /proc-based attribution its fd-table scan.
+// The conns/s metric is the rate (b.N connections, at most 20 s);
+// scripts/bench/proxy.sh prints the ratios.
+//
+//	go test -run '^$' -bench SandboxConnectRate -benchtime 2000x ./cmd/egress-proxy
+func BenchmarkSandboxConnectRate(b *testing.B) {
+	// /usr/bin/python3 as CI installs it (a PATH shim such as pyenv's
+	// would run another binary than the policy names).
+	exe, err := filepath.EvalSymlinks("/usr/bin/python3")
+	testutil.RequireData(b, "/usr/bin/python3 (apt install python3)", err)
+	script, err := filepath.Abs("testdata/connrate.py")
+	if err != nil {
+		b.Fatal(err)
+	}
+	sb := newBenchSandbox(b)
+	echo := net.JoinHostPort(sb.inet.V4[0].String(), strconv.Itoa(nettest.EchoPort))
+	proxyAddr := sb.startProxy(b, "echo.test", nettest.EchoPort, exe)
+	dir := b.TempDir()
+	squid := sb.startSquid(b, dir)
+	tiny := sb.startTinyproxy(b, dir)
+
+	rate := func(b *testing.B, mode, proxy, target string) {
+		var out bytes.Buffer
+		cmd := sb.start(b, &out, exe, script, mode, proxy, target, strconv.Itoa(b.N), "20")
+		if err := cmd.Wait(); err != nil {
+			b.Fatalf("connrate %s via %q: %v: %s", mode, proxy, err, out.String())
+		}
+		var n int
+		var secs float64
+		if _, err := fmt.Sscan(out.String(), &n, &secs); err != nil || n == 0 || secs <= 0 {
+			b.Fatalf("connrate output %q: %v", out.String(), err)
+		}
+		b.ReportMetric(float64(n)/secs, "conns/s")
+		b.ReportMetric(0, "ns/op")
+	}
+	for _, procs := range []int{0, 2000} {
+		b.Run(fmt.Sprintf("procs=%d", procs), func(b *testing.B) {
+			if procs > 0 {
+				sb.sleepers(b, procs)
+			}
+			b.Run("direct", func(b *testing.B) { rate(b, "direct", "-", echo) })
+			b.Run("egress-proxy", func(b *testing.B) {
+				rate(b, "connect", proxyAddr, "echo.test:"+strconv.Itoa(nettest.EchoPort))
+			})
+			b.Run("squid", func(b *testing.B) {
+				if squid == "" {
+					b.Skip("squid not installed (apt install squid)")
+				}
+				rate(b, "connect", squid, echo)
+			})
+			b.Run("tinyproxy", func(b *testing.B) {
+				if tiny == "" {
+					b.Skip("tinyproxy not installed (apt install tinyproxy)")
+				}
+				rate(b, "connect", tiny, echo)
+			})
+		})
+	}
+}
+
+// sleepers adds n sleeping processes to the sandbox's cgroup (killed
+// with the cgroup at cleanup) and waits until they all run.
+func (sb *benchSandbox) sleepers(b *testing.B, n int) {
+	before, err := sb.cg.Procs()
+	if err != nil {
+		b.Fatal(err)
+	}
+	sh := sb.start(b, io.Discard, "/bin/sh", "-c", fmt.Sprintf("i=0; while [ $i -lt %d ]; do sleep 3600 & i=$((i+1)); done; wait", n))
+	b.Cleanup(func() { sh.Process.Kill(); sh.Wait() })
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		pids, err := sb.cg.Procs()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(pids) >= len(before)+n+1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("%d of %d sleepers running after 3 minutes", len(pids)-len(before)-1, n)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// startSquid runs squid on the host side of the veth, allowing CONNECT
+// from the client to the echo port; "" when squid is not installed.
+func (sb *benchSandbox) startSquid(b *testing.B, dir string) string {
+	bin, err := exec.LookPath("squid")
+	if err != nil {
+		return ""
+	}
+	addr := benchHostAddr + ":3130"
+	conf := filepath.Join(dir, "squid.conf")
+	os.WriteFile(conf, []byte(fmt.Sprintf(`http_port %s
+acl client src 192.0.2.0/30
+acl echo_port port %d
+acl CONNECT method CONNECT
+http_access allow CONNECT client echo_port
+http_access deny all
+cache deny all
+access_log none
+cache_log /dev/null
+cache_store_log none
+pid_filename %s/squid.pid
+coredump_dir %s
+shutdown_lifetime 0 seconds
+`, addr, nettest.EchoPort, dir, dir)), 0o644)
+	sb.daemon(b, addr, bin, "-N", "-f", conf)
+	return addr
+}
+
+// startTinyproxy runs tinyproxy like startSquid; "" when not installed.
+func (sb *benchSandbox) startTinyproxy(b *testing.B, dir string) string {
+	bin, err := exec.LookPath("tinyproxy")
+	if err != nil {
+		return ""
+	}
+	conf := filepath.Join(dir, "tinyproxy.conf")
+	os.WriteFile(conf, []byte(strings.Join([]string{
+		"Port 3131", "Listen " + benchHostAddr, "Timeout 600", "MaxClients 100",
+		"Allow 192.0.2.0/30", "ConnectPort " + strconv.Itoa(nettest.EchoPort), "LogLevel Critical", "",
+	}, "\n")), 0o644)
+	addr := benchHostAddr + ":3131"
+	sb.daemon(b, addr, bin, "-d", "-c", conf)
+	return addr
+}
+
+// daemon starts a third-party proxy in the host namespace, killed by pid
+// at cleanup, and waits until the client can reach it.
+func (sb *benchSandbox) daemon(b *testing.B, addr, bin string, args ...string) {
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
+	if err := nsthread.Run(sb.hostNS, cmd.Start); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	sb.waitListening(b, addr)
+}

@@ -1,0 +1,44 @@
+# Sequential new TCP connections with a 1 KiB echo round trip each, as a
+# native client makes them: directly, or through an HTTP CONNECT proxy.
+# Used by BenchmarkSandboxConnectRate; prints "<count> <seconds>".
+#   python3 connrate.py direct|connect PROXY TARGET COUNT MAX_SECONDS
+import socket
+import sys
+import time
+
+mode, proxy, target, count, limit = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5])
+host, port = target.rsplit(":", 1)
+payload = b"x" * 1024
+
+
+def once():
+    if mode == "direct":
+        s = socket.create_connection((host, int(port)), timeout=5)
+    else:
+        ph, pp = proxy.rsplit(":", 1)
+        s = socket.create_connection((ph, int(pp)), timeout=5)
+        s.sendall(b"CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (target.encode(), target.encode()))
+        buf = b""
+        while b"\r\n\r\n" not in buf:
+            d = s.recv(4096)
+            if not d:
+                sys.exit("proxy closed the connection: %r" % buf[:200])
+            buf += d
+        if not (buf.startswith(b"HTTP/1.1 200") or buf.startswith(b"HTTP/1.0 200")):
+            sys.exit("CONNECT refused: %r" % buf[:300])
+    s.sendall(payload)
+    got = 0
+    while got < len(payload):
+        d = s.recv(65536)
+        if not d:
+            sys.exit("echo server closed after %d bytes" % got)
+        got += len(d)
+    s.close()
+
+
+start = time.monotonic()
+n = 0
+while n < count and time.monotonic() - start < limit:
+    once()
+    n += 1
+print(n, time.monotonic() - start)
