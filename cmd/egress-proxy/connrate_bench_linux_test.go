@@ -122,20 +122,7 @@ func (sb *benchSandbox) startSquid(b *testing.B, dir string) string {
 	}
 	addr := benchHostAddr + ":3130"
 	conf := filepath.Join(dir, "squid.conf")
-	os.WriteFile(conf, []byte(fmt.Sprintf(`http_port %s
-acl client src 192.0.2.0/30
-acl echo_port port %d
-acl CONNECT method CONNECT
-http_access allow CONNECT client echo_port
-http_access deny all
-cache deny all
-access_log none
-cache_log /dev/null
-cache_store_log none
-pid_filename %s/squid.pid
-coredump_dir %s
-shutdown_lifetime 0 seconds
-`, addr, nettest.EchoPort, dir, dir)), 0o644)
+	os.WriteFile(conf, squidConf(addr, "192.0.2.0/30", nettest.EchoPort, dir), 0o644)
 	sb.daemon(b, addr, bin, "-N", "-f", conf)
 	return addr
 }

@@ -99,6 +99,25 @@ func freeAddr(b *testing.B) string {
 	return ln.Addr().String()
 }
 
+// squidConf is a squid configuration that listens on addr and allows
+// only CONNECT from src to port, logging nothing, its files in dir.
+func squidConf(addr, src string, port int, dir string) []byte {
+	return []byte(fmt.Sprintf(`http_port %s
+acl client src %s
+acl target_port port %d
+acl CONNECT method CONNECT
+http_access allow CONNECT client target_port
+http_access deny all
+cache deny all
+access_log none
+cache_log /dev/null
+cache_store_log none
+pid_filename %s/squid.pid
+coredump_dir %s
+shutdown_lifetime 0 seconds
+`, addr, src, port, dir, dir))
+}
+
 // BenchmarkTunnelThroughput downloads benchMB MiB from an HTTP server in a
 // TEST-NET namespace behind a veth: directly, and through a CONNECT tunnel
 // of egress-proxy, tinyproxy and squid (each when installed), side by
@@ -183,20 +202,7 @@ network_policies:
 		}
 		addr := freeAddr(b)
 		conf := filepath.Join(dir, "squid.conf")
-		os.WriteFile(conf, []byte(fmt.Sprintf(`http_port %s
-acl localnet src 127.0.0.1/32
-acl bulk_port port 80
-acl CONNECT method CONNECT
-http_access allow CONNECT localnet bulk_port
-http_access deny all
-cache deny all
-access_log none
-cache_log /dev/null
-cache_store_log none
-pid_filename %s/squid.pid
-coredump_dir %s
-shutdown_lifetime 0 seconds
-`, addr, dir, dir)), 0o644)
+		os.WriteFile(conf, squidConf(addr, "127.0.0.1/32", 80, dir), 0o644)
 		startDaemon(b, addr, bin, "-N", "-f", conf)
 		b.SetBytes(n)
 		b.ResetTimer()
