@@ -98,7 +98,12 @@ Examples:
 `
 
 func main() {
+	// SIGTERM or SIGINT cancels ctx, which kills a running git or gate
+	// (every command runs under exec.CommandContext) and stops the
+	// recovery; nothing reads the workspace in a way that can block. A
+	// second signal terminates at once.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() { <-ctx.Done(); stop() }()
 	err := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
 	cli.Exit("finalizer-recover", err, os.Stderr)

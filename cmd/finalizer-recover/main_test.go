@@ -48,7 +48,7 @@ func newWorkspace(t *testing.T) *ws {
 	w.git(dir, "init", "-q", "--bare", "-b", "main", w.remote)
 	w.dir = filepath.Join(dir, "ws")
 	repo := filepath.Join(w.dir, "repo")
-	w.git(dir, "clone", "-q", w.remote, repo)
+	w.git(dir, "clone", "-q", "--no-hardlinks", w.remote, repo)
 	w.git(repo, "checkout", "-q", "-b", "main")
 	os.WriteFile(filepath.Join(repo, "a.txt"), []byte("a\n"), 0o644)
 	w.git(repo, "add", "a.txt")

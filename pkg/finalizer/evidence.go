@@ -24,10 +24,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"unicode/utf8"
 )
 
 // File names inside a workspace.
@@ -130,17 +130,13 @@ var (
 // so that it is safe in a commit trailer.
 func ValidID(s string) bool { return idRE.MatchString(s) }
 
-func decodeFile(path string, v any) error {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
+func decodeJSON(path string, data []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("%s: not valid JSON: %w", path, err)
+		return fmt.Errorf("%s: not valid JSON: %w", quotePath(path), err)
 	}
 	if dec.More() {
-		return fmt.Errorf("%s: trailing data after the JSON object", path)
+		return fmt.Errorf("%s: trailing data after the JSON object", quotePath(path))
 	}
 	return nil
 }
@@ -148,19 +144,34 @@ func decodeFile(path string, v any) error {
 // LoadEvidence reads and validates WORKSPACE/mac-evidence.json. Every error
 // names the file and the field.
 func LoadEvidence(workspace string) (*Evidence, error) {
-	path := filepath.Join(workspace, EvidenceFile)
-	var ev Evidence
-	if err := decodeFile(path, &ev); err != nil {
+	wsd, err := openWorkspaceDir(workspace)
+	if err != nil {
+		return nil, err
+	}
+	defer wsd.close()
+	return loadEvidence(wsd)
+}
+
+// loadEvidence reads the evidence through the workspace descriptor: never
+// through a symlink, never blocking, size-capped.
+func loadEvidence(wsd *safeDir) (*Evidence, error) {
+	path := wsd.join(EvidenceFile)
+	data, err := wsd.readFile(EvidenceFile, maxJSONBytes)
+	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("%s: missing; is %s a preserved task workspace?", path, workspace)
+			return nil, fmt.Errorf("%s: missing; is %s a preserved task workspace?", quotePath(path), quotePath(wsd.path))
 		}
+		return nil, err
+	}
+	var ev Evidence
+	if err := decodeJSON(path, data, &ev); err != nil {
 		return nil, err
 	}
 	if ev.Repository == "" {
 		ev.Repository = "repo"
 	}
 	if err := ev.validate(); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, fmt.Errorf("%s: %w", quotePath(path), err)
 	}
 	return &ev, nil
 }
@@ -177,7 +188,7 @@ func (ev *Evidence) validate() error {
 	if !ValidID(ev.TaskID) {
 		bad("task_id: %q is not a valid id", ev.TaskID)
 	}
-	if r := ev.Repository; filepath.IsAbs(r) || filepath.Clean(r) != r || r == "." || r == ".." || strings.HasPrefix(r, "../") {
+	if r := ev.Repository; hasControl(r) || filepath.IsAbs(r) || filepath.Clean(r) != r || r == "." || r == ".." || strings.HasPrefix(r, "../") {
 		bad("repository: %q must be a relative directory inside the workspace", r)
 	}
 	if !objectIDRE.MatchString(ev.PreparedBaseSHA) {
@@ -192,8 +203,10 @@ func (ev *Evidence) validate() error {
 	if !remoteRE.MatchString(ev.Remote) {
 		bad("remote: %q is not a remote name", ev.Remote)
 	}
-	if ev.RemoteURL == "" || strings.ContainsAny(ev.RemoteURL, "\n\x00") {
+	if ev.RemoteURL == "" {
 		bad("remote_url: required")
+	} else if hasControl(ev.RemoteURL) {
+		bad("remote_url: %q contains a control character", ev.RemoteURL)
 	}
 	if err := validArgv(ev.ContractCommand); err != nil {
 		bad("contract_command: %v", err)
@@ -240,20 +253,43 @@ func validArgv(argv []string) error {
 // LoadProgress reads WORKSPACE/finalizer-progress.json; a missing file is
 // (nil, nil).
 func LoadProgress(workspace string) (*Progress, error) {
-	path := filepath.Join(workspace, ProgressFile)
-	var p Progress
-	if err := decodeFile(path, &p); err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, nil
-		}
+	wsd, err := openWorkspaceDir(workspace)
+	if err != nil {
 		return nil, err
 	}
+	defer wsd.close()
+	p, _, err := loadProgress(wsd)
+	return p, err
+}
+
+// loadProgress reads the progress file once, through the workspace
+// descriptor, and returns it with the exact bytes it was parsed from:
+// recovery later rewrites the file from those bytes, never from whatever
+// the name points at by then.
+func loadProgress(wsd *safeDir) (*Progress, []byte, error) {
+	path := wsd.join(ProgressFile)
+	data, err := wsd.readFile(ProgressFile, maxJSONBytes)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, nil, nil
+		}
+		return nil, nil, err
+	}
+	var p Progress
+	if err := decodeJSON(path, data, &p); err != nil {
+		return nil, nil, err
+	}
 	if p.Schema != ProgressSchema {
-		return nil, fmt.Errorf("%s: schema: %q, want %q", path, p.Schema, ProgressSchema)
+		return nil, nil, fmt.Errorf("%s: schema: %q, want %q", quotePath(path), p.Schema, ProgressSchema)
 	}
 	if _, known := Terminal(p.Status); !known {
-		return nil, fmt.Errorf("%s: status: unknown value %q (terminal: %s; non-terminal: %s)", path, p.Status,
+		return nil, nil, fmt.Errorf("%s: status: unknown value %q (terminal: %s; non-terminal: %s)", quotePath(path), p.Status,
 			strings.Join(progressTerminal, ", "), strings.Join(progressNonTerminal, ", "))
 	}
-	return &p, nil
+	return &p, data, nil
+}
+
+// hasControl reports whether s has a control character (or is not UTF-8).
+func hasControl(s string) bool {
+	return !utf8.ValidString(s) || strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) })
 }

@@ -104,7 +104,7 @@ func newFixture(t *testing.T, o fixtureOpts) *fixture {
 
 	f.ws = filepath.Join(dir, "workspace")
 	f.repo = filepath.Join(f.ws, "repo")
-	f.git(dir, "clone", "-q", f.remote, f.repo)
+	f.git(dir, "clone", "-q", "--no-hardlinks", f.remote, f.repo)
 	f.write(f.repo, "feature.txt", "base\nagent\n", 0o644)
 	f.git(f.repo, "commit", "-q", "-am", "agent: implement feature")
 	f.head = f.git(f.repo, "rev-parse", "HEAD")

@@ -227,7 +227,7 @@ func prepareGateTree(ctx context.Context, g *gitRunner, repo, rebased string, gs
 		return nil, err
 	}
 	gt := &gateTree{dir: dir, rebased: rebased, format: format, entries: entries}
-	if _, err := g.run(ctx, nil, "clone", "--quiet", "--no-hardlinks", "--no-checkout", "--template=", "--end-of-options", repo, dir); err != nil {
+	if _, err := g.withArgs(allowFileProtocol...).run(ctx, nil, "clone", "--quiet", "--no-hardlinks", "--no-checkout", "--template=", "--end-of-options", repo, dir); err != nil {
 		return gt, err
 	}
 	info := filepath.Join(dir, ".git", "info")

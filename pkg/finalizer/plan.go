@@ -103,9 +103,11 @@ type Plan struct {
 	Refusals    []string   `json:"refusals"`
 	Recoverable bool       `json:"recoverable"`
 
-	ev       *Evidence
-	progress *Progress
-	gates    *GateSetup
+	ev          *Evidence
+	progress    *Progress
+	progressRaw []byte // the bytes progress was parsed from
+	gates       *GateSetup
+	remote      remoteTarget
 }
 
 func (p *Plan) refuse(format string, args ...any) {
@@ -124,21 +126,40 @@ func (e *RefusedError) Error() string {
 // refreshed, and nothing is fetched. An error means the workspace could not
 // be read at all; problems with it are Refusals in the plan.
 func Inspect(ctx context.Context, workspace string, opts Options) (*Plan, error) {
+	w := &wsHandles{}
+	defer w.close()
+	p, m, err := inspect(ctx, workspace, opts, w)
+	m.remove()
+	return p, err
+}
+
+// inspect is Inspect keeping the workspace descriptors (in w, which the
+// caller closes) and the private mirror (which the caller removes).
+//
+// Before any git command runs, every file root reads from the workspace
+// is opened relative to a directory descriptor without following a
+// symlink, non-blocking, and must be a small regular file with one link;
+// the repository's .git and working tree are scanned for symlinks, FIFOs,
+// sockets, devices, hard links, commondir, alternates and worktrees.
+func inspect(ctx context.Context, workspace string, opts Options, w *wsHandles) (*Plan, *mirror, error) {
 	ws, err := filepath.Abs(workspace)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if st, err := os.Stat(ws); err != nil || !st.IsDir() {
-		return nil, fmt.Errorf("workspace %s: not a directory", workspace)
-	}
-	ev, err := LoadEvidence(ws)
+	wsd, err := openWorkspaceDir(ws)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	prog, err := LoadProgress(ws)
+	w.ws = wsd
+	ev, err := loadEvidence(wsd)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	prog, progRaw, err := loadProgress(wsd)
+	if err != nil {
+		return nil, nil, err
+	}
+	w.repoRel = ev.Repository
 	p := &Plan{
 		Workspace: ws, Repository: filepath.Join(ws, ev.Repository),
 		EvidenceID: ev.EvidenceID, TaskID: ev.TaskID, EvidenceStatus: ev.Status,
@@ -149,7 +170,7 @@ func Inspect(ctx context.Context, workspace string, opts Options) (*Plan, error)
 		ModifiedFiles: []string{}, NewFiles: []string{}, ApprovedNewFiles: []string{},
 		UnapprovedNewFiles: []string{}, ApprovedNotNew: []string{}, TestEvidence: []JudgedEvidence{},
 		Steps: []string{}, Refusals: []string{},
-		ev: ev, progress: prog,
+		ev: ev, progress: prog, progressRaw: progRaw,
 	}
 	if prog != nil {
 		p.ProgressStatus = prog.Status
@@ -162,8 +183,13 @@ func Inspect(ctx context.Context, workspace string, opts Options) (*Plan, error)
 	if p.Mode == ModeNone {
 		p.refuse("not recoverable: %s", p.ModeReason)
 	}
-	if rec, err := loadRecord(recordPath(ws, opts)); err == nil && rec.Status == RecordPushed {
-		p.refuse("already recovered: %s records commit %s pushed to %s", recordPath(ws, opts), rec.PushedCommit, ev.CanonicalBranch)
+	if rec, err := loadRecord(wsd, recordPath(ws, opts)); err != nil {
+		var sfe *SpecialFileError
+		if errors.As(err, &sfe) {
+			p.refuse("%v", err)
+		}
+	} else if rec.Status == RecordPushed {
+		p.refuse("already recovered: %s records commit %s pushed to %s", quotePath(recordPath(ws, opts)), rec.PushedCommit, ev.CanonicalBranch)
 	}
 	if opts.Recovery {
 		if opts.EvidenceID != ev.EvidenceID {
@@ -183,35 +209,26 @@ func Inspect(ctx context.Context, workspace string, opts Options) (*Plan, error)
 		}
 	}
 
-	g := newGitRunner(p.Repository, envOrDefault(opts.Env), identityOrDefault(opts.Identity))
-	if err := checkRepoDir(ws, p.Repository); err != nil {
+	if rt, err := checkRemoteURL(ev.RemoteURL, ws); err != nil {
 		p.refuse("%v", err)
-		return finish(p, opts), nil
-	}
-	// Nothing that could consult the repository's own config for a
-	// program to run (status may run clean filters) happens before this.
-	if stop := checkRepoConfig(ctx, g, p); stop {
-		return finish(p, opts), nil
+	} else {
+		p.remote = rt
 	}
 
-	head, err := g.line(ctx, "rev-parse", "--verify", "--end-of-options", "HEAD^{commit}")
+	m, stop, err := openRepository(ctx, p, w, opts)
 	if err != nil {
-		p.refuse("preserved repository has no HEAD commit: %v", err)
-		return finish(p, opts), nil
+		return nil, nil, err
 	}
-	p.Head = head
-	if head != ev.PreservedHeadSHA {
-		p.refuse("preserved HEAD mismatch: repository HEAD is %s but the evidence preserved %s", head, ev.PreservedHeadSHA)
+	if stop {
+		return finish(p, opts), nil, nil
+	}
+	g := m.git
+	p.Head = m.head
+	if p.Head != ev.PreservedHeadSHA {
+		p.refuse("preserved HEAD mismatch: repository HEAD is %s but the evidence preserved %s", p.Head, ev.PreservedHeadSHA)
 	}
 	for _, marker := range []string{"MERGE_HEAD", "CHERRY_PICK_HEAD", "REVERT_HEAD", "rebase-merge", "rebase-apply", "BISECT_LOG"} {
-		mp, err := g.line(ctx, "rev-parse", "--git-path", marker)
-		if err != nil {
-			return nil, err
-		}
-		if !filepath.IsAbs(mp) {
-			mp = filepath.Join(p.Repository, mp)
-		}
-		if _, err := os.Lstat(mp); err == nil {
+		if w.git.exists(marker) {
 			p.refuse("the repository has an operation in progress (%s); it is not the state the finalizer preserved", marker)
 		}
 	}
@@ -225,24 +242,28 @@ func Inspect(ctx context.Context, workspace string, opts Options) (*Plan, error)
 
 	// Submodules would make status and add consult other repositories and
 	// their configuration; recovery does not handle them.
-	if subs, err := gitlinks(ctx, g); err != nil {
-		return nil, err
+	if subs, err := gitlinks(ctx, g.withEnv("GIT_INDEX_FILE="+m.index)); err != nil {
+		return nil, m, fmt.Errorf("reading the preserved index: %w", err)
 	} else if len(subs) > 0 {
-		p.refuse("the repository has submodules (%s); recover it by hand", strings.Join(subs, ", "))
-		return finish(p, opts), nil
+		p.refuse("the repository has submodules (%s); recover it by hand", quotePaths(subs))
+		return finish(p, opts), m, nil
 	}
-	entries, err := g.status(ctx)
+	entries, err := m.work(m.index).status(ctx)
 	if err != nil {
-		return nil, err
+		return nil, m, fmt.Errorf("git status of %s: %w", quotePath(p.Repository), err)
+	}
+	if !w.repoStillSame() {
+		p.refuse("repository %s changed while it was inspected", quotePath(p.Repository))
+		return finish(p, opts), m, nil
 	}
 	for _, e := range entries {
 		switch {
 		case e.x == '?' && e.y == '?':
 			p.NewFiles = append(p.NewFiles, e.path)
 		case e.x == 'U' || e.y == 'U' || (e.x == 'A' && e.y == 'A') || (e.x == 'D' && e.y == 'D'):
-			p.refuse("unmerged path %s", e.path)
+			p.refuse("unmerged path %s", quotePath(e.path))
 		case e.x == 'A' && e.y == 'D':
-			p.refuse("staged-new file %s was deleted from the working tree; resolve it by hand", e.path)
+			p.refuse("staged-new file %s was deleted from the working tree; resolve it by hand", quotePath(e.path))
 		case e.x == 'A':
 			p.NewFiles = append(p.NewFiles, e.path)
 		default:
@@ -257,7 +278,7 @@ func Inspect(ctx context.Context, workspace string, opts Options) (*Plan, error)
 
 	ws8, err := wrapperStatus(ctx, g, p.ModifiedFiles)
 	if err != nil {
-		return nil, err
+		return nil, m, err
 	}
 	var problem string
 	p.TestEvidence, p.PreservedEvidence, problem = judgeTestEvidence(ev, ws8)
@@ -268,7 +289,7 @@ func Inspect(ctx context.Context, workspace string, opts Options) (*Plan, error)
 	if opts.Recovery {
 		judgeApprovals(p, opts.Approve)
 	}
-	return finish(p, opts), nil
+	return finish(p, opts), m, nil
 }
 
 func finish(p *Plan, opts Options) *Plan {
@@ -302,70 +323,32 @@ func mode(ev *Evidence, prog *Progress) (string, string) {
 	}
 }
 
-// checkRepoDir insists that the repository is a plain directory with a
-// plain .git directory, both really inside the workspace: a .git file or a
-// symlink could point git at a repository the evidence does not describe.
-func checkRepoDir(ws, repo string) error {
-	for _, p := range []string{repo, filepath.Join(repo, ".git")} {
-		st, err := os.Lstat(p)
-		if err != nil {
-			return fmt.Errorf("repository %s: %w", p, err)
-		}
-		if !st.IsDir() {
-			return fmt.Errorf("repository %s: must be a directory, not %s", p, st.Mode().Type())
-		}
-	}
-	realWS, err := filepath.EvalSymlinks(ws)
-	if err != nil {
-		return err
-	}
-	realRepo, err := filepath.EvalSymlinks(repo)
-	if err != nil {
-		return err
-	}
-	if !strings.HasPrefix(realRepo, realWS+string(filepath.Separator)) {
-		return fmt.Errorf("repository %s resolves outside the workspace", repo)
-	}
-	return nil
-}
-
-// checkRepoConfig refuses repository config outside a small allow-list and
-// a remote whose URL differs from the evidence. It reports whether the
-// inspection must stop.
-func checkRepoConfig(ctx context.Context, g *gitRunner, p *Plan) bool {
-	entries, err := g.configList(ctx)
-	if err != nil {
-		p.refuse("reading repository config: %v", err)
-		return true
-	}
+// checkRepoConfig refuses repository config outside a small allow-list
+// and a remote whose URL differs from the evidence. It reports whether the
+// inspection must stop. Names compare as git compares them: section and
+// key case-insensitively, the subsection (the remote's name) exactly.
+func checkRepoConfig(entries []configEntry, p *Plan) bool {
 	var bad []string
 	var urls, pushURLs []string
 	for _, e := range entries {
-		if e.scope == "command" {
+		if !allowedConfig(e, p.Remote) {
+			bad = append(bad, e.name())
 			continue
 		}
-		if e.scope != "local" && e.scope != "worktree" {
-			bad = append(bad, e.scope+":"+e.name)
-			continue
-		}
-		if !allowedConfig(e.name, p.Remote) {
-			bad = append(bad, e.name)
-			continue
-		}
-		switch e.name {
-		case "remote." + strings.ToLower(p.Remote) + ".url":
+		if e.section == "remote" && e.key == "url" {
 			urls = append(urls, e.value)
-		case "remote." + strings.ToLower(p.Remote) + ".pushurl":
+		}
+		if e.section == "remote" && e.key == "pushurl" {
 			pushURLs = append(pushURLs, e.value)
 		}
 	}
 	stop := false
 	if len(bad) > 0 {
-		p.refuse("repository config sets keys recovery does not trust (they could run programs or redirect the push): %s", strings.Join(bad, ", "))
+		p.refuse("repository config sets keys recovery does not trust (they could run programs or redirect the push): %s", quotePaths(bad))
 		stop = true
 	}
 	if len(urls) != 1 || urls[0] != p.RemoteURL {
-		p.refuse("remote %q URL %q does not match the evidence's remote_url %q", p.Remote, strings.Join(urls, ", "), p.RemoteURL)
+		p.refuse("remote %q URL %s does not match the evidence's remote_url %q", p.Remote, quotePaths(urls), p.RemoteURL)
 	}
 	for _, u := range pushURLs {
 		if u != p.RemoteURL {

@@ -83,9 +83,26 @@ type Record struct {
 	FinishedAt            string          `json:"finished_at"`
 }
 
-func loadRecord(path string) (*Record, error) {
+// loadRecord reads a recovery record safely: WORKSPACE/finalizer-recovery.json
+// through the workspace descriptor, another --record path through its
+// directory; never through a symlink, never blocking, size-capped.
+func loadRecord(wsd *safeDir, path string) (*Record, error) {
+	var data []byte
+	var err error
+	if filepath.Dir(path) == wsd.path {
+		data, err = wsd.readFile(filepath.Base(path), maxJSONBytes)
+	} else {
+		var d *safeDir
+		if d, err = openWorkspaceDir(filepath.Dir(path)); err == nil {
+			data, err = d.readFile(filepath.Base(path), maxJSONBytes)
+			d.close()
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
 	var r Record
-	if err := decodeFile(path, &r); err != nil {
+	if err := decodeJSON(path, data, &r); err != nil {
 		return nil, err
 	}
 	return &r, nil
@@ -111,7 +128,10 @@ const (
 // gateOutput receives the gates' stdout and stderr (nil discards them).
 func Recover(ctx context.Context, workspace string, opts Options, gateOutput io.Writer) (*Plan, *Record, error) {
 	opts.Recovery = true
-	plan, err := Inspect(ctx, workspace, opts)
+	w := &wsHandles{}
+	defer w.close()
+	plan, m, err := inspect(ctx, workspace, opts, w)
+	defer m.remove()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -143,7 +163,7 @@ func Recover(ctx context.Context, workspace string, opts Options, gateOutput io.
 	gs := plan.gates
 	rec.GatesSandboxed, rec.GateSandbox, rec.GatePolicy = gs.Sandboxed, gs.Sandbox, gs.Policy
 	rec.GatePolicySHA256, rec.GateUID, rec.GateGID = gs.PolicySHA256, gs.UID, gs.GID
-	step, err := execute(ctx, plan, opts, rec, gateOutput)
+	step, err := execute(ctx, plan, opts, rec, gateOutput, m, w)
 	rec.FinishedAt = now().UTC().Format(time.RFC3339)
 	if err != nil {
 		rec.Status, rec.FailedStep, rec.Error = RecordFailed, step, err.Error()
@@ -159,87 +179,95 @@ func Recover(ctx context.Context, workspace string, opts Options, gateOutput io.
 	if err != nil {
 		return plan, rec, fmt.Errorf("%s: %w", step, err)
 	}
-	if err := markProgressRecovered(plan, rec, now()); err != nil {
+	if err := markProgressRecovered(w.ws, plan, rec, now()); err != nil {
 		return plan, rec, fmt.Errorf("%s: pushed %s but could not update %s: %w", StepRecord, rec.PushedCommit, ProgressFile, err)
 	}
 	return plan, rec, nil
 }
 
-func execute(ctx context.Context, plan *Plan, opts Options, rec *Record, gateOutput io.Writer) (string, error) {
+func execute(ctx context.Context, plan *Plan, opts Options, rec *Record, gateOutput io.Writer, m *mirror, w *wsHandles) (string, error) {
 	ev := plan.ev
 	base := envOrDefault(opts.Env)
-	g := newGitRunner(plan.Repository, base, identityOrDefault(opts.Identity))
+	g := m.git
 
-	tmp, err := os.MkdirTemp("", "finalizer-recover-")
-	if err != nil {
-		return StepCommit, err
-	}
-	defer os.RemoveAll(tmp)
-
-	// 1. Commit the pending work in a temporary index, never touching the
-	// preserved index, HEAD or working tree.
+	// 1. Commit the pending work in the mirror, with a copy of the
+	// preserved index, reading the working tree: nothing of the preserved
+	// checkout is written.
 	commit := plan.Head
 	if len(plan.ModifiedFiles)+len(plan.ApprovedNewFiles) > 0 {
-		c, err := commitPending(ctx, g, plan, tmp)
+		c, err := commitPending(ctx, m, plan)
 		if err != nil {
 			return StepCommit, err
+		}
+		if !w.repoStillSame() {
+			return StepCommit, fmt.Errorf("repository %s changed while it was being committed", quotePath(plan.Repository))
 		}
 		commit, rec.RecoveryCommit = c, c
 	}
 
-	// 2. Fetch the canonical branch; its sha is the lease.
-	tracking := "refs/remotes/" + ev.Remote + "/" + ev.CanonicalBranch
-	if _, err := g.run(ctx, nil, "fetch", "--no-tags", "--no-recurse-submodules", "--end-of-options", ev.Remote,
-		"+refs/heads/"+ev.CanonicalBranch+":"+tracking); err != nil {
-		return StepFetch, err
+	// 2. Fetch the canonical branch from the evidence's URL (not a remote
+	// name from the agent's config) into the mirror; its sha is the lease.
+	rt := plan.remote
+	rg := rt.runner(g)
+	lease := "refs/finalizer/lease"
+	args := append([]string{"fetch", "--no-tags", "--no-write-fetch-head", "--no-recurse-submodules"}, rt.remoteArgs("fetch")...)
+	args = append(args, "--end-of-options", rt.url, "+refs/heads/"+ev.CanonicalBranch+":"+lease)
+	if _, err := rg.run(ctx, nil, args...); err != nil {
+		return StepFetch, fmt.Errorf("fetching %s from %q: %w", ev.CanonicalBranch, ev.RemoteURL, err)
 	}
-	lease, err := g.line(ctx, "rev-parse", "--verify", "--end-of-options", tracking+"^{commit}")
+	leaseSHA, err := g.line(ctx, "rev-parse", "--verify", "--end-of-options", lease+"^{commit}")
 	if err != nil {
 		return StepFetch, err
 	}
-	rec.LeaseSHA = lease
+	rec.LeaseSHA = leaseSHA
 
-	// 3. Rebase in a temporary worktree.
-	wt := filepath.Join(tmp, "worktree")
+	// 3. Rebase in a worktree of the mirror (all of it in the private
+	// directory, removed with it).
+	wt := filepath.Join(m.tmp, "worktree")
 	if _, err := g.run(ctx, nil, "worktree", "add", "--detach", "--end-of-options", wt, commit); err != nil {
 		return StepRebase, err
 	}
-	defer func() {
-		// Best effort on a context that outlives ctx's cancellation.
-		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		g.run(cctx, nil, "worktree", "remove", "--force", wt)
-		g.run(cctx, nil, "worktree", "prune")
-	}()
-	w := g.with(wt)
-	if _, err := w.run(ctx, nil, "rebase", "--no-autosquash", "--no-autostash", "--onto", lease, ev.PreparedBaseSHA); err != nil {
-		w.run(context.Background(), nil, "rebase", "--abort")
-		return StepRebase, fmt.Errorf("rebase onto %s/%s (%s) failed; resolve by hand: %w", ev.Remote, ev.CanonicalBranch, short(lease), err)
+	wg := g.with(wt)
+	if _, err := wg.run(ctx, nil, "rebase", "--no-autosquash", "--no-autostash", "--onto", leaseSHA, ev.PreparedBaseSHA); err != nil {
+		wg.run(context.WithoutCancel(ctx), nil, "rebase", "--abort")
+		return StepRebase, fmt.Errorf("rebase onto %s/%s (%s) failed; resolve by hand: %w", ev.Remote, ev.CanonicalBranch, short(leaseSHA), err)
 	}
-	rebased, err := w.line(ctx, "rev-parse", "--verify", "HEAD^{commit}")
+	rebased, err := wg.line(ctx, "rev-parse", "--verify", "HEAD^{commit}")
 	if err != nil {
 		return StepRebase, err
 	}
 	rec.RebasedHead = rebased
+	if _, err := g.run(ctx, nil, "update-ref", "refs/heads/finalizer-rebased", rebased); err != nil {
+		return StepRebase, err
+	}
 
-	// 4. Both gates, on the rebased tree: a throwaway clone checked out at
-	// the rebased commit, inside the sandbox unless the operator opted out.
-	if step, err := runGates(ctx, g, plan, opts, rec, base, gateOutput); err != nil {
+	// 4. Both gates, on the rebased tree: a throwaway clone of the mirror
+	// checked out at the rebased commit, inside the sandbox unless the
+	// operator opted out.
+	if step, err := runGates(ctx, g, m.gitDir, plan, opts, rec, base, gateOutput); err != nil {
 		return step, err
 	}
 
-	// 5. Guarded push, then confirm the remote ref.
+	// 5. Guarded push to the evidence's URL, then confirm the remote ref.
 	ref := "refs/heads/" + ev.CanonicalBranch
-	if _, err := g.run(ctx, nil, "push", "--porcelain", "--no-verify", "--force-with-lease="+ref+":"+lease,
-		"--end-of-options", ev.Remote, rebased+":"+ref); err != nil {
-		return StepPush, fmt.Errorf("guarded push refused (did %s move since it was fetched at %s?): %w", ref, short(lease), err)
+	args = append([]string{"push", "--porcelain", "--no-verify", "--force-with-lease=" + ref + ":" + leaseSHA}, rt.remoteArgs("push")...)
+	args = append(args, "--end-of-options", rt.url, rebased+":"+ref)
+	if _, err := rg.run(ctx, nil, args...); err != nil {
+		return StepPush, fmt.Errorf("guarded push refused (did %s move since it was fetched at %s?): %w", ref, short(leaseSHA), err)
 	}
-	out, err := g.line(ctx, "ls-remote", "--end-of-options", ev.Remote, ref)
+	args = append([]string{"ls-remote"}, rt.remoteArgs("ls-remote")...)
+	out, err := rg.run(ctx, nil, append(args, "--end-of-options", rt.url, ref)...)
 	if err != nil {
 		return StepPush, err
 	}
-	if got, _, _ := strings.Cut(out, "\t"); got != rebased {
-		return StepPush, fmt.Errorf("push reported success but %s on %s is %q, not %s", ref, ev.Remote, got, rebased)
+	got := ""
+	for _, line := range strings.Split(string(out), "\n") {
+		if oid, name, ok := strings.Cut(line, "\t"); ok && name == ref {
+			got = oid
+		}
+	}
+	if got != rebased {
+		return StepPush, fmt.Errorf("push reported success but %s at %q is %q, not %s", ref, ev.RemoteURL, got, rebased)
 	}
 	rec.PushedCommit = rebased
 	return "", nil
@@ -248,25 +276,16 @@ func execute(ctx context.Context, plan *Plan, opts Options, rec *Record, gateOut
 // commitPending builds the recovery commit on HEAD from a copy of the
 // preserved index plus the tracked changes and the approved new files,
 // and checks that it adds exactly the approved paths.
-func commitPending(ctx context.Context, g *gitRunner, plan *Plan, tmp string) (string, error) {
-	idxPath, err := g.line(ctx, "rev-parse", "--git-path", "index")
-	if err != nil {
-		return "", err
-	}
-	if !filepath.IsAbs(idxPath) {
-		idxPath = filepath.Join(plan.Repository, idxPath)
-	}
-	tmpIdx := filepath.Join(tmp, "index")
-	data, err := os.ReadFile(idxPath)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return "", err
-	}
-	if err == nil {
+func commitPending(ctx context.Context, m *mirror, plan *Plan) (string, error) {
+	tmpIdx := filepath.Join(m.tmp, "index-commit")
+	if data, err := os.ReadFile(m.index); err == nil {
 		if err := os.WriteFile(tmpIdx, data, 0o600); err != nil {
 			return "", err
 		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", err
 	}
-	gi := g.with(plan.Repository, "GIT_INDEX_FILE="+tmpIdx)
+	gi := m.work(tmpIdx)
 	if _, err := gi.run(ctx, nil, "add", "--update"); err != nil {
 		return "", err
 	}
@@ -280,7 +299,7 @@ func commitPending(ctx context.Context, g *gitRunner, plan *Plan, tmp string) (s
 	if err != nil {
 		return "", err
 	}
-	out, err := g.run(ctx, nil, "diff-tree", "-r", "-z", "--no-renames", "--name-status", plan.Head, tree)
+	out, err := m.git.run(ctx, nil, "diff-tree", "-r", "-z", "--no-renames", "--name-status", plan.Head, tree)
 	if err != nil {
 		return "", err
 	}
@@ -295,15 +314,15 @@ func commitPending(ctx context.Context, g *gitRunner, plan *Plan, tmp string) (s
 	}
 	slices.Sort(added)
 	if !slices.Equal(added, plan.ApprovedNewFiles) {
-		return "", fmt.Errorf("the recovery commit would add %q, not exactly the approved %q", added, plan.ApprovedNewFiles)
+		return "", fmt.Errorf("the recovery commit would add %s, not exactly the approved %s", quotePaths(added), quotePaths(plan.ApprovedNewFiles))
 	}
 	for _, c := range changed {
 		if !slices.Contains(plan.ModifiedFiles, c) {
-			return "", fmt.Errorf("the recovery commit would change %s, which the plan did not list", c)
+			return "", fmt.Errorf("the recovery commit would change %s, which the plan did not list", quotePath(c))
 		}
 	}
 	msg := commitMessage(plan)
-	return gi.line(ctx, "commit-tree", tree, "-p", plan.Head, "-m", msg)
+	return m.git.line(ctx, "commit-tree", tree, "-p", plan.Head, "-m", msg)
 }
 
 func commitMessage(p *Plan) string {
@@ -325,16 +344,17 @@ func commitMessage(p *Plan) string {
 }
 
 // markProgressRecovered sets finalizer-progress.json's status to
-// "recovered", keeping every other field the executor wrote.
-func markProgressRecovered(plan *Plan, rec *Record, now time.Time) error {
-	path := filepath.Join(plan.Workspace, ProgressFile)
+// "recovered", keeping every other field the executor wrote: the fields
+// come from the bytes inspection read and checked, never from whatever
+// the name points at now. The file is replaced through a new temporary
+// file (O_EXCL) renamed over it, so a symlink planted meanwhile is
+// replaced, not followed.
+func markProgressRecovered(wsd *safeDir, plan *Plan, rec *Record, now time.Time) error {
 	doc := map[string]any{}
-	if data, err := os.ReadFile(path); err == nil {
-		if err := json.Unmarshal(data, &doc); err != nil {
+	if plan.progressRaw != nil {
+		if err := json.Unmarshal(plan.progressRaw, &doc); err != nil {
 			return err
 		}
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return err
 	}
 	doc["schema"] = ProgressSchema
 	doc["evidence_id"] = plan.EvidenceID
@@ -342,7 +362,7 @@ func markProgressRecovered(plan *Plan, rec *Record, now time.Time) error {
 	doc["status"] = ProgressRecovered
 	doc["updated_at"] = now.UTC().Format(time.RFC3339)
 	doc["recovered_commit"] = rec.PushedCommit
-	return writeJSONAtomic(path, doc)
+	return writeJSONAtomic(wsd.join(ProgressFile), doc)
 }
 
 func writeJSONAtomic(path string, v any) error {
@@ -355,9 +375,9 @@ func writeJSONAtomic(path string, v any) error {
 
 // runGates prepares the gate clone, runs every gate in it and checks after
 // each one that the clone still holds the rebased commit, unmodified.
-func runGates(ctx context.Context, g *gitRunner, plan *Plan, opts Options, rec *Record, base []string, gateOutput io.Writer) (string, error) {
+func runGates(ctx context.Context, g *gitRunner, repo string, plan *Plan, opts Options, rec *Record, base []string, gateOutput io.Writer) (string, error) {
 	ev, gs := plan.ev, plan.gates
-	gt, err := prepareGateTree(ctx, g, plan.Repository, rec.RebasedHead, gs)
+	gt, err := prepareGateTree(ctx, g, repo, rec.RebasedHead, gs)
 	if gt != nil {
 		defer os.RemoveAll(gt.dir)
 	}

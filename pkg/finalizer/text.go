@@ -3,6 +3,7 @@ package finalizer
 import (
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 )
 
@@ -12,8 +13,8 @@ func (p *Plan) WriteText(w io.Writer) error {
 	kv := func(k, format string, args ...any) {
 		fmt.Fprintf(&b, "%-24s %s\n", k+":", fmt.Sprintf(format, args...))
 	}
-	kv("workspace", "%s", p.Workspace)
-	kv("repository", "%s", p.Repository)
+	kv("workspace", "%s", quotePath(p.Workspace))
+	kv("repository", "%s", quotePath(p.Repository))
 	kv("mode", "%s (%s)", p.Mode, p.ModeReason)
 	kv("evidence", "%s, task %s, status %s, finalizer_interrupted=%v", p.EvidenceID, p.TaskID, p.EvidenceStatus, p.FinalizerInterrupted)
 	if p.ProgressStatus != "" {
@@ -31,10 +32,10 @@ func (p *Plan) WriteText(w io.Writer) error {
 	}
 	kv("preserved HEAD", "%s (%s)", p.PreservedHead, match)
 	kv("prepared base", "%s", p.PreparedBase)
-	kv("canonical", "%s/%s (%s)", p.Remote, p.CanonicalBranch, p.RemoteURL)
+	kv("canonical", "%s/%s (%s)", p.Remote, p.CanonicalBranch, quotePath(p.RemoteURL))
 	fmt.Fprintf(&b, "would commit (tracked, modified): %d\n", len(p.ModifiedFiles))
 	for _, f := range p.ModifiedFiles {
-		fmt.Fprintf(&b, "  %s\n", f)
+		fmt.Fprintf(&b, "  %s\n", quotePath(f))
 	}
 	fmt.Fprintf(&b, "new files (each needs --approve-new-file): %d\n", len(p.NewFiles))
 	approved := map[string]bool{}
@@ -46,7 +47,7 @@ func (p *Plan) WriteText(w io.Writer) error {
 		if approved[f] {
 			mark = "  [approved]"
 		}
-		fmt.Fprintf(&b, "  %s%s\n", f, mark)
+		fmt.Fprintf(&b, "  %s%s\n", quotePath(f), mark)
 	}
 	fmt.Fprintf(&b, "test evidence:\n")
 	for _, e := range p.TestEvidence {
@@ -63,22 +64,32 @@ func (p *Plan) WriteText(w io.Writer) error {
 	}
 	if gs := p.GateSetup; gs != nil {
 		if gs.Sandboxed {
-			kv("gates", "sandboxed: %s, policy %s (%s, sha256 %s), as %s", gs.Sandbox, gs.Policy, gs.PolicySource, short(gs.PolicySHA256), idString(gs.UID, gs.GID))
+			kv("gates", "sandboxed: %s, policy %s (%s, sha256 %s), as %s", quotePath(gs.Sandbox), gs.Policy, gs.PolicySource, short(gs.PolicySHA256), idString(gs.UID, gs.GID))
 		} else {
 			kv("gates", "UNSANDBOXED: on the host, as %s (--unsandboxed-gates)", idString(gs.UID, gs.GID))
 		}
 	}
 	fmt.Fprintf(&b, "steps:\n")
 	for i, s := range p.Steps {
-		fmt.Fprintf(&b, "  %d. %s\n", i+1, s)
+		fmt.Fprintf(&b, "  %d. %s\n", i+1, oneLine(s))
 	}
 	if len(p.Refusals) > 0 {
 		fmt.Fprintf(&b, "refusals:\n")
 		for _, r := range p.Refusals {
-			fmt.Fprintf(&b, "  - %s\n", r)
+			fmt.Fprintf(&b, "  - %s\n", oneLine(r))
 		}
 	}
 	kv("recoverable", "%v", p.Recoverable)
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// oneLine keeps a message on its line: any control character left in it
+// (a name should have been quoted already) is escaped.
+func oneLine(s string) string {
+	if !hasControl(s) {
+		return s
+	}
+	q := strconv.Quote(s)
+	return q[1 : len(q)-1]
 }

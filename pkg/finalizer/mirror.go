@@ -1,0 +1,347 @@
+package finalizer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+)
+
+// mirror is the private repository recovery works in. Git never runs in
+// the agent's .git: after the checks, the objects, the index and the HEAD
+// commit are copied (descriptor-relative, no symlink followed, regular
+// files only) into a fresh repository in a 0700 temporary directory, and
+// every git command runs there. The agent's working tree is read through
+// --work-tree for status and add; nothing is ever written to it.
+type mirror struct {
+	tmp    string // private directory: the mirror, index copies, worktrees
+	gitDir string
+	index  string // copy of the preserved index ("" when there was none)
+	format string // object format
+	head   string // the preserved repository's HEAD commit
+	repo   string // the agent's working tree (absolute)
+	git    *gitRunner
+}
+
+func (m *mirror) remove() {
+	if m != nil {
+		os.RemoveAll(m.tmp)
+	}
+}
+
+// work returns a runner for the agent's working tree with the mirror as
+// repository and index as the index.
+func (m *mirror) work(index string) *gitRunner {
+	g := m.git.withArgs("--work-tree=" + m.repo)
+	if index != "" {
+		g = g.withEnv("GIT_INDEX_FILE=" + index)
+	}
+	return g
+}
+
+// workspace holds the descriptors of a workspace under inspection.
+type wsHandles struct {
+	ws, repo, git *safeDir
+	repoRel       string
+}
+
+func (w *wsHandles) close() {
+	if w == nil {
+		return
+	}
+	w.git.close()
+	w.repo.close()
+	w.ws.close()
+}
+
+// repoStillSame reports whether the repository path still names the
+// directory that was checked (a writable workspace could swap it).
+func (w *wsHandles) repoStillSame() bool {
+	return w.ws.sameDir(w.repoRel, w.repo) && w.repo.sameDir(".git", w.git)
+}
+
+// openRepository checks the repository below the workspace and builds the
+// mirror. Problems are refusals in p; stop says the inspection cannot go
+// on. Nothing runs git before every check on the agent's files passed.
+func openRepository(ctx context.Context, p *Plan, w *wsHandles, opts Options) (m *mirror, stop bool, err error) {
+	ev := p.ev
+	repoD, err := w.ws.openDir(ev.Repository)
+	if err != nil {
+		return nil, true, refuseOrFail(p, "repository", err)
+	}
+	w.repo = repoD
+	gitD, err := repoD.openDir(".git")
+	if err != nil {
+		return nil, true, refuseOrFail(p, "repository .git", err)
+	}
+	w.git = gitD
+	euid := os.Geteuid()
+	if !repoD.ownedBy(euid) || !gitD.ownedBy(euid) {
+		p.refuse("repository %s is not owned by this user (uid %d); run finalizer-recover as the workspace owner", quotePath(p.Repository), euid)
+		return nil, true, nil
+	}
+	for _, scan := range []struct {
+		d    *safeDir
+		scan func(context.Context, *safeDir) ([]string, error)
+	}{{gitD, scanGitDir}, {repoD, scanWorkTree}} {
+		refusals, err := scan.scan(ctx, scan.d)
+		if err != nil {
+			return nil, true, err
+		}
+		for _, r := range refusals {
+			p.refuse("%s", r)
+		}
+		if len(refusals) > 0 {
+			return nil, true, nil
+		}
+	}
+
+	tmp, err := os.MkdirTemp("", "finalizer-recover-")
+	if err != nil {
+		return nil, true, err
+	}
+	m = &mirror{tmp: tmp, gitDir: filepath.Join(tmp, "mirror.git"), repo: p.Repository}
+	defer func() {
+		if m != nil && (stop || err != nil) {
+			m.remove()
+			m = nil
+		}
+	}()
+	base := newGitRunner(tmp, envOrDefault(opts.Env), identityOrDefault(opts.Identity)).
+		withEnv("GIT_CEILING_DIRECTORIES=" + tmp)
+
+	// The agent's config: parsed from a private copy, checked, never used.
+	format := "sha1"
+	if gitD.exists("config") {
+		cfg := filepath.Join(tmp, "agent-config")
+		if _, err := gitD.copyFile(ctx, "config", cfg, maxConfigBytes); err != nil {
+			return m, true, refuseOrFail(p, "config", err)
+		}
+		entries, err := base.configFile(ctx, cfg)
+		if err != nil {
+			p.refuse("%s: git cannot parse it", quotePath(gitD.join("config")))
+			return m, true, nil
+		}
+		if checkRepoConfig(entries, p) {
+			return m, true, nil
+		}
+		for _, e := range entries {
+			if e.section == "extensions" && e.key == "objectformat" {
+				format = e.value
+			}
+		}
+	}
+	if format != "sha1" && format != "sha256" {
+		p.refuse("%s: extensions.objectformat %q is not supported", quotePath(gitD.join("config")), format)
+		return m, true, nil
+	}
+	m.format = format
+
+	if _, err := base.run(ctx, nil, "init", "--quiet", "--bare", "--template=", "--object-format="+format, "--end-of-options", m.gitDir); err != nil {
+		return m, true, fmt.Errorf("creating the private mirror: %w", err)
+	}
+	m.git = newGitRunner(tmp, envOrDefault(opts.Env), identityOrDefault(opts.Identity)).withArgs("--git-dir=" + m.gitDir)
+	if _, err := m.git.run(ctx, nil, "config", "core.bare", "false"); err != nil {
+		return m, true, fmt.Errorf("configuring the private mirror: %w", err)
+	}
+	if err := copyObjects(ctx, gitD, filepath.Join(m.gitDir, "objects")); err != nil {
+		return m, true, refuseOrFail(p, "objects", err)
+	}
+	if gitD.exists("shallow") {
+		if _, err := gitD.copyFile(ctx, "shallow", filepath.Join(m.gitDir, "shallow"), maxShallowBytes); err != nil {
+			return m, true, refuseOrFail(p, "shallow", err)
+		}
+	}
+	if gitD.exists("index") {
+		m.index = filepath.Join(tmp, "index")
+		if _, err := gitD.copyFile(ctx, "index", m.index, maxIndexBytes); err != nil {
+			return m, true, refuseOrFail(p, "index", err)
+		}
+	} else {
+		m.index = filepath.Join(tmp, "index") // git creates an empty one
+	}
+
+	head, err := resolveHead(gitD)
+	if err != nil {
+		p.refuse("preserved repository has no HEAD commit: %v", err)
+		return m, true, nil
+	}
+	if _, err := m.git.line(ctx, "rev-parse", "--verify", "--quiet", "--end-of-options", head+"^{commit}"); err != nil {
+		p.refuse("preserved repository has no HEAD commit: %s is not a commit in %s", head, quotePath(gitD.join("objects")))
+		return m, true, nil
+	}
+	if _, err := m.git.run(ctx, nil, "update-ref", "--no-deref", "HEAD", head); err != nil {
+		return m, true, fmt.Errorf("private mirror: %w", err)
+	}
+	m.head = head
+	return m, false, nil
+}
+
+// refuseOrFail turns a special-file error into a refusal and passes other
+// errors on.
+func refuseOrFail(p *Plan, what string, err error) error {
+	var sfe *SpecialFileError
+	switch {
+	case errors.As(err, &sfe):
+		p.refuse("%s", sfe.Error())
+		return nil
+	case errors.Is(err, fs.ErrNotExist):
+		p.refuse("%s missing: %v", what, err)
+		return nil
+	}
+	return err
+}
+
+// copyObjects copies the loose objects and packs of the agent's
+// repository into the mirror, within MaxObjectBytes. Anything else in
+// objects/ (commit-graph, multi-pack-index, info/) is left behind: git
+// recomputes what it needs and never trusts the agent's caches.
+func copyObjects(ctx context.Context, gitD *safeDir, dst string) error {
+	od, err := gitD.openDir("objects")
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer od.close()
+	names, err := od.names()
+	if err != nil {
+		return err
+	}
+	budget := MaxObjectBytes
+	copyDir := func(sub string, want func(string) bool) error {
+		sd, err := od.openDir(sub)
+		if err != nil {
+			return err
+		}
+		defer sd.close()
+		files, err := sd.names()
+		if err != nil {
+			return err
+		}
+		made := false
+		for _, f := range files {
+			if !want(f) {
+				continue
+			}
+			if !made {
+				if err := os.MkdirAll(filepath.Join(dst, sub), 0o700); err != nil {
+					return err
+				}
+				made = true
+			}
+			n, err := sd.copyFile(ctx, f, filepath.Join(dst, sub, f), budget)
+			if err != nil {
+				return err
+			}
+			budget -= n
+		}
+		return nil
+	}
+	for _, name := range names {
+		switch {
+		case len(name) == 2 && isHex(name):
+			err = copyDir(name, func(f string) bool { return (len(f) == 38 || len(f) == 62) && isHex(f) })
+		case name == "pack":
+			err = copyDir(name, func(f string) bool {
+				return strings.HasPrefix(f, "pack-") && (strings.HasSuffix(f, ".pack") || strings.HasSuffix(f, ".idx"))
+			})
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func isHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// resolveHead reads HEAD and the ref it names (loose, then packed) from
+// the agent's .git without git: small regular files, no symlink followed.
+func resolveHead(gitD *safeDir) (string, error) {
+	ref := "HEAD"
+	for range 5 {
+		val, err := readRef(gitD, ref)
+		if err != nil {
+			return "", err
+		}
+		if target, ok := strings.CutPrefix(val, "ref: "); ok {
+			if !validRefName(target) {
+				return "", fmt.Errorf("%s names %q, not a ref", ref, target)
+			}
+			ref = target
+			continue
+		}
+		if objectIDRE.MatchString(val) {
+			return val, nil
+		}
+		return "", fmt.Errorf("%s does not hold an object id", ref)
+	}
+	return "", errors.New("HEAD: too many levels of symbolic refs")
+}
+
+func readRef(gitD *safeDir, ref string) (string, error) {
+	if ref == "HEAD" {
+		data, err := gitD.readFile("HEAD", maxRefBytes)
+		if err != nil {
+			return "", err
+		}
+		return strings.TrimSpace(string(data)), nil
+	}
+	dir, base := path.Split(ref)
+	d, err := gitD.openDir(strings.TrimSuffix(dir, "/"))
+	if err == nil {
+		data, rerr := d.readFile(base, maxRefBytes)
+		d.close()
+		if rerr == nil {
+			return strings.TrimSpace(string(data)), nil
+		}
+		if !errors.Is(rerr, fs.ErrNotExist) {
+			return "", rerr
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return "", err
+	}
+	if !gitD.exists("packed-refs") {
+		return "", fmt.Errorf("%s does not exist (unborn branch)", ref)
+	}
+	data, err := gitD.readFile("packed-refs", maxPackedRefBytes)
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if line == "" || line[0] == '#' || line[0] == '^' {
+			continue
+		}
+		if oid, name, ok := strings.Cut(line, " "); ok && name == ref && objectIDRE.MatchString(oid) {
+			return oid, nil
+		}
+	}
+	return "", fmt.Errorf("%s does not exist (unborn branch)", ref)
+}
+
+// validRefName accepts refs/... names whose components are plain.
+func validRefName(ref string) bool {
+	if !strings.HasPrefix(ref, "refs/") || hasControl(ref) || strings.HasSuffix(ref, ".lock") {
+		return false
+	}
+	for _, c := range strings.Split(ref, "/") {
+		if c == "" || c == "." || c == ".." || strings.HasPrefix(c, ".") {
+			return false
+		}
+	}
+	return !strings.ContainsAny(ref, " ~^:?*[\\")
+}

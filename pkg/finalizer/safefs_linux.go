@@ -1,0 +1,405 @@
+//go:build linux
+
+package finalizer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// safeDir is a directory of the workspace opened without following a
+// symlink on the way. Everything root reads from the workspace goes
+// through one: every component is opened with O_NOFOLLOW relative to its
+// parent's descriptor, files with O_NOFOLLOW|O_NONBLOCK (a FIFO neither
+// blocks nor is read), and only regular files with one link and a bounded
+// size are read.
+type safeDir struct {
+	fd   int
+	path string // for messages only; never opened by name
+}
+
+// openWorkspaceDir opens the operator-named workspace directory. The path
+// itself is the operator's; what lies below it is the agent's.
+func openWorkspaceDir(path string) (*safeDir, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("workspace %s: not a directory: %w", path, err)
+	}
+	return &safeDir{fd: fd, path: path}, nil
+}
+
+func (d *safeDir) close() {
+	if d != nil && d.fd >= 0 {
+		unix.Close(d.fd)
+		d.fd = -1
+	}
+}
+
+func (d *safeDir) join(name string) string { return filepath.Join(d.path, name) }
+
+// openDir opens the relative directory rel (one or more components) below
+// d without following any symlink.
+func (d *safeDir) openDir(rel string) (*safeDir, error) {
+	fd, err := unix.Dup(d.fd)
+	if err != nil {
+		return nil, err
+	}
+	unix.CloseOnExec(fd)
+	cur := &safeDir{fd: fd, path: d.path}
+	for _, c := range strings.Split(rel, "/") {
+		if c == "" || c == "." {
+			continue
+		}
+		p := filepath.Join(cur.path, c)
+		nfd, err := unix.Openat(cur.fd, c, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+		if err != nil {
+			cur.close()
+			switch {
+			case errors.Is(err, unix.ELOOP):
+				return nil, &SpecialFileError{Path: p, What: "a symbolic link, not a directory"}
+			case errors.Is(err, unix.ENOTDIR):
+				return nil, &SpecialFileError{Path: p, What: "not a directory"}
+			case errors.Is(err, unix.ENOENT):
+				return nil, fmt.Errorf("%q: %w", p, os.ErrNotExist)
+			}
+			return nil, fmt.Errorf("%q: %w", p, err)
+		}
+		cur.close()
+		cur = &safeDir{fd: nfd, path: p}
+	}
+	return cur, nil
+}
+
+// lstat stats name in d without following it.
+func (d *safeDir) lstat(name string) (unix.Stat_t, error) {
+	var st unix.Stat_t
+	err := unix.Fstatat(d.fd, name, &st, unix.AT_SYMLINK_NOFOLLOW)
+	return st, err
+}
+
+// stat stats d itself.
+func (d *safeDir) stat() (unix.Stat_t, error) {
+	var st unix.Stat_t
+	err := unix.Fstat(d.fd, &st)
+	return st, err
+}
+
+// names lists the entries of d.
+func (d *safeDir) names() ([]string, error) {
+	fd, err := unix.Openat(d.fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%q: %w", d.path, err)
+	}
+	f := os.NewFile(uintptr(fd), d.path)
+	defer f.Close()
+	names, err := f.Readdirnames(-1)
+	if err != nil {
+		return nil, fmt.Errorf("%q: %w", d.path, err)
+	}
+	return names, nil
+}
+
+// openRegular opens name in d for reading: never through a symlink, never
+// blocking on a FIFO, and only a regular file with a single link of at
+// most max bytes. The descriptor is checked, not the name, so what is read
+// is what was checked.
+func (d *safeDir) openRegular(name string, max int64) (*os.File, int64, error) {
+	p := d.join(name)
+	fd, err := unix.Openat(d.fd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
+	if err != nil {
+		if errors.Is(err, unix.ELOOP) {
+			return nil, 0, &SpecialFileError{Path: p, What: "a symbolic link"}
+		}
+		if errors.Is(err, unix.ENOENT) {
+			return nil, 0, fmt.Errorf("%q: %w", p, os.ErrNotExist)
+		}
+		return nil, 0, fmt.Errorf("%q: %w", p, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, 0, fmt.Errorf("%q: %w", p, err)
+	}
+	if what := fileKind(st); what != "" {
+		unix.Close(fd)
+		return nil, 0, &SpecialFileError{Path: p, What: what}
+	}
+	if st.Nlink != 1 {
+		unix.Close(fd)
+		return nil, 0, &SpecialFileError{Path: p, What: fmt.Sprintf("a hard link (%d names share it; one may be outside the workspace)", st.Nlink)}
+	}
+	if st.Size > max {
+		unix.Close(fd)
+		return nil, 0, &SpecialFileError{Path: p, What: fmt.Sprintf("%d bytes, more than the %d allowed", st.Size, max)}
+	}
+	// Reads block from here on; a regular file never blocks for long.
+	if err := unix.SetNonblock(fd, false); err != nil {
+		unix.Close(fd)
+		return nil, 0, err
+	}
+	return os.NewFile(uintptr(fd), p), st.Size, nil
+}
+
+// readFile reads a small regular file (see openRegular).
+func (d *safeDir) readFile(name string, max int64) ([]byte, error) {
+	f, _, err := d.openRegular(name, max)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, fmt.Errorf("%q: %w", f.Name(), err)
+	}
+	if int64(len(data)) > max {
+		return nil, &SpecialFileError{Path: f.Name(), What: fmt.Sprintf("grew beyond the %d bytes allowed", max)}
+	}
+	return data, nil
+}
+
+// copyFile copies the regular file name in d to dst (created exclusively,
+// mode 0600) and returns the bytes copied, at most max.
+func (d *safeDir) copyFile(ctx context.Context, name, dst string, max int64) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	f, _, err := d.openRegular(name, max)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return 0, err
+	}
+	n, err := io.Copy(out, io.LimitReader(f, max+1))
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return n, fmt.Errorf("copying %q: %w", f.Name(), err)
+	}
+	if n > max {
+		return n, &SpecialFileError{Path: f.Name(), What: fmt.Sprintf("grew beyond the %d bytes allowed", max)}
+	}
+	return n, nil
+}
+
+// sameDir reports whether rel below d is still (without following
+// symlinks) the directory other was opened as.
+func (d *safeDir) sameDir(rel string, other *safeDir) bool {
+	cur, err := d.openDir(rel)
+	if err != nil {
+		return false
+	}
+	defer cur.close()
+	a, err1 := cur.stat()
+	b, err2 := other.stat()
+	return err1 == nil && err2 == nil && a.Dev == b.Dev && a.Ino == b.Ino
+}
+
+// fileKind names a file type root never reads, or "" for a regular file.
+func fileKind(st unix.Stat_t) string {
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		return ""
+	case unix.S_IFLNK:
+		return "a symbolic link"
+	case unix.S_IFIFO:
+		return "a FIFO"
+	case unix.S_IFSOCK:
+		return "a socket"
+	case unix.S_IFCHR, unix.S_IFBLK:
+		return "a device"
+	case unix.S_IFDIR:
+		return "a directory"
+	}
+	return "not a regular file"
+}
+
+func isDir(st unix.Stat_t) bool { return st.Mode&unix.S_IFMT == unix.S_IFDIR }
+func isReg(st unix.Stat_t) bool { return st.Mode&unix.S_IFMT == unix.S_IFREG }
+func isLink(st unix.Stat_t) bool {
+	return st.Mode&unix.S_IFMT == unix.S_IFLNK
+}
+func nlink(st unix.Stat_t) uint64 { return uint64(st.Nlink) }
+func ownerUID(st unix.Stat_t) int { return int(st.Uid) }
+
+// Bounds of a workspace scan: it must finish, and its refusal list must
+// stay readable.
+const (
+	maxScanEntries  = 2_000_000
+	maxScanDepth    = 128
+	maxScanRefusals = 20
+)
+
+// scanRule judges one entry (rel is relative to the scanned root, with
+// slashes): a non-empty refusal, and whether to descend into a directory.
+type scanRule func(rel string, st unix.Stat_t) (refusal string, descend bool)
+
+type scanner struct {
+	ctx      context.Context
+	rule     scanRule
+	refusals []string
+	entries  int
+	err      error
+}
+
+// scanTree walks d without following symlinks and returns a refusal, each
+// naming its path, for every entry rule rejects.
+func scanTree(ctx context.Context, d *safeDir, rule scanRule) ([]string, error) {
+	s := &scanner{ctx: ctx, rule: rule}
+	s.walk(d, "", 0)
+	return s.refusals, s.err
+}
+
+func (s *scanner) refuse(path, what string) {
+	if len(s.refusals) < maxScanRefusals {
+		s.refusals = append(s.refusals, fmt.Sprintf("refusing %s: %s", quotePath(path), what))
+	} else if len(s.refusals) == maxScanRefusals {
+		s.refusals = append(s.refusals, "refusing more special files (list truncated)")
+	}
+}
+
+func (s *scanner) walk(d *safeDir, rel string, depth int) {
+	if s.err != nil || len(s.refusals) > maxScanRefusals {
+		return
+	}
+	if depth > maxScanDepth {
+		s.refuse(d.path, fmt.Sprintf("nested deeper than %d directories", maxScanDepth))
+		return
+	}
+	names, err := d.names()
+	if err != nil {
+		s.err = err
+		return
+	}
+	for _, name := range names {
+		s.entries++
+		if s.entries%1024 == 0 {
+			if err := s.ctx.Err(); err != nil {
+				s.err = err
+				return
+			}
+		}
+		if s.entries > maxScanEntries {
+			s.refuse(d.path, fmt.Sprintf("more than %d entries to check", maxScanEntries))
+			s.err = nil
+			return
+		}
+		r := name
+		if rel != "" {
+			r = rel + "/" + name
+		}
+		st, err := d.lstat(name)
+		if err != nil {
+			s.err = fmt.Errorf("%s: %w", quotePath(d.join(name)), err)
+			return
+		}
+		why, descend := s.rule(r, st)
+		if why != "" {
+			s.refuse(d.join(name), why)
+			continue
+		}
+		if !descend || !isDir(st) {
+			continue
+		}
+		sub, err := d.openDir(name)
+		if err != nil {
+			var sfe *SpecialFileError
+			if errors.As(err, &sfe) {
+				s.refuse(sfe.Path, sfe.What+" (it changed while being checked)")
+				continue
+			}
+			s.err = err
+			return
+		}
+		s.walk(sub, r, depth+1)
+		sub.close()
+	}
+}
+
+// gitDirRule refuses what would make git, run as root, read or write
+// outside the repository, block, or consult another repository:
+// symlinks, FIFOs, sockets, devices, hard links, commondir, alternates and
+// linked worktrees.
+func gitDirRule(rel string, st unix.Stat_t) (string, bool) {
+	switch rel {
+	case "commondir":
+		return "commondir points git at another repository", false
+	case "worktrees":
+		return "linked worktrees: their gitdir files point outside the repository", false
+	case "objects/info/alternates", "objects/info/http-alternates":
+		return "alternates borrow objects from another repository", false
+	}
+	if isDir(st) {
+		return "", true
+	}
+	if what := fileKind(st); what != "" {
+		return what, false
+	}
+	if nlink(st) != 1 {
+		return fmt.Sprintf("a hard link (%d names share it; one may be outside the workspace)", nlink(st)), false
+	}
+	return "", false
+}
+
+// workTreeRule refuses, in the working tree git will read as root, what
+// could block it (FIFOs, sockets, devices), hand it another file's
+// content (hard links), or another repository (nested .git); symlinks are
+// recorded as links, never followed, except where git would read them.
+func workTreeRule(rel string, st unix.Stat_t) (string, bool) {
+	if rel == ".git" {
+		return "", false // scanned on its own with gitDirRule
+	}
+	base := rel[strings.LastIndexByte(rel, '/')+1:]
+	if base == ".git" {
+		return "a nested repository or gitfile (.git) below the repository root", false
+	}
+	switch {
+	case isDir(st):
+		return "", true
+	case isLink(st):
+		switch base {
+		case ".gitignore", ".gitattributes", ".gitmodules", ".mailmap":
+			return "a symbolic link git would read", false
+		}
+		return "", false
+	}
+	if what := fileKind(st); what != "" {
+		return what, false
+	}
+	if nlink(st) != 1 {
+		return fmt.Sprintf("a hard link (%d names share it; one may be outside the workspace)", nlink(st)), false
+	}
+	return "", false
+}
+
+// exists reports whether name is present in d (of any type).
+func (d *safeDir) exists(name string) bool {
+	_, err := d.lstat(name)
+	return err == nil
+}
+
+// ownedBy reports whether d belongs to uid.
+func (d *safeDir) ownedBy(uid int) bool {
+	st, err := d.stat()
+	return err == nil && ownerUID(st) == uid
+}
+
+// scanGitDir checks a repository's .git directory with gitDirRule.
+func scanGitDir(ctx context.Context, git *safeDir) ([]string, error) {
+	return scanTree(ctx, git, gitDirRule)
+}
+
+// scanWorkTree checks a repository's working tree with workTreeRule.
+func scanWorkTree(ctx context.Context, repo *safeDir) ([]string, error) {
+	return scanTree(ctx, repo, workTreeRule)
+}
