@@ -3,13 +3,20 @@
 // interrupted after its gates passed (seed 000: mac task recover-finalizer,
 // mac task recover-stalled-finalizer).
 //
+// Everything in the workspace is the agent's, and the tool usually runs as
+// root: files are read descriptor-relative without following symlinks or
+// blocking, size-capped; .git and the working tree are scanned for special
+// files before any git command; git never runs in the agent's .git but in
+// a private mirror holding copies of its objects, index and HEAD, and
+// fetches from and pushes to the evidence's remote_url itself.
+//
 // Inspect is read-only: it reads mac-evidence.json and
 // finalizer-progress.json, looks at the preserved git repository without
 // taking any lock or refreshing the index, judges the preserved test
 // evidence by gate semantics, and returns a Plan. Recover, given the
 // original evidence id and an exact approval for every new path, commits
-// the pending work with provenance trailers in a temporary index and
-// worktree (the preserved checkout is never modified), rebases onto the
+// the pending work with provenance trailers in the mirror (the preserved
+// checkout is never modified), rebases onto the
 // canonical branch, reruns the contract and verification commands in a
 // throwaway clone of the rebased commit inside sandbox-supervisor (on the
 // host only with the explicit UnsandboxedGates opt-in, which the record

@@ -521,7 +521,7 @@ func TestUntrustedRepositoryConfig(t *testing.T) {
 	f.git(f.repo, "config", "core.fsmonitor", "touch "+marker)
 	o := f.opts()
 	o.Approve = append(o.Approve, ".gitattributes")
-	refused(t, f, o, "repository config sets keys recovery does not trust")
+	refused(t, f, o, "sets keys recovery does not trust")
 	if _, err := os.Stat(marker); err == nil {
 		t.Fatal("a program from the repository config ran")
 	}

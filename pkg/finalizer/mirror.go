@@ -116,23 +116,23 @@ func openRepository(ctx context.Context, p *Plan, w *wsHandles, opts Options) (m
 
 	// The agent's config: parsed from a private copy, checked, never used.
 	format := "sha1"
+	var entries []configEntry
 	if gitD.exists("config") {
 		cfg := filepath.Join(tmp, "agent-config")
 		if _, err := gitD.copyFile(ctx, "config", cfg, maxConfigBytes); err != nil {
 			return m, true, refuseOrFail(p, "config", err)
 		}
-		entries, err := base.configFile(ctx, cfg)
-		if err != nil {
+		if entries, err = base.configFile(ctx, cfg); err != nil {
 			p.refuse("%s: git cannot parse it", quotePath(gitD.join("config")))
 			return m, true, nil
 		}
-		if checkRepoConfig(entries, p) {
-			return m, true, nil
-		}
-		for _, e := range entries {
-			if e.section == "extensions" && e.key == "objectformat" {
-				format = e.value
-			}
+	}
+	if checkRepoConfig(entries, p, gitD.join("config")) {
+		return m, true, nil
+	}
+	for _, e := range entries {
+		if e.section == "extensions" && e.key == "objectformat" {
+			format = e.value
 		}
 	}
 	if format != "sha1" && format != "sha256" {

@@ -327,7 +327,7 @@ func mode(ev *Evidence, prog *Progress) (string, string) {
 // and a remote whose URL differs from the evidence. It reports whether the
 // inspection must stop. Names compare as git compares them: section and
 // key case-insensitively, the subsection (the remote's name) exactly.
-func checkRepoConfig(entries []configEntry, p *Plan) bool {
+func checkRepoConfig(entries []configEntry, p *Plan, file string) bool {
 	var bad []string
 	var urls, pushURLs []string
 	for _, e := range entries {
@@ -344,7 +344,7 @@ func checkRepoConfig(entries []configEntry, p *Plan) bool {
 	}
 	stop := false
 	if len(bad) > 0 {
-		p.refuse("repository config sets keys recovery does not trust (they could run programs or redirect the push): %s", quotePaths(bad))
+		p.refuse("repository config %s sets keys recovery does not trust (they could run programs or redirect the push): %s", quotePath(file), quotePaths(bad))
 		stop = true
 	}
 	if len(urls) != 1 || urls[0] != p.RemoteURL {
@@ -455,12 +455,12 @@ func planSteps(p *Plan, opts Options) []string {
 		s = append(s, "no pending work to commit")
 	}
 	s = append(s,
-		fmt.Sprintf("fetch %s refs/heads/%s from %s and note its sha as the lease", p.Remote, p.CanonicalBranch, p.RemoteURL),
+		fmt.Sprintf("fetch refs/heads/%s from %s (remote_url itself) into a private mirror and note its sha as the lease", p.CanonicalBranch, quotePath(p.RemoteURL)),
 		fmt.Sprintf("rebase the commits after prepared base %s onto it, in a temporary worktree", short(p.PreparedBase)),
 		fmt.Sprintf("run the contract command %q and %d verification command(s) in a throwaway clone of the rebased commit, %s, each with a %s timeout; refuse on any failure or if a gate changed the clone's HEAD or tracked files",
 			p.ContractCommand, len(p.VerificationCommands), gateWhere(p.gates), gateTimeout(opts)),
-		fmt.Sprintf("git push --force-with-lease=refs/heads/%s:<fetched sha> %s <rebased>:refs/heads/%s, then confirm the remote ref", p.CanonicalBranch, p.Remote, p.CanonicalBranch),
-		fmt.Sprintf("write the recovery record %s and mark %s %q", recordPath(p.Workspace, opts), ProgressFile, ProgressRecovered),
+		fmt.Sprintf("git push --force-with-lease=refs/heads/%s:<fetched sha> %s <rebased>:refs/heads/%s, then confirm the remote ref", p.CanonicalBranch, quotePath(p.RemoteURL), p.CanonicalBranch),
+		fmt.Sprintf("write the recovery record %s and mark %s %q", quotePath(recordPath(p.Workspace, opts)), ProgressFile, ProgressRecovered),
 	)
 	return s
 }

@@ -1,0 +1,585 @@
+//go:build linux
+
+package finalizer
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/palisade-sandbox/palisade/pkg/sandbox"
+	"github.com/palisade-sandbox/palisade/pkg/testutil"
+)
+
+// Regression tests for issue 17: an agent plants files in its working
+// directory during a sandboxed run; later the operator runs the root tool
+// on the preserved, root-owned workspace as docs/finalizer.md says. Every
+// attack is planted by the sandbox identity inside a real sandbox
+// (sandbox-supervisor run --workdir WORKSPACE), then the built
+// finalizer-recover runs as root. Each test asserts that the tool refuses
+// naming the planted path (or finishes in bounded time), that nothing
+// outside the workspace was read, written, deleted or executed (sentinel
+// files with known content and old atimes/mtimes; hooks that would write
+// a marker), and that the canonical remote did not move.
+
+// attack is one planted workspace and its sentinels.
+type attack struct {
+	f       *fixture
+	sup     string // sandbox-supervisor
+	tool    string // finalizer-recover
+	uid     int
+	gid     int
+	outside string // root-only sentinels, outside the workspace
+	marker  string // a planted program would create it
+	secret  string // content of the root-only files
+	before  map[string]sentinelState
+	remote  string // canonical main before
+}
+
+type sentinelState struct {
+	mode         fs.FileMode
+	size         int64
+	mtime, atime int64
+	content      string
+}
+
+var sentinelTime = time.Date(2020, 1, 2, 3, 4, 5, 0, time.UTC)
+
+func newAttack(t *testing.T) *attack {
+	t.Helper()
+	testutil.RequireRoot(t)
+	testutil.RequireFeature(t, "landlock")
+	f := newFixture(t, fixtureOpts{})
+	uid, gid, err := sandbox.ResolveIdentity("sandbox", "sandbox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 8)
+	rand.Read(b)
+	a := &attack{
+		f: f, sup: testutil.Binary(t, "sandbox-supervisor"), tool: testutil.Binary(t, "finalizer-recover"),
+		uid: int(uid), gid: int(gid), outside: filepath.Join(f.dir, "outside"),
+		secret: "root-only-" + hex.EncodeToString(b),
+	}
+	a.marker = filepath.Join(a.outside, "pwned")
+	for _, d := range []string{"", "victim", "victim/sub", "objdir"} {
+		if err := os.MkdirAll(filepath.Join(a.outside, d), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	files := map[string]string{
+		"secret.txt":       a.secret + "\n",
+		"shadow":           "root:$6$" + a.secret + ":19000:0:99999:7:::\nbin:*:19000:0:99999:7:::\n",
+		"victim/keep.txt":  "keep " + a.secret + "\n",
+		"victim/sub/x.txt": "x\n",
+		"token.json": fmt.Sprintf(`{"schema":%q,"evidence_id":%q,"task_id":%q,"status":"refused","token":%q}`,
+			ProgressSchema, f.ev.EvidenceID, f.ev.TaskID, "TOKEN-"+a.secret),
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(a.outside, name), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Old times: under relatime any read moves atime, any write mtime.
+	filepath.WalkDir(a.outside, func(p string, _ fs.DirEntry, err error) error {
+		if err == nil {
+			err = os.Chtimes(p, sentinelTime, sentinelTime)
+		}
+		return err
+	})
+	a.before = a.sentinels(t, true)
+	a.remote = f.remoteMain()
+	return a
+}
+
+// sentinels records the state of every sentinel without reading any
+// (reading moves atime); withContent reads them too, after the times.
+func (a *attack) sentinels(t *testing.T, withContent bool) map[string]sentinelState {
+	t.Helper()
+	out := map[string]sentinelState{}
+	filepath.WalkDir(a.outside, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		var st syscall.Stat_t
+		if err := syscall.Lstat(p, &st); err != nil {
+			return err
+		}
+		info, _ := d.Info()
+		out[p] = sentinelState{mode: info.Mode(), size: st.Size, mtime: st.Mtim.Nano(), atime: st.Atim.Nano()}
+		return nil
+	})
+	if withContent {
+		for p, s := range out {
+			if s.mode.IsRegular() {
+				data, _ := os.ReadFile(p)
+				s.content = string(data)
+				out[p] = s
+			}
+		}
+		// Reading moved the atimes: put them back.
+		for p := range out {
+			os.Chtimes(p, sentinelTime, sentinelTime)
+		}
+		for p, s := range out {
+			var st syscall.Stat_t
+			syscall.Lstat(p, &st)
+			s.atime, s.mtime = st.Atim.Nano(), st.Mtim.Nano()
+			out[p] = s
+		}
+	}
+	return out
+}
+
+// checkOutside asserts nothing outside the workspace was read, written,
+// created, deleted or executed, and the canonical remote did not move
+// (unless moved is allowed).
+func (a *attack) checkOutside(t *testing.T, remoteMayMove bool) {
+	t.Helper()
+	if _, err := os.Lstat(a.marker); err == nil {
+		t.Errorf("a planted program ran as root: %s exists", a.marker)
+	}
+	after := a.sentinels(t, false)
+	var diffs []string
+	for p, b := range a.before {
+		s, ok := after[p]
+		switch {
+		case !ok:
+			diffs = append(diffs, "deleted "+p)
+		case s.mtime != b.mtime || s.size != b.size || s.mode != b.mode:
+			diffs = append(diffs, "written "+p)
+		case s.atime != b.atime:
+			diffs = append(diffs, "read "+p)
+		}
+	}
+	for p := range after {
+		if _, ok := a.before[p]; !ok {
+			diffs = append(diffs, "created "+p)
+		}
+	}
+	for p, b := range a.before {
+		if b.mode.IsRegular() {
+			if data, err := os.ReadFile(p); err == nil && string(data) != b.content {
+				diffs = append(diffs, "content changed "+p)
+			}
+		}
+	}
+	sort.Strings(diffs)
+	if len(diffs) > 0 {
+		t.Errorf("outside the workspace: %s", strings.Join(diffs, "; "))
+	}
+	if !remoteMayMove && a.f.remoteMain() != a.remote {
+		t.Errorf("the canonical remote moved")
+	}
+}
+
+// giveWorkspace hands the workspace to the sandbox identity (the agent
+// owns its working directory during a run) or back to root (the preserved
+// workspace, as docs/finalizer.md describes it).
+func (a *attack) giveWorkspace(t *testing.T, toAgent bool) {
+	t.Helper()
+	uid, gid := 0, 0
+	if toAgent {
+		uid, gid = a.uid, a.gid
+	}
+	if err := lchownTree(a.f.ws, uid, gid); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// sandboxCmd is the agent's run in a real sandbox with the workspace as
+// working directory.
+func (a *attack) sandboxCmd(script string) *exec.Cmd {
+	script = strings.NewReplacer("OUTSIDE", a.outside, "MARKER", a.marker, "BASE", a.f.base).Replace(script)
+	cmd := exec.Command(a.sup, "run", "--workdir", a.f.ws, "--log-level", "warn", "--", "sh", "-c", "set -e\n"+script)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + filepath.Join(a.f.dir, "home"), "TMPDIR=" + a.f.dir}
+	return cmd
+}
+
+// plant runs script as the agent in a sandbox, then gives the workspace
+// back to root.
+func (a *attack) plant(t *testing.T, script string) {
+	t.Helper()
+	a.giveWorkspace(t, true)
+	out, err := a.sandboxCmd(script).CombinedOutput()
+	if err != nil {
+		t.Fatalf("planting in the sandbox: %v\n%s", err, out)
+	}
+	a.giveWorkspace(t, false)
+}
+
+type toolRun struct {
+	stdout, stderr string
+	code           int
+	took           time.Duration
+	timedOut       bool
+}
+
+// run runs the built finalizer-recover as root with args. After limit it
+// gets SIGTERM, 5 s later SIGKILL.
+func (a *attack) run(t *testing.T, limit time.Duration, args ...string) toolRun {
+	t.Helper()
+	cmd := exec.Command(a.tool, args...)
+	cmd.Env = a.f.env
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	r := toolRun{}
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(limit):
+		r.timedOut = true
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case err = <-done:
+		case <-time.After(5 * time.Second):
+			cmd.Process.Kill()
+			err = <-done
+		}
+	}
+	r.took = time.Since(start)
+	r.stdout, r.stderr = out.String(), errb.String()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		r.code = ee.ExitCode()
+	default:
+		t.Fatal(err)
+	}
+	t.Logf("finalizer-recover %s: exit %d after %s\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), r.code, r.took.Round(time.Millisecond), r.stdout, r.stderr)
+	return r
+}
+
+// recoverArgs is the documented recovery of the fixture, sandboxed gates.
+func (a *attack) recoverArgs(extra ...string) []string {
+	return append([]string{a.f.ws, "--evidence-id", a.f.ev.EvidenceID, "--approve-new-file", "docs/added.md",
+		"--approve-new-file", "src/new.go", "--execute", "--gate-sandbox", a.sup}, extra...)
+}
+
+// refusedNaming asserts a refusal (exit 1, in bounded time) whose message
+// names want, and that no secret reached the output.
+func (a *attack) refusedNaming(t *testing.T, r toolRun, want string) {
+	t.Helper()
+	if r.timedOut {
+		t.Errorf("finalizer-recover did not finish within its limit (%s)", r.took)
+	}
+	if r.code != 1 {
+		t.Errorf("exit %d, want 1 (refused)", r.code)
+	}
+	if !strings.Contains(r.stdout+r.stderr, want) {
+		t.Errorf("the refusal does not name %q", want)
+	}
+	if strings.Contains(r.stdout+r.stderr, a.secret) {
+		t.Errorf("root-only content reached the output")
+	}
+	if _, err := os.Lstat(filepath.Join(a.f.ws, RecordFile)); err == nil {
+		t.Errorf("a refused recovery wrote a record")
+	}
+}
+
+func (a *attack) repoPath(rel string) string { return quotePath(filepath.Join(a.f.repo, rel)) }
+
+// TestAttack1CaseFoldedRemoteRunsHook: [remote "ORIGIN"] with the
+// canonical URL and a planted bare repository ./origin with hooks. Git
+// compares remote names exactly, so "origin" would be the local path and
+// its hooks would run as root on the push. (The agent also makes its
+// contract script pass, so that nothing stops the recovery before the
+// push.)
+func TestAttack1CaseFoldedRemoteRunsHook(t *testing.T) {
+	a := newAttack(t)
+	a.plant(t, `cd repo
+sed -i 's/\[remote "origin"\]/[remote "ORIGIN"]/' .git/config
+git init -q --bare origin
+for h in pre-receive update post-receive post-update reference-transaction push-to-checkout; do
+  printf '#!/bin/sh\ncat >/dev/null\necho "$0" >> MARKER\nexit 0\n' > origin/hooks/$h
+  chmod +x origin/hooks/$h
+done
+git push -q ./origin BASE:refs/heads/main
+echo origin >> .git/info/exclude
+printf '#!/bin/sh\nexit 0\n' > scripts/contract.sh
+`)
+	for _, args := range [][]string{{"inspect", a.f.ws}, a.recoverArgs()} {
+		r := a.run(t, 2*time.Minute, args...)
+		a.refusedNaming(t, r, "remote.ORIGIN.url")
+		if !strings.Contains(r.stdout+r.stderr, a.repoPath(".git/config")) {
+			t.Errorf("the refusal does not name the config file")
+		}
+		if strings.Contains(r.stdout, "recoverable:              true") || strings.Contains(r.stdout, `"recoverable": true`) {
+			t.Errorf("the plan says recoverable")
+		}
+	}
+	a.checkOutside(t, false)
+}
+
+// TestAttack2WorktreeSymlinkDeletes: .git/worktrees/x is a symlink to a
+// root-owned directory; git worktree prune would empty it.
+func TestAttack2WorktreeSymlinkDeletes(t *testing.T) {
+	a := newAttack(t)
+	a.plant(t, `mkdir -p repo/.git/worktrees && ln -s OUTSIDE/victim repo/.git/worktrees/x`)
+	r := a.run(t, 2*time.Minute, a.recoverArgs()...)
+	a.refusedNaming(t, r, a.repoPath(".git/worktrees"))
+	a.checkOutside(t, false)
+}
+
+// TestAttack3FetchHeadSymlinkOverwrites: .git/FETCH_HEAD is a symlink to
+// a root-only file; a fetch in the agent's repository would rewrite it.
+func TestAttack3FetchHeadSymlinkOverwrites(t *testing.T) {
+	a := newAttack(t)
+	a.plant(t, `ln -s OUTSIDE/secret.txt repo/.git/FETCH_HEAD`)
+	r := a.run(t, 2*time.Minute, a.recoverArgs()...)
+	a.refusedNaming(t, r, a.repoPath(".git/FETCH_HEAD")+": a symbolic link")
+	a.checkOutside(t, false)
+}
+
+// TestAttack4ReflogSymlinkAppends: a reflog under .git/logs is a symlink;
+// fetch and push would append to its target.
+func TestAttack4ReflogSymlinkAppends(t *testing.T) {
+	a := newAttack(t)
+	a.plant(t, `rm -f repo/.git/logs/refs/remotes/origin/main
+mkdir -p repo/.git/logs/refs/remotes/origin
+ln -s OUTSIDE/secret.txt repo/.git/logs/refs/remotes/origin/main`)
+	r := a.run(t, 2*time.Minute, a.recoverArgs()...)
+	a.refusedNaming(t, r, a.repoPath(".git/logs/refs/remotes/origin/main")+": a symbolic link")
+	a.checkOutside(t, false)
+}
+
+// TestAttack5ObjectDirSymlinksCreate: every missing .git/objects/XX is a
+// symlink to a root-owned directory; new loose objects would land there.
+func TestAttack5ObjectDirSymlinksCreate(t *testing.T) {
+	a := newAttack(t)
+	a.plant(t, `cd repo/.git/objects
+for a in 0 1 2 3 4 5 6 7 8 9 a b c d e f; do for b in 0 1 2 3 4 5 6 7 8 9 a b c d e f; do
+  [ -e $a$b ] || ln -s OUTSIDE/objdir $a$b
+done; done`)
+	r := a.run(t, 2*time.Minute, a.recoverArgs()...)
+	a.refusedNaming(t, r, quotePath(filepath.Join(a.f.repo, ".git", "objects"))+"/")
+	if !strings.Contains(r.stdout+r.stderr, ": a symbolic link") {
+		t.Errorf("the refusal does not say why")
+	}
+	a.checkOutside(t, false)
+}
+
+// TestAttack6PackedRefsSymlinkLeaks: .git/packed-refs is a symlink to a
+// root-only file; git's parse error would print its first line.
+func TestAttack6PackedRefsSymlinkLeaks(t *testing.T) {
+	a := newAttack(t)
+	a.plant(t, `rm -f repo/.git/packed-refs && ln -s OUTSIDE/shadow repo/.git/packed-refs`)
+	for _, args := range [][]string{{"inspect", a.f.ws}, {"inspect", a.f.ws, "--json"}, a.recoverArgs(), a.recoverArgs("--json")} {
+		r := a.run(t, 2*time.Minute, args...)
+		a.refusedNaming(t, r, a.repoPath(".git/packed-refs")+": a symbolic link")
+	}
+	a.checkOutside(t, false)
+}
+
+// TestAttack7Hangs: a FIFO as .git/HEAD, as the evidence or as the
+// progress file, and the evidence as /dev/zero or a huge sparse file:
+// the tool refuses at once instead of blocking or exhausting memory
+// (before the fix SIGTERM could not stop it either).
+func TestAttack7Hangs(t *testing.T) {
+	cases := []struct {
+		name, script, want string
+		args               func(a *attack) []string
+	}{
+		{"HEAD FIFO", `rm repo/.git/HEAD && mkfifo repo/.git/HEAD`, "repo/.git/HEAD: a FIFO", nil},
+		{"evidence FIFO", `rm ` + EvidenceFile + ` && mkfifo ` + EvidenceFile, EvidenceFile + ": a FIFO", nil},
+		{"progress FIFO", `rm ` + ProgressFile + ` && mkfifo ` + ProgressFile, ProgressFile + ": a FIFO", nil},
+		{"evidence /dev/zero", `rm ` + EvidenceFile + ` && ln -s /dev/zero ` + EvidenceFile, EvidenceFile + ": a symbolic link", nil},
+		{"evidence sparse", `truncate -s 64G ` + EvidenceFile, EvidenceFile + ": 68719476736 bytes, more than the", nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			a := newAttack(t)
+			a.plant(t, c.script)
+			for _, args := range [][]string{{"inspect", a.f.ws}, a.recoverArgs()} {
+				r := a.run(t, 20*time.Second, args...)
+				a.refusedNaming(t, r, c.want)
+				if r.took > 20*time.Second {
+					t.Errorf("took %s", r.took)
+				}
+			}
+			a.checkOutside(t, false)
+		})
+	}
+}
+
+// TestAttack8ProgressSwappedDuringRecovery: a live agent process swaps
+// finalizer-progress.json for a symlink to a root-only JSON file while
+// the recovery runs (as soon as the recovery record is being written);
+// the tool must not copy that file's fields (a token) into the
+// workspace, nor read it at all.
+func TestAttack8ProgressSwappedDuringRecovery(t *testing.T) {
+	a := newAttack(t)
+	a.plant(t, `true`)
+	// The agent is still alive and owns the workspace directory; the
+	// repository itself is root's.
+	if err := os.Lchown(a.f.ws, a.uid, a.gid); err != nil {
+		t.Fatal(err)
+	}
+	agent := a.sandboxCmd(`exec perl -e '
+symlink("OUTSIDE/token.json", ".lnk") or die "symlink: $!";
+my $deadline = time + 150;
+SWAP: while (time < $deadline) {
+  opendir(my $d, ".") or die; my @n = grep { /^\.` + RecordFile + `\.tmp-|^` + RecordFile + `$/ } readdir($d); closedir($d);
+  if (@n) { rename(".lnk", "` + ProgressFile + `") or die "rename: $!"; last SWAP; }
+}
+while (time < $deadline) {
+  if (! -l "` + ProgressFile + `" && open(my $f, "<", "` + ProgressFile + `")) {
+    local $/; my $c = <$f>; close $f;
+    if ($c =~ /recovered/) { open(my $o, ">", "loot.txt") or die; print $o $c; close $o; print "agent: swapped and read back\n"; exit 0; }
+  }
+  select(undef, undef, undef, 0.001);
+}
+print "agent: gave up\n";
+'`)
+	var agentOut bytes.Buffer
+	agent.Stdout, agent.Stderr = &agentOut, &agentOut
+	if err := agent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	agent.WaitDelay = 5 * time.Second
+	agentDone := make(chan error, 1)
+	go func() { agentDone <- agent.Wait() }()
+	stopAgent := func(grace time.Duration) {
+		select {
+		case <-agentDone:
+			return
+		case <-time.After(grace):
+		}
+		agent.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-agentDone:
+		case <-time.After(10 * time.Second):
+			agent.Process.Kill()
+			<-agentDone
+		}
+	}
+	time.Sleep(300 * time.Millisecond) // the agent is watching
+
+	r := a.run(t, 3*time.Minute, a.recoverArgs()...)
+	stopAgent(20 * time.Second)
+	t.Logf("agent: %s", agentOut.String())
+	if !strings.Contains(agentOut.String(), "agent: swapped and read back") {
+		t.Errorf("the agent never swapped the progress file during the recovery (exit %d); the test proves nothing", r.code)
+	}
+	token := "TOKEN-" + a.secret
+	for _, name := range []string{ProgressFile, RecordFile, "loot.txt"} {
+		if data, err := os.ReadFile(filepath.Join(a.f.ws, name)); err == nil && strings.Contains(string(data), token) {
+			t.Errorf("the root-only token was copied into the workspace's %s", name)
+		}
+	}
+	if st, err := os.Lstat(filepath.Join(a.f.ws, ProgressFile)); err != nil || !st.Mode().IsRegular() {
+		t.Errorf("progress file after the recovery: %v, %v", st, err)
+	}
+	// A clean recovery still pushes; the swap only targets its last step.
+	a.checkOutside(t, true)
+}
+
+// TestAttack9CommondirRedirects: .git/commondir (and, separately,
+// objects/info/alternates) pointing at another repository. The refusal
+// must come before git looks at that repository: neither its HEAD nor its
+// file names may appear in the plan.
+func TestAttack9CommondirRedirects(t *testing.T) {
+	for _, c := range []struct{ name, script, want string }{
+		{"commondir", `printf '%s\n' OUTSIDE/other/.git > repo/.git/commondir`, ".git/commondir"},
+		{"alternates", `mkdir -p repo/.git/objects/info && printf '%s\n' OUTSIDE/other/.git/objects > repo/.git/objects/info/alternates`, ".git/objects/info/alternates"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			a := newAttack(t)
+			other := filepath.Join(a.outside, "other")
+			a.f.git(a.f.dir, "init", "-q", other)
+			a.f.write(other, "other-secret-name-"+a.secret+".txt", "x\n", 0o600)
+			a.f.git(other, "add", ".")
+			a.f.git(other, "commit", "-q", "-m", "other")
+			otherHead := a.f.git(other, "rev-parse", "HEAD")
+			filepath.WalkDir(a.outside, func(p string, _ fs.DirEntry, err error) error {
+				if err == nil {
+					err = os.Chtimes(p, sentinelTime, sentinelTime)
+				}
+				return err
+			})
+			a.before = a.sentinels(t, true)
+			a.plant(t, c.script)
+			for _, args := range [][]string{{"inspect", a.f.ws}, a.recoverArgs("--json")} {
+				r := a.run(t, 2*time.Minute, args...)
+				a.refusedNaming(t, r, a.repoPath(c.want))
+				if strings.Contains(r.stdout+r.stderr, otherHead) || strings.Contains(r.stdout+r.stderr, "other-secret-name") {
+					t.Errorf("the plan shows the other repository's HEAD or files")
+				}
+			}
+			a.checkOutside(t, false)
+		})
+	}
+}
+
+// TestAttack10PlanSpoofing: a new file whose name holds a newline and a
+// fake "recoverable: true" line. The text plan quotes it; the only
+// recoverable line is the real one.
+func TestAttack10PlanSpoofing(t *testing.T) {
+	a := newAttack(t)
+	a.plant(t, `cd repo && touch "$(printf 'zz\nrecoverable:              true')"`)
+	r := a.run(t, 2*time.Minute, a.f.ws, "--evidence-id", a.f.ev.EvidenceID, "--approve-new-file", "docs/added.md",
+		"--approve-new-file", "src/new.go", "--gate-sandbox", a.sup)
+	if r.code != 1 {
+		t.Errorf("exit %d, want 1: the spoofing file is not approved", r.code)
+	}
+	var verdicts []string
+	for _, line := range strings.Split(r.stdout, "\n") {
+		if strings.HasPrefix(line, "recoverable:") {
+			verdicts = append(verdicts, line)
+		}
+	}
+	if len(verdicts) != 1 || !strings.HasSuffix(verdicts[0], "false") {
+		t.Errorf("recoverable lines %q, want exactly one, false", verdicts)
+	}
+	if !strings.Contains(r.stdout, `"zz\nrecoverable:              true"`) {
+		t.Errorf("the file name is not quoted in the plan")
+	}
+	a.checkOutside(t, false)
+}
+
+// TestAttackHardLinkRefused: a hard link in .git (its other name could be
+// outside the workspace) is refused like a symlink.
+func TestAttackHardLinkRefused(t *testing.T) {
+	a := newAttack(t)
+	a.plant(t, `ln repo/.git/description repo/.git/description2`)
+	r := a.run(t, 2*time.Minute, a.recoverArgs()...)
+	a.refusedNaming(t, r, "a hard link (2 names share it")
+	if !strings.Contains(r.stdout+r.stderr, a.repoPath(".git/description")) {
+		t.Errorf("the refusal does not name the path")
+	}
+	a.checkOutside(t, false)
+}
+
+// TestAttackCleanWorkspaceStillRecovers: a workspace the agent left clean,
+// handed through the same sandbox and back to root, recovers and pushes to
+// the canonical remote.
+func TestAttackCleanWorkspaceStillRecovers(t *testing.T) {
+	a := newAttack(t)
+	a.plant(t, `cd repo && git status --porcelain >/dev/null`)
+	r := a.run(t, 3*time.Minute, a.recoverArgs()...)
+	if r.code != 0 || !strings.Contains(r.stdout, "pushed ") {
+		t.Fatalf("exit %d", r.code)
+	}
+	if a.f.remoteMain() == a.remote {
+		t.Fatal("the canonical remote did not move")
+	}
+	a.checkOutside(t, true)
+}

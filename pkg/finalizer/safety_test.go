@@ -1,0 +1,112 @@
+package finalizer
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestAllowedConfigExactNames: section and key names fold, the
+// subsection (the remote's name) does not, as in git.
+func TestAllowedConfigExactNames(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name string
+		ok   bool
+	}{
+		{"remote.origin.url", true},
+		{"REMOTE.origin.URL", true},
+		{"remote.ORIGIN.url", false},
+		{"remote.Origin.pushurl", false},
+		{"remote.origin.receivepack", false},
+		{"remote.origin.uploadpack", false},
+		{"remote.other.url", false},
+		{"core.hooksPath", false},
+		{"core.sshCommand", false},
+		{"core.FileMode", true},
+		{"core.x.filemode", false},
+		{"url.https://x/.insteadOf", false},
+		{"branch.Main.merge", true},
+		{"branch.merge", false},
+		{"include.path", false},
+		{"includeIf.gitdir:/x.path", false},
+		{"extensions.objectFormat", true},
+		{"extensions.worktreeConfig", false},
+	} {
+		e := splitConfigName(c.name, "v")
+		if got := allowedConfig(e, "origin"); got != c.ok {
+			t.Errorf("allowedConfig(%q) = %v, want %v (parsed %+v)", c.name, got, c.ok, e)
+		}
+	}
+	if e := splitConfigName("remote.a.b.c.url", ""); e.section != "remote" || e.subsection != "a.b.c" || e.key != "url" {
+		t.Errorf("dotted subsection parsed as %+v", e)
+	}
+}
+
+// TestCheckRemoteURL: the evidence URL is what git talks to; a local
+// remote must be a directory outside the workspace, helpers are refused.
+func TestCheckRemoteURL(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ws := filepath.Join(dir, "ws")
+	remote := filepath.Join(dir, "remote.git")
+	for _, d := range []string{ws, filepath.Join(ws, "repo", "origin"), remote} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(filepath.Join(ws, "repo", "origin"), filepath.Join(dir, "sneaky")); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		url, err string
+		local    bool
+	}{
+		{"https://git.example.invalid/org/repo.git", "", false},
+		{"ssh://git@git.example.invalid/org/repo.git", "", false},
+		{"git@git.example.invalid:org/repo.git", "", false},
+		{remote, "", true},
+		{"file://" + remote, "", true},
+		{"ext::sh -c touch% /tmp/pwned", "remote helpers", false},
+		{"gopher://x/y", "transport", false},
+		{"ext::sh", "remote helpers", false},
+		{"fd::3", "remote helpers", false},
+		{"origin", "clean absolute path", false},
+		{"./origin", "clean absolute path", false},
+		{filepath.Join(ws, "repo", "origin"), "outside the workspace", false},
+		{filepath.Join(dir, "sneaky"), "outside the workspace", false},
+		{"-uupload-pack=touch /tmp/x", "starts with '-'", false},
+		{filepath.Join(dir, "missing"), "no such file", false},
+	} {
+		rt, err := checkRemoteURL(c.url, ws)
+		switch {
+		case c.err == "" && err != nil:
+			t.Errorf("%q: %v", c.url, err)
+		case c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err)):
+			t.Errorf("%q: error %v, want %q", c.url, err, c.err)
+		case c.err == "" && rt.local != c.local:
+			t.Errorf("%q: local %v", c.url, rt.local)
+		}
+	}
+}
+
+func TestQuotePath(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"src/new.go":                "src/new.go",
+		"with space.txt":            "with space.txt",
+		"zz\nrecoverable: true":     `"zz\nrecoverable: true"`,
+		"esc\x1b[2Jclear":           `"esc\x1b[2Jclear"`,
+		`quote".txt`:                `"quote\".txt"`,
+		"tab\tname":                 `"tab\tname"`,
+		"bad\xffutf8":               `"bad\xffutf8"`,
+		"":                          `""`,
+		" leading":                  `" leading"`,
+		"caf\u00e9/\u65e5\u672c.md": "caf\u00e9/\u65e5\u672c.md",
+	} {
+		if got := quotePath(in); got != want {
+			t.Errorf("quotePath(%q) = %s, want %s", in, got, want)
+		}
+	}
+}
