@@ -68,9 +68,12 @@ func (p *Proxy) serveH1(c net.Conn, br *bufio.Reader, ix *inspector) {
 		}
 		ix.ServeHTTP(w, req)
 		if w.hijacked {
+			p.finish(w.record)
 			return
 		}
-		if err := w.finish(); err != nil {
+		err = w.finish()
+		p.finish(w.record)
+		if err != nil {
 			return
 		}
 		if w.close || req.Close || !bodyDone(req.Body) {
@@ -251,6 +254,7 @@ type h1Writer struct {
 	close    bool
 	hijacked bool
 	err      error
+	record   *Record // the request's record, finished after the response
 }
 
 func (w *h1Writer) Header() http.Header { return w.hdr }

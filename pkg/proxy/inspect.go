@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -144,9 +145,9 @@ func (p *Proxy) inspect(c *net.TCPConn, br *bufio.Reader, up net.Conn, rec *Reco
 	case b >= 'A' && b <= 'Z':
 		c.SetReadDeadline(time.Time{})
 		ix.scheme, ix.defPort = "http", 80
-		t := ix.h1Transport(up, nil)
+		t := ix.h1Transport(nil)
 		defer t.CloseIdleConnections()
-		ix.rt = t
+		ix.rt = newConnRT(up, t, p.cfg.Limits.IdleTimeout)
 		p.serveH1(c, br, ix)
 	default:
 		rec.Outcome, rec.Reason = OutcomePolicyDenied, ReasonNotHTTP
@@ -229,9 +230,9 @@ func (ix *inspector) serveTLS(c *net.TCPConn, br *bufio.Reader, up net.Conn) {
 			ix.rt = cc
 		}
 	} else {
-		t := ix.h1Transport(utc, ucfg)
+		t := ix.h1Transport(ucfg)
 		defer t.CloseIdleConnections()
-		ix.rt = t
+		ix.rt = newConnRT(utc, t, p.cfg.Limits.IdleTimeout)
 	}
 	if alpn == "h2" {
 		ix.proto = "HTTP/2.0"
@@ -242,23 +243,12 @@ func (ix *inspector) serveTLS(c *net.TCPConn, br *bufio.Reader, up net.Conn) {
 	p.serveH1(tc, bufio.NewReaderSize(tc, 4096), ix)
 }
 
-// h1Transport relays HTTP/1.1 requests upstream: over first (the
-// connection checked and dialled for the CONNECT) and, when requests
-// overlap or first is closed, over new connections to the same checked
-// address (never resolved again). tcfg is nil for plaintext.
-func (ix *inspector) h1Transport(first net.Conn, tcfg *tls.Config) *http.Transport {
+// h1Transport relays HTTP/1.1 requests upstream over new connections to
+// the checked address of the CONNECT (never resolved again): for
+// requests that overlap (an h2 client's streams to an HTTP/1.1 upstream)
+// or after the first connection closed. tcfg is nil for plaintext.
+func (ix *inspector) h1Transport(tcfg *tls.Config) *http.Transport {
 	addr := ix.conn.Upstream.String()
-	var firstUsed bool
-	var mu = make(chan struct{}, 1)
-	take := func() net.Conn {
-		mu <- struct{}{}
-		defer func() { <-mu }()
-		if firstUsed {
-			return nil
-		}
-		firstUsed = true
-		return first
-	}
 	dialRaw := func(ctx context.Context) (net.Conn, error) {
 		var d net.Dialer
 		ctx, cancel := context.WithTimeout(ctx, ix.p.cfg.Limits.ConnectTimeout)
@@ -274,18 +264,10 @@ func (ix *inspector) h1Transport(first net.Conn, tcfg *tls.Config) *http.Transpo
 		TLSNextProto:           map[string]func(string, *tls.Conn) http.RoundTripper{},
 	}
 	if tcfg == nil {
-		t.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
-			if c := take(); c != nil {
-				return c, nil
-			}
-			return dialRaw(ctx)
-		}
+		t.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) { return dialRaw(ctx) }
 		return t
 	}
 	t.DialTLSContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
-		if c := take(); c != nil {
-			return c, nil
-		}
 		raw, err := dialRaw(ctx)
 		if err != nil {
 			return nil, err
@@ -330,11 +312,22 @@ func (ix *inspector) requestRecord(r *http.Request) *Record {
 	}
 }
 
-// ServeHTTP decides one request of an inspected connection and relays it.
+// ServeHTTP decides one request of an inspected connection and relays
+// it. Its event is written once the response is: on HTTP/1.1 serveH1
+// does that after the last byte is flushed, so the event costs the
+// client no latency.
 func (ix *inspector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	p := ix.p
 	rr := ix.requestRecord(r)
-	defer p.finish(rr)
+	ix.serve(w, r, rr)
+	if hw, ok := w.(*h1Writer); ok {
+		hw.record = rr
+		return
+	}
+	ix.p.finish(rr)
+}
+
+func (ix *inspector) serve(w http.ResponseWriter, r *http.Request, rr *Record) {
+	p := ix.p
 	rawPath, rawQuery, _ := strings.Cut(r.RequestURI, "?")
 	rr.URL = &url.URL{Scheme: ix.scheme, Host: r.Host, Path: "/"}
 	if ok := ix.checkHead(w, r, rr); !ok {
@@ -532,7 +525,7 @@ func (ix *inspector) relay(w http.ResponseWriter, r *http.Request, rr *Record, p
 		h.Add("Trailer", k)
 	}
 	w.WriteHeader(resp.StatusCode)
-	rr.BytesDown = flushCopy(w, resp.Body)
+	rr.BytesDown = flushCopy(w, resp.Body, resp.ContentLength < 0)
 	for k, vv := range resp.Trailer {
 		h[http.TrailerPrefix+k] = vv
 	}
@@ -574,12 +567,13 @@ func (ix *inspector) switchProtocols(w http.ResponseWriter, rr *Record, resp *ht
 }
 
 // requestHeader is the header sent upstream: the client's fields minus
-// hop-by-hop and Proxy-* fields ("TE: trailers" stays: gRPC needs it).
+// hop-by-hop and Proxy-* fields and Expect (the proxy answers it; "TE:
+// trailers" stays: gRPC needs it).
 func requestHeader(in http.Header) http.Header {
 	tokens := connectionTokens(in.Values("Connection"))
 	out := make(http.Header, len(in))
 	for k, vv := range in {
-		if k == "Host" || k == "Content-Length" {
+		if k == "Host" || k == "Content-Length" || k == "Expect" {
 			continue
 		}
 		if strings.EqualFold(k, "TE") {
@@ -601,11 +595,21 @@ func requestHeader(in http.Header) http.Header {
 	return out
 }
 
-// flushCopy copies src to w, flushing after every read so streamed
-// responses reach the client as they arrive.
-func flushCopy(w http.ResponseWriter, src io.Reader) int64 {
-	f, _ := w.(http.Flusher)
-	buf := make([]byte, 32<<10)
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+// flushCopy copies src to w. A streamed response (no Content-Length:
+// gRPC, server-sent events, chunked downloads) is flushed after every
+// read so it reaches the client as it arrives; a sized one is flushed
+// when the writer's buffer fills and at the end, like
+// httputil.ReverseProxy does.
+func flushCopy(w http.ResponseWriter, src io.Reader, streamed bool) int64 {
+	var f http.Flusher
+	if streamed {
+		f, _ = w.(http.Flusher)
+	}
+	bp := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(bp)
+	buf := *bp
 	var n int64
 	for {
 		k, err := src.Read(buf)

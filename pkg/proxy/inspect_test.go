@@ -105,7 +105,7 @@ type inspectEnv struct {
 	ca *tlsca.Authority
 }
 
-func newInspectEnv(t *testing.T, h2 bool, yaml func(port int) string, trustUpstream bool) *inspectEnv {
+func newInspectEnv(t testing.TB, h2 bool, yaml func(port int) string, trustUpstream bool) *inspectEnv {
 	t.Helper()
 	up := newUpstreamTLS(t, h2)
 	ca, err := tlsca.New(tlsca.Options{Name: "proxytest"})
@@ -507,4 +507,52 @@ func FuzzInspectedRequestHead(f *testing.F) {
 			t.Fatalf("framing %+v vs ContentLength %d", fr, r.ContentLength)
 		}
 	})
+}
+
+// The upstream leg's HTTP/1.1 client: concurrent h2 streams to an
+// HTTP/1.1 upstream overflow to new connections to the same checked
+// address; a connection the upstream closes (Connection: close, or idle
+// close) is replaced without the client noticing.
+func TestInspectedUpstreamH1ConnectionReuse(t *testing.T) {
+	e := newInspectEnv(t, false, func(port int) string { return restPolicy(port, "read-only", "") }, true)
+	cl := e.client(true)
+	var wg sync.WaitGroup
+	errs := make(chan error, 20)
+	for i := 0; i < 20; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := cl.Get(e.url(fmt.Sprintf("/c/%d", i)))
+			if err != nil {
+				errs <- err
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 || resp.Proto != "HTTP/2.0" {
+				errs <- fmt.Errorf("%d %s", resp.StatusCode, resp.Proto)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	// The upstream drops its keep-alive connections; the next requests on
+	// the same client connection still go through.
+	h1 := e.client(false)
+	for i := 0; i < 3; i++ {
+		resp, err := h1.Get(e.url("/x"))
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("request %d: %v %v", i, resp, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		e.up.srv.CloseClientConnections()
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := len(e.up.requests()); n != 23 {
+		t.Errorf("upstream saw %d requests, want 23", n)
+	}
 }

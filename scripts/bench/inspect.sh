@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# TLS inspection benchmarks (issue 10), side by side in each round on
+# loopback: one HTTPS upstream, egress-proxy with a sandbox CA (events
+# marshalled and written to /dev/null), a Go client.
+#  - small GETs with keep-alive: terminated tunnel vs passthrough tunnel
+#    vs direct (requests/s, p50/p99);  target: terminated >= 0.7x passthrough
+#  - time to first byte of a fresh connection: terminated with the leaf
+#    cached / not cached vs passthrough;   target: cached adds <= 2 ms p50
+#  - bulk download (PALISADE_BENCH_MB, default 64 MiB): terminated vs
+#    passthrough;                           target: >= 0.7x
+# ROUNDS rounds (default 5), medians of the per-round ratios. No root.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROUNDS=${ROUNDS:-5}
+BENCHTIME=${BENCHTIME:-2s}
+MB=${PALISADE_BENCH_MB:-64}
+echo "load before: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) CPUs"
+tmp=$(mktemp)
+trap 'rm -f "$tmp"' EXIT
+for r in $(seq "$ROUNDS"); do
+  PALISADE_BENCH_MB=$MB go test -run '^$' -bench '^BenchmarkInspect$' -benchtime "$BENCHTIME" ./pkg/proxy |
+    grep '^BenchmarkInspect/' | tee -a "$tmp" | sed "s/^/round $r: /"
+done
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
+awk -v rounds="$ROUNDS" '
+function metric(line, unit,   i, n, f) { n = split(line, f, /[ \t]+/); for (i = 2; i <= n; i++) if (f[i] == unit) return f[i-1]; return 0 }
+{ split($1, parts, "/"); name = parts[2] "/" parts[3]; sub(/-[0-9]+$/, "", name); k = ++cnt[name]
+  rps[name, k] = metric($0, "req/s"); p50[name, k] = metric($0, "p50-us"); p99[name, k] = metric($0, "p99-us"); mbs[name, k] = metric($0, "MB/s") }
+function median(arr, n,   i, j, t, v) { for (i = 1; i <= n; i++) v[i] = arr[i]
+  for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }
+  return (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2 }
+END {
+  n = cnt["keepalive/terminated"]
+  for (k = 1; k <= n; k++) {
+    ka[k] = rps["keepalive/terminated", k] / rps["keepalive/passthrough", k]
+    kd[k] = rps["keepalive/terminated", k] / rps["keepalive/direct", k]
+    tc[k] = (p50["fresh/terminated-cached", k] - p50["fresh/passthrough", k]) / 1000
+    tu[k] = (p50["fresh/terminated-uncached", k] - p50["fresh/passthrough", k]) / 1000
+    bk[k] = mbs["bulk/terminated", k] / mbs["bulk/passthrough", k]
+  }
+  for (s in cnt) {
+    split("", v); for (k = 1; k <= cnt[s]; k++) v[k] = rps[s, k]; mr = median(v, cnt[s])
+    split("", v); for (k = 1; k <= cnt[s]; k++) v[k] = p50[s, k]; m50 = median(v, cnt[s])
+    split("", v); for (k = 1; k <= cnt[s]; k++) v[k] = p99[s, k]; m99 = median(v, cnt[s])
+    split("", v); for (k = 1; k <= cnt[s]; k++) v[k] = mbs[s, k]; mm = median(v, cnt[s])
+    if (mm > 0) printf "median %-28s %8.1f MB/s\n", s, mm
+    else printf "median %-28s %8.0f req/s  p50 %6.0f us  p99 %6.0f us\n", s, mr, m50, m99
+  }
+  printf "keep-alive requests/s, terminated / passthrough: median %.2fx over %d rounds (target >= 0.70x); / direct %.2fx\n", median(ka, n), n, median(kd, n)
+  printf "fresh-connection TTFB p50 added over passthrough: leaf cached %+.2f ms (target <= 2 ms), not cached %+.2f ms\n", median(tc, n), median(tu, n)
+  printf "bulk throughput, terminated / passthrough: median %.2fx (target >= 0.70x)\n", median(bk, n)
+}' "$tmp"
