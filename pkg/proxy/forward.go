@@ -196,8 +196,11 @@ func (c *countingReader) Read(b []byte) (int, error) {
 }
 
 // forward relays one absolute-form http:// request to the checked
-// upstream connection and streams the response back, then closes.
-func (p *Proxy) forward(c *net.TCPConn, br *bufio.Reader, up net.Conn, rec *Record, rq request) {
+// upstream connection and streams the response back. It reports whether
+// the client connection may carry another request: the request asked
+// for no close, its body was read to the end and the response was
+// delimited (Content-Length or chunked).
+func (p *Proxy) forward(c *net.TCPConn, br *bufio.Reader, up net.Conn, rec *Record, rq request) bool {
 	fr := rq.framing
 	out := &http.Request{
 		Method:     rq.head.Method,
@@ -211,12 +214,15 @@ func (p *Proxy) forward(c *net.TCPConn, br *bufio.Reader, up net.Conn, rec *Reco
 	// The URL sent upstream carries no userinfo (ParseForwardTarget
 	// refused it) and the transport writes only its path and query.
 	var body *countingReader
+	var tb *trackedBody
 	switch {
 	case fr.chunked:
-		body = &countingReader{r: httputil.NewChunkedReader(br)}
+		tb = newTrackedBody(httputil.NewChunkedReader(br), br)
+		body = &countingReader{r: tb}
 		out.Body, out.ContentLength = io.NopCloser(body), -1
 	case fr.length > 0:
-		body = &countingReader{r: io.LimitReader(br, fr.length)}
+		tb = newTrackedBody(io.LimitReader(br, fr.length), nil)
+		body = &countingReader{r: tb}
 		out.Body, out.ContentLength = io.NopCloser(body), fr.length
 	default:
 		out.Body = http.NoBody
@@ -225,7 +231,7 @@ func (p *Proxy) forward(c *net.TCPConn, br *bufio.Reader, up net.Conn, rec *Reco
 		c.SetWriteDeadline(time.Now().Add(responseWriteTimeout))
 		if _, err := c.Write([]byte("HTTP/1.1 100 Continue\r\n\r\n")); err != nil {
 			c.Close()
-			return
+			return false
 		}
 		c.SetWriteDeadline(time.Time{})
 	}
@@ -244,44 +250,64 @@ func (p *Proxy) forward(c *net.TCPConn, br *bufio.Reader, up net.Conn, rec *Reco
 			status = http.StatusGatewayTimeout
 		}
 		p.upstreamFailed(c, rec, status, reason, err)
-		return
+		return false
 	}
 	defer resp.Body.Close()
 	rec.Status = resp.StatusCode
-	bodyless := rq.head.Method == http.MethodHead || resp.StatusCode == http.StatusNoContent ||
-		resp.StatusCode == http.StatusNotModified || resp.StatusCode < 200
 	stripResponseHeader(resp.Header)
-	if !bodyless {
-		resp.Header.Del("Content-Length")
+	creq := &http.Request{Method: rq.head.Method, ProtoMinor: 1, Body: http.NoBody}
+	if rq.head.Proto == "HTTP/1.0" {
+		creq.ProtoMinor = 0
 	}
-	bw := bufio.NewWriterSize(c, 4096)
-	bw.WriteString("HTTP/1.1 ")
-	bw.WriteString(statusLine(resp))
-	bw.WriteString("\r\n")
-	resp.Header.Write(bw)
-	if !bodyless && resp.ContentLength >= 0 {
-		bw.WriteString("Content-Length: ")
-		bw.WriteString(strconv.FormatInt(resp.ContentLength, 10))
-		bw.WriteString("\r\n")
+	if tb != nil {
+		creq.Body = tb
 	}
-	bw.WriteString("Connection: close\r\n\r\n")
-	if err := bw.Flush(); err != nil {
-		c.Close()
-		return
-	}
-	if !bodyless {
-		n, err := io.Copy(c, resp.Body)
-		rec.BytesDown = n
-		if err != nil {
-			// Headers are gone already: the client sees a truncated body
-			// (or a short Content-Length), never a silent success.
-			rec.Cause = err.Error()
-			c.SetLinger(0)
-			c.Close()
-			return
+	for _, t := range connectionTokens(headerValues(rq.head, "Connection")) {
+		if strings.EqualFold(t, "close") {
+			creq.Close = true
 		}
 	}
-	lingerClose(c, 500*time.Millisecond)
+	bw := bufio.NewWriterSize(c, 4096)
+	hw := &h1Writer{c: c, bw: bw, br: br, req: creq, hdr: resp.Header}
+	if resp.ContentLength >= 0 {
+		resp.Header.Set("Content-Length", strconv.FormatInt(resp.ContentLength, 10))
+	} else {
+		resp.Header.Del("Content-Length")
+	}
+	hw.WriteHeader(resp.StatusCode)
+	n := flushCopy(hw, resp.Body, resp.ContentLength < 0)
+	rec.BytesDown = n
+	if resp.ContentLength >= 0 && n < resp.ContentLength || hw.err != nil {
+		// Headers are gone already: the client sees a truncated body
+		// (or a short Content-Length), never a silent success.
+		if hw.err != nil {
+			rec.Cause = hw.err.Error()
+		} else {
+			rec.Cause = "upstream body shorter than its Content-Length"
+		}
+		c.SetLinger(0)
+		c.Close()
+		return false
+	}
+	if err := hw.finish(); err != nil {
+		c.Close()
+		return false
+	}
+	if hw.close || creq.Close {
+		lingerClose(c, 500*time.Millisecond)
+		return false
+	}
+	return true
+}
+
+func headerValues(h *Head, name string) []string {
+	var out []string
+	for _, f := range h.Fields {
+		if strings.EqualFold(f.Name, name) {
+			out = append(out, f.Value)
+		}
+	}
+	return out
 }
 
 // statusLine is "CODE REASON" with a reason phrase that is safe to echo.

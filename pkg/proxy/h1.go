@@ -173,10 +173,10 @@ func (ix *inspector) buildRequest(h *Head, br *bufio.Reader) (*http.Request, fra
 	}
 	switch {
 	case fr.chunked:
-		r.Body, r.ContentLength = &trackedBody{r: httputil.NewChunkedReader(br)}, -1
+		r.Body, r.ContentLength = newTrackedBody(httputil.NewChunkedReader(br), br), -1
 		r.TransferEncoding = []string{"chunked"}
 	case fr.length > 0:
-		r.Body, r.ContentLength = &trackedBody{r: io.LimitReader(br, fr.length)}, fr.length
+		r.Body, r.ContentLength = newTrackedBody(io.LimitReader(br, fr.length), nil), fr.length
 	default:
 		r.Body = http.NoBody
 	}
@@ -185,11 +185,21 @@ func (ix *inspector) buildRequest(h *Head, br *bufio.Reader) (*http.Request, fra
 }
 
 // trackedBody knows whether it was read to the end, so the connection
-// is reused only after a fully consumed request body.
+// is reused only after a fully consumed request body. For a chunked body
+// (trailers set) the end includes the trailer section, which is read and
+// dropped (trailers are not forwarded), so the next head starts clean.
 type trackedBody struct {
-	r   io.Reader
-	eof bool
+	r        io.Reader
+	trailers *bufio.Reader
+	eof      bool
 }
+
+func newTrackedBody(r io.Reader, trailers *bufio.Reader) *trackedBody {
+	return &trackedBody{r: r, trailers: trailers}
+}
+
+// maxTrailerBytes bounds a chunked body's trailer section.
+const maxTrailerBytes = 8 << 10
 
 func (b *trackedBody) Read(p []byte) (int, error) {
 	if b.eof {
@@ -197,6 +207,19 @@ func (b *trackedBody) Read(p []byte) (int, error) {
 	}
 	n, err := b.r.Read(p)
 	if err == io.EOF {
+		if b.trailers != nil {
+			total := 0
+			for {
+				line, lerr := b.trailers.ReadSlice('\n')
+				total += len(line)
+				if lerr != nil || total > maxTrailerBytes {
+					return n, errors.New("bad chunked trailer section")
+				}
+				if len(line) == 1 || len(line) == 2 && line[0] == '\r' {
+					break
+				}
+			}
+		}
 		b.eof = true
 	}
 	return n, err

@@ -47,10 +47,12 @@ type request struct {
 	framing framing  // forward HTTP only
 }
 
-// handleExplicit serves one explicit-proxy connection: one CONNECT
-// tunnel or one forwarded http:// request.
-func (p *Proxy) handleExplicit(c *net.TCPConn, rec *Record) {
-	lim := &p.cfg.Limits
+// handleExplicit serves one explicit-proxy connection: a CONNECT tunnel,
+// or forwarded http:// requests — one after another on a keep-alive
+// connection, each decided on its own (its own host, port, rules and
+// upstream connection), with one record each. It returns the record of
+// the last request, which the caller finishes.
+func (p *Proxy) handleExplicit(c *net.TCPConn, rec *Record) *Record {
 	br := getReader(c)
 	released := false
 	release := func() {
@@ -60,6 +62,29 @@ func (p *Proxy) handleExplicit(c *net.TCPConn, rec *Record) {
 		}
 	}
 	defer release()
+	for first := true; ; first = false {
+		if !p.serveRequest(c, br, rec, release, first) || released {
+			return rec
+		}
+		p.finish(rec)
+		// The socket's owner was attributed (and its binary pinned) when
+		// it connected; the next request is decided afresh for it.
+		rec = &Record{ConnID: rec.ConnID, Listener: rec.Listener, Start: p.now(), Client: rec.Client,
+			Local: rec.Local, Identity: rec.Identity}
+	}
+}
+
+// serveRequest reads and serves one request head; it reports whether the
+// connection may carry another request.
+func (p *Proxy) serveRequest(c *net.TCPConn, br *bufio.Reader, rec *Record, release func(), first bool) bool {
+	lim := &p.cfg.Limits
+	if !first {
+		c.SetReadDeadline(time.Now().Add(lim.IdleTimeout))
+		if _, err := br.Peek(1); err != nil {
+			rec.silent = true // the client closed its keep-alive connection
+			return false
+		}
+	}
 	c.SetReadDeadline(time.Now().Add(lim.HeadTimeout))
 	hb := headPool.Get().(*[]byte)
 	raw, err := readHead(br, lim.MaxHeadBytes, (*hb)[:0])
@@ -84,7 +109,7 @@ func (p *Proxy) handleExplicit(c *net.TCPConn, rec *Record) {
 			rec.Outcome, rec.Reason = OutcomeBadRequest, ReasonMalformed
 			c.Close() // the client went away mid-head
 		}
-		return
+		return false
 	}
 	c.SetReadDeadline(time.Time{})
 	rec.Method = h.Method
@@ -103,13 +128,13 @@ func (p *Proxy) handleExplicit(c *net.TCPConn, rec *Record) {
 	}
 	if err != nil {
 		p.badRequest(c, rec, http.StatusBadRequest, ReasonMalformed, err)
-		return
+		return false
 	}
 	canon, err := p.cfg.Canonicalize(host)
 	if err != nil {
 		rec.Host = ""
 		p.badRequest(c, rec, http.StatusBadRequest, ReasonInvalidHost, nil)
-		return
+		return false
 	}
 	rec.Host = canon
 
@@ -117,9 +142,9 @@ func (p *Proxy) handleExplicit(c *net.TCPConn, rec *Record) {
 	g := p.gen.Load()
 	rec.Generation, rec.PolicySHA = g.Number, g.SHA256
 
-	if !p.identify(rec) {
+	if first && !p.identify(rec) {
 		p.deny(c, rec, OutcomePolicyDenied)
-		return
+		return false
 	}
 	dr := DecideRequest{Host: canon, Port: rec.Port}
 	if id := rec.Identity; id != nil {
@@ -135,7 +160,7 @@ func (p *Proxy) handleExplicit(c *net.TCPConn, rec *Record) {
 	rec.Entry, rec.Reason, rec.Audit, rec.L7Rules = v.Entry, v.Reason, v.Audit, v.L7Rules
 	if !v.Allowed {
 		p.deny(c, rec, OutcomePolicyDenied)
-		return
+		return false
 	}
 	// A forwarded http:// request is visible in full: hold it to the
 	// endpoint's L7 rules before anything reaches upstream. (A CONNECT
@@ -148,17 +173,17 @@ func (p *Proxy) handleExplicit(c *net.TCPConn, rec *Record) {
 			rec.Reason = policy.L7AmbiguousPath
 			req.url.Path, req.url.RawPath = "/", ""
 			p.deny(c, rec, OutcomePolicyDenied)
-			return
+			return false
 		case nerr != nil:
 			p.badRequest(c, rec, http.StatusBadRequest, ReasonInvalidPath, headErrorf("request path is not a valid path"))
-			return
+			return false
 		}
 		req.url.Path, req.url.RawPath = norm, ""
 		if ok, why := v.Endpoint.CheckRequest(h.Method, norm, req.url.Query()); !ok {
 			if !v.Audit {
 				rec.Reason = why
 				p.deny(c, rec, OutcomePolicyDenied)
-				return
+				return false
 			}
 			p.log.Warn("L7 rule violation allowed by enforcement: audit", "host", canon, "method", h.Method, "reason", why, "entry", v.Entry)
 		}
@@ -179,7 +204,7 @@ func (p *Proxy) handleExplicit(c *net.TCPConn, rec *Record) {
 		default:
 			p.upstreamFailed(c, rec, http.StatusBadGateway, ReasonConnectFailed, err)
 		}
-		return
+		return false
 	}
 	rec.Upstream = netip.AddrPortFrom(addr.Addr().Unmap(), addr.Port())
 	p.track(up)
@@ -191,12 +216,12 @@ func (p *Proxy) handleExplicit(c *net.TCPConn, rec *Record) {
 	if rec.Kind == KindConnect {
 		if inspects(v.Endpoint) {
 			p.inspect(c, br, up, rec, v)
-			return
+			return false
 		}
 		p.connect(c, br, up, rec, release, v.Endpoint == nil || v.Endpoint.TLS != policy.TLSSkip)
-		return
+		return false
 	}
-	p.forward(c, br, up, rec, req)
+	return p.forward(c, br, up, rec, req)
 }
 
 // identify attributes the caller and checks its binary pin. It returns

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -555,4 +556,146 @@ func TestInspectedUpstreamH1ConnectionReuse(t *testing.T) {
 	if n := len(e.up.requests()); n != 23 {
 		t.Errorf("upstream saw %d requests, want 23", n)
 	}
+}
+
+// Forwarded http:// requests share a keep-alive client connection, each
+// decided on its own: another host on the same connection is decided,
+// resolved and dialled afresh; a denied one gets its 403 and the
+// connection ends; each is one HTTP Activity event.
+func TestForwardKeepAliveDecidesEachRequest(t *testing.T) {
+	spy := newHeaderSpy(t)
+	env := newEnv(t, policyYAML(spy.port, ""))
+	c := env.dial()
+	br := bufio.NewReader(c)
+	send := func(host, path string) *http.Response {
+		t.Helper()
+		fmt.Fprintf(c, "GET http://%s:%d%s HTTP/1.1\r\nHost: %s\r\n\r\n", host, spy.port, path, host)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("%s%s: %v", host, path, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	for i, host := range []string{"allowed.test", "a.wild.test", "allowed.test"} {
+		if resp := send(host, fmt.Sprintf("/r%d", i)); resp.StatusCode != 200 || resp.Close {
+			t.Fatalf("request %d to %s: %d close=%v", i, host, resp.StatusCode, resp.Close)
+		}
+	}
+	// A chunked body with a trailer section, then another request: the
+	// trailers are consumed with the body, the next head starts clean.
+	fmt.Fprintf(c, "POST http://allowed.test:%d/c HTTP/1.1\r\nHost: allowed.test\r\nTransfer-Encoding: chunked\r\n\r\n"+
+		"5\r\nhello\r\n0\r\nX-Trailer: t\r\n\r\n", spy.port)
+	if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("chunked POST: %v %v", resp, err)
+	} else {
+		io.Copy(io.Discard, resp.Body)
+	}
+	spy.mu.Lock()
+	gotBody := spy.body
+	spy.mu.Unlock()
+	if gotBody != "hello" {
+		t.Fatalf("upstream body %q", gotBody)
+	}
+	if resp := send("allowed.test", "/after-trailer"); resp.StatusCode != 200 {
+		t.Fatalf("request after a trailer section: %d", resp.StatusCode)
+	}
+	if resp := send("denied.test", "/x"); resp.StatusCode != 403 {
+		t.Fatalf("denied host on a kept-alive connection: %d", resp.StatusCode)
+	}
+	if _, err := br.ReadByte(); err == nil {
+		t.Fatal("connection stayed open after a denial")
+	}
+	spy.mu.Lock()
+	n := spy.count
+	spy.mu.Unlock()
+	if n != 5 {
+		t.Fatalf("upstream saw %d requests, want 5", n)
+	}
+	if l := env.dialer.Lookups(); !slices.Contains(l, "a.wild.test") || slices.Contains(l, "denied.test") {
+		t.Fatalf("lookups %v: each allowed host resolved, the denied one never", l)
+	}
+	evs := env.waitEvents(ocsf.ClassHTTPActivity, 5)
+	if len(evs) != 5 {
+		t.Fatalf("%d HTTP events, want one per allowed request", len(evs))
+	}
+	corr := get(evs[0], "metadata", "correlation_uid")
+	for _, ev := range evs {
+		if get(ev, "metadata", "correlation_uid") != corr {
+			t.Errorf("requests of one connection carry different correlation ids")
+		}
+	}
+}
+
+// A WebSocket upgrade goes through only when its GET path is allowed;
+// after the 101 the bytes are relayed both ways.
+func TestInspectedWebSocketUpgrade(t *testing.T) {
+	upCA, _ := tlsca.New(tlsca.Options{})
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Upgrade") != "websocket" {
+			http.Error(w, "want an upgrade", 400)
+			return
+		}
+		c, brw, err := w.(http.Hijacker).Hijack()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: x\r\n\r\n")
+		brw.Flush()
+		io.Copy(c, brw) // echo
+	}))
+	leaf, _ := upCA.Leaf("allowed.test")
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{*leaf}}
+	srv.StartTLS()
+	defer srv.Close()
+	port := srv.Listener.Addr().(*net.TCPAddr).Port
+	pool := x509.NewCertPool()
+	pool.AddCert(upCA.Certificate())
+	ca, _ := tlsca.New(tlsca.Options{})
+	env := newEnv(t, restRulesPolicy(port, "GET", "/ws/**"), func(c *Config) { c.CA, c.UpstreamRoots = ca, pool })
+	e := &inspectEnv{testEnv: env, ca: ca, up: &upstreamTLS{port: port}}
+	upgrade := func(path string) (*http.Response, *tls.Conn, *bufio.Reader) {
+		tc := e.rawTLS("http/1.1")
+		tc.SetDeadline(time.Now().Add(10 * time.Second))
+		fmt.Fprintf(tc, "GET %s HTTP/1.1\r\nHost: allowed.test:%d\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"+
+			"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n", path, port)
+		br := bufio.NewReader(tc)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp, tc, br
+	}
+	resp, tc, br := upgrade("/ws/chat")
+	if resp.StatusCode != 101 || resp.Header.Get("Upgrade") != "websocket" {
+		t.Fatalf("allowed upgrade: %d %v", resp.StatusCode, resp.Header)
+	}
+	io.WriteString(tc, "frame-bytes")
+	got := make([]byte, len("frame-bytes"))
+	if _, err := io.ReadFull(br, got); err != nil || string(got) != "frame-bytes" {
+		t.Fatalf("relay after 101: %q %v", got, err)
+	}
+	tc.Close()
+	resp, tc, _ = upgrade("/admin/socket")
+	defer tc.Close()
+	if resp.StatusCode != 403 {
+		t.Fatalf("upgrade on a path the rules do not allow: %d", resp.StatusCode)
+	}
+}
+
+func restRulesPolicy(port int, method, path string) string {
+	return fmt.Sprintf(`version: 1
+network_policies:
+  ws:
+    endpoints:
+      - host: allowed.test
+        port: %d
+        protocol: rest
+        rules:
+          - allow: {method: %s, path: "%s"}
+    binaries:
+      - path: /usr/bin/curl
+`, port, method, path)
 }

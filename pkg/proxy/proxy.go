@@ -240,7 +240,7 @@ func (p *Proxy) serveConn(c *net.TCPConn, listener string) {
 		p.handleFence(c, rec)
 	} else {
 		p.m.connsProxy.Add(1)
-		p.handleExplicit(c, rec)
+		rec = p.handleExplicit(c, rec)
 	}
 	c.Close()
 	p.finish(rec)
