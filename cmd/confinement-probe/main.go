@@ -166,7 +166,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		var l probe.Launched
 		v, l, err = probe.Launch(ctx, probe.LaunchOptions{
 			Policy: f.policy, Supervisor: f.supervisor, StateDir: f.stateDir,
-			Timeout: f.timeout, Stderr: stderr,
+			Timeout: f.timeout, Stderr: stderr, LogFormat: f.logFormat,
 		})
 		if err != nil {
 			// Nothing ran: still leave the failed verdict in the log, so it

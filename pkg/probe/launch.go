@@ -104,6 +104,8 @@ type LaunchOptions struct {
 	Timeout time.Duration
 	// Stderr receives the supervisor's diagnostics.
 	Stderr io.Writer
+	// LogFormat is the supervisor's --log-format ("": its default).
+	LogFormat string
 }
 
 // Launched describes the probe sandbox.

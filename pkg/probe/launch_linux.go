@@ -126,6 +126,9 @@ func Launch(ctx context.Context, o LaunchOptions) (Verdict, Launched, error) {
 	if o.StateDir != "" {
 		args = append(args, "--state-dir", o.StateDir)
 	}
+	if o.LogFormat != "" {
+		args = append(args, "--log-format", o.LogFormat)
+	}
 	args = append(args, "--", inner, "--inside")
 	args = append(args, targets.Args()...)
 	timeout := o.Timeout
