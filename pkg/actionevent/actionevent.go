@@ -72,6 +72,7 @@ const (
 	CategoryNetwork     = "network"     // 4001 Network Activity, 4007 SSH Activity
 	CategoryHTTP        = "http"        // 4002 HTTP Activity
 	CategoryProcess     = "process"     // 1007 Process Activity
+	CategoryFile        = "file"        // 1001 File System Activity
 	CategoryDetection   = "detection"   // 2004 Detection Finding
 	CategoryPolicy      = "policy"      // 5019 Device Config State Change (policy load/reload)
 	CategoryApplication = "application" // 6002 Application Lifecycle, 6003 API Activity
@@ -192,7 +193,7 @@ func (r *Record) Validate() error {
 		bad("layer", "is %q, want %q", r.Layer, Layer)
 	}
 	switch r.Category {
-	case CategoryNetwork, CategoryHTTP, CategoryProcess, CategoryDetection, CategoryPolicy, CategoryApplication, CategoryOther:
+	case CategoryNetwork, CategoryHTTP, CategoryProcess, CategoryFile, CategoryDetection, CategoryPolicy, CategoryApplication, CategoryOther:
 	default:
 		bad("category", "unknown category %q", r.Category)
 	}

@@ -553,3 +553,26 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// A refused file access (File System Activity 1001) maps to category
+// file with the path as target.path; a path with URL delimiters is
+// escaped, never cut, so the record stays valid.
+func TestFileDenialMapping(t *testing.T) {
+	line := []byte(`{"class_uid":1001,"activity_id":2,"time":1767225600123,"severity_id":3,"action_id":2,"disposition_id":2,` +
+		`"status_detail":"fs.read_file","metadata":{"version":"1.8.0","uid":"sbx-1","product":{"name":"Palisade"}},` +
+		`"file":{"name":"a?b#c%d","path":"/etc/a?b#c%d","type_id":1},` +
+		`"actor":{"process":{"pid":42,"name":"cat","sandbox":"sbx-1","file":{"name":"cat","path":"/usr/bin/cat","type_id":8}}},` +
+		`"policy":{"uid":"sha256:` + strings.Repeat("ab", 32) + `"}}`)
+	r, err := FromOCSF(line, "agent-7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Validate(); err != nil {
+		t.Fatalf("record invalid: %v", err)
+	}
+	if r.Category != CategoryFile || r.Action != ActionDeny || r.Target.Path != "/etc/a%3Fb%23c%25d" ||
+		r.Actor.PID != 42 || r.Actor.Binary != "/usr/bin/cat" || r.Reason != "fs.read_file" ||
+		r.Source.ActivityName != "Read" || r.SandboxID != "sbx-1" {
+		t.Fatalf("record %+v", r)
+	}
+}

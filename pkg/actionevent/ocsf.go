@@ -62,6 +62,7 @@ type ocsfEvent struct {
 	DstEndpoint *ocsfEndpoint    `json:"dst_endpoint"`
 	URL         *ocsfURL         `json:"url"`
 	HTTPRequest *ocsfHTTPRequest `json:"http_request"`
+	File        *ocsfFile        `json:"file"`
 	Rule        *ocsfRule        `json:"firewall_rule"`
 	Policy      *ocsfPolicy      `json:"policy"`
 	StatusCode  string           `json:"status_code"`
@@ -106,6 +107,7 @@ type ocsfProcess struct {
 
 type ocsfFile struct {
 	Path   string     `json:"path"`
+	Name   string     `json:"name"`
 	Hashes []ocsfHash `json:"hashes"`
 }
 
@@ -159,6 +161,7 @@ var netActivities = map[int]string{0: "Unknown", 1: "Open", 2: "Close", 3: "Rese
 
 var classes = map[int]classInfo{
 	0:    {"Base Event", CategoryOther, map[int]string{0: "Unknown", 99: "Other"}},
+	1001: {"File System Activity", CategoryFile, map[int]string{0: "Unknown", 1: "Create", 2: "Read", 3: "Update", 4: "Delete", 5: "Rename", 6: "Set Attributes", 7: "Set Security", 8: "Get Attributes", 9: "Get Security", 10: "Encrypt", 11: "Decrypt", 12: "Mount", 13: "Unmount", 14: "Open", 99: "Other"}},
 	1007: {"Process Activity", CategoryProcess, map[int]string{0: "Unknown", 1: "Launch", 2: "Terminate", 3: "Open", 4: "Inject", 5: "Set User ID", 99: "Other"}},
 	2004: {"Detection Finding", CategoryDetection, map[int]string{0: "Unknown", 1: "Create", 2: "Update", 3: "Close", 99: "Other"}},
 	4001: {"Network Activity", CategoryNetwork, netActivities},
@@ -171,7 +174,7 @@ var classes = map[int]classInfo{
 
 // FromOCSF normalises one OCSF 1.8.0 JSON line into a record for agentID.
 // An empty agentID takes the agent from an "agent:<id>" metadata label.
-// Classes 4001, 4002, 1007, 2004 and 5019 get their specific mapping; any
+// Classes 4001, 4002, 1001, 1007, 2004 and 5019 get their specific mapping; any
 // other class gets the generic one (actor, destination, action, reason).
 // A blank line returns ErrEmpty; a line that is not a JSON object, lacks
 // class_uid or time, or has a wrongly typed attribute returns a
@@ -281,6 +284,14 @@ func fromEvent(ev *ocsfEvent, line []byte, agentID string) (Record, error) {
 		r.Actor = actor(proc)
 	}
 	r.Target = target(dst, u, req)
+	if uid == 1001 && ev.File != nil && r.Target.Path == "" {
+		// The file a File System Activity acted on (a refused access).
+		p := ev.File.Path
+		if p == "" {
+			p = ev.File.Name
+		}
+		r.Target.Path = clip(filePath.Replace(p), maxPath)
+	}
 
 	// Policy: the OCSF policy object names the policy in force and carries
 	// its checksum as uid ("sha256:<hex>"); the matched firewall_rule names
@@ -486,6 +497,11 @@ func cleanHost(h string) string {
 
 // cleanPath keeps only the path of what may be a full URL or a path with a
 // query string or fragment.
+// filePath escapes the characters target.path never carries ('?' and
+// '#', which would start a URL's query or fragment) in a file path, and
+// '%' so that the escaping is reversible.
+var filePath = strings.NewReplacer("%", "%25", "?", "%3F", "#", "%23")
+
 func cleanPath(p string) string {
 	if strings.Contains(p, "://") {
 		if u, err := url.Parse(p); err == nil {
