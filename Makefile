@@ -42,7 +42,13 @@ fuzz:
 	  done; \
 	done
 
+# eBPF objects (bpf/): clang, llvm-strip and libbpf's headers from apt
+# when missing (Debian/Ubuntu), then bpf2go as pinned in go.mod.
 generate:
+	@if ! command -v clang >/dev/null || ! command -v llvm-strip >/dev/null || [ ! -f /usr/include/bpf/bpf_helpers.h ]; then \
+	  echo "generate: installing clang llvm libbpf-dev"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang llvm libbpf-dev >/dev/null; \
+	fi
 	$(GO) generate ./...
 
 # lint fails when gofmt would change a file, when go vet finds something,

@@ -3,6 +3,7 @@ module github.com/palisade-sandbox/palisade
 go 1.26.0
 
 require (
+	github.com/cilium/ebpf v0.22.0
 	github.com/containerd/console v1.0.5
 	github.com/go-json-experiment/json v1.27.2
 	github.com/google/nftables v0.3.0
@@ -21,7 +22,7 @@ require (
 require (
 	github.com/google/go-cmp v0.7.0 // indirect
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.31.0 // indirect
-	github.com/mdlayher/socket v0.5.0 // indirect
+	github.com/mdlayher/socket v0.5.1 // indirect
 	golang.org/x/sync v0.24.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20260928230214-8a89bd6388cc // indirect
@@ -29,3 +30,5 @@ require (
 	google.golang.org/grpc v1.84.0 // indirect
 	kernel.org/pub/linux/libs/security/libcap/psx v1.2.78 // indirect
 )
+
+tool github.com/cilium/ebpf/cmd/bpf2go

@@ -77,7 +77,26 @@ type Identity struct {
 	// MaxAncestors. The walk stops before the sandbox init and before any
 	// process outside the sandbox's process set: neither is listed.
 	Ancestors []Process `json:"ancestors,omitempty"`
+	// Connector is the process that connected the socket, as recorded at
+	// connect time, when it is not the holder above: the socket was
+	// handed on (inherited across exec or by a child, or passed over
+	// SCM_RIGHTS). Only the eBPF backend records connectors. Its Exe is
+	// "" when it can no longer be named (it has exec'd another binary or
+	// exited). The proxy allows only when both the holder and the
+	// connector are allowed, so an unnamed connector denies.
+	Connector *Process `json:"connector,omitempty"`
+	// Backend names the backend that answered: "proc" or "bpf" (with
+	// "bpf/fast" when the recorded connector was trusted without the
+	// exhaustive search).
+	Backend string `json:"backend"`
 }
+
+// Backend names.
+const (
+	BackendProc    = "proc"
+	BackendBPF     = "bpf"
+	BackendBPFFast = "bpf/fast"
+)
 
 // Backend attributes connections to sandbox processes. Implementations
 // are safe for concurrent use.

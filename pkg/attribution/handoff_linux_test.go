@@ -13,12 +13,39 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+
+	palisadebpf "github.com/palisade-sandbox/palisade/bpf"
+	"github.com/palisade-sandbox/palisade/pkg/cgroup"
 	"github.com/palisade-sandbox/palisade/pkg/testutil"
 )
 
-// handOffBackends are the backends every hand-off test runs against.
+// handOffBackends are the backends every hand-off test runs against:
+// /proc and eBPF, attached before any client connects.
 func handOffBackends(t *testing.T, s *testSandbox) map[string]Backend {
-	return map[string]Backend{"proc": s.backend(t, nil)}
+	return map[string]Backend{"proc": s.backend(t, nil), "bpf": s.bpfBackend(t)}
+}
+
+// bpfBackend loads the eBPF backend on the sandbox's v2 cgroup.
+func (s *testSandbox) bpfBackend(t testing.TB) *BPFBackend {
+	t.Helper()
+	for _, f := range []string{"bpf:cgroup_sock_addr", "bpf:sock_ops", "bpf:tracepoint"} {
+		testutil.RequireFeature(t, f)
+	}
+	dir := s.cg.Path(cgroup.Unified)
+	if dir == "" {
+		testutil.RequireData(t, "a cgroup v2 hierarchy for the sandbox's cgroup", errors.New("none mounted"))
+	}
+	b, err := NewBPFBackend(BPFConfig{CgroupPath: dir, Proc: ProcConfig{
+		NetnsPID: func() int { return s.initPID },
+		Procs:    s.cg.Procs,
+		InitPID:  s.initPID,
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
 }
 
 // waitExe waits until pid runs exe (after an exec).
@@ -55,13 +82,21 @@ func TestHandOffsAttributeTheSender(t *testing.T) {
 	}
 	backends := handOffBackends(t, s)
 	ctx := context.Background()
-	check := func(what string, c *client, wantPID int, wantExe string, wantAncestor int) {
+	// check also wants the eBPF backend to name the recorded connector
+	// (connector: its pid and binary, "" when no longer nameable).
+	check := func(what string, c *client, wantPID int, wantExe string, wantAncestor int, connector Process) {
 		t.Helper()
 		for name, b := range backends {
 			id, err := b.Lookup(ctx, c.client, c.proxy)
 			if err != nil {
 				t.Errorf("%s, %s backend: %v", what, name, err)
 				continue
+			}
+			switch {
+			case name == "proc" && (id.Connector != nil || id.Backend != BackendProc):
+				t.Errorf("%s, proc backend: connector %+v, backend %q", what, id.Connector, id.Backend)
+			case name == "bpf" && (id.Connector == nil || *id.Connector != connector || id.Backend != BackendBPF):
+				t.Errorf("%s, bpf backend: connector %+v (backend %q), want %+v", what, id.Connector, id.Backend, connector)
 			}
 			if id.PID != wantPID || id.Exe != wantExe {
 				t.Errorf("%s, %s backend: attributed to pid %d %s, want pid %d %s", what, name, id.PID, id.Exe, wantPID, wantExe)
@@ -80,11 +115,12 @@ func TestHandOffsAttributeTheSender(t *testing.T) {
 	t.Run("exec", func(t *testing.T) {
 		c := s.spawnArgs(self, "exechand", "4", other)
 		waitExe(t, c.pid, other)
-		check("fd inherited across exec", c, c.pid, other, 0)
+		// The connector ran self; after its exec nothing names that binary.
+		check("fd inherited across exec", c, c.pid, other, 0, Process{PID: c.pid})
 	})
 	t.Run("fork", func(t *testing.T) {
 		c := s.spawnArgs(self, "forkhand", "4", other)
-		check("fd inherited by a child, parent's copy closed", c, c.holders[0], other, c.pid)
+		check("fd inherited by a child, parent's copy closed", c, c.holders[0], other, c.pid, Process{PID: c.pid, Exe: self})
 	})
 	for _, keep := range []string{"close", "keep"} {
 		t.Run("scm_rights_"+keep, func(t *testing.T) {
@@ -98,7 +134,7 @@ func TestHandOffsAttributeTheSender(t *testing.T) {
 			c := s.spawnArgs(self, "scmsend", "4", path, keep)
 			s.waitLine(tag+".got", 20*time.Second)
 			if keep == "close" {
-				check("fd passed over SCM_RIGHTS, sender's copy closed", c, recvPID, other, 0)
+				check("fd passed over SCM_RIGHTS, sender's copy closed", c, recvPID, other, 0, Process{PID: c.pid, Exe: self})
 				return
 			}
 			for name, b := range backends {
@@ -110,4 +146,105 @@ func TestHandOffsAttributeTheSender(t *testing.T) {
 			}
 		})
 	}
+}
+
+// waitGone waits until pid has exited (and been reaped).
+func waitGone(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := os.Stat("/proc/" + strconv.Itoa(pid)); errors.Is(err, os.ErrNotExist) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pid %d still exists", pid)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// The eBPF and /proc backends agree on pid, binary and ancestors: for a
+// plain client (the eBPF backend's fast path: its record alone), a
+// client whose child shares the socket, a connector that hands the
+// socket to a child and exits at once, and a client that exits right
+// after connecting (nobody holds the socket: both refuse).
+func TestBPFAndProcAgree(t *testing.T) {
+	s := newTestSandbox(t, 128)
+	self, _ := os.Executable()
+	other := filepath.Join(t.TempDir(), "other-binary")
+	copyFile(t, self, other, nil)
+	if err := os.Chmod(other, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	pb, bb := s.backend(t, nil), s.bpfBackend(t)
+	ctx := context.Background()
+	agree := func(what string, c *client, wantPID int, wantBackend string) {
+		t.Helper()
+		pid, perr := pb.Lookup(ctx, c.client, c.proxy)
+		bid, berr := bb.Lookup(ctx, c.client, c.proxy)
+		if perr != nil || berr != nil {
+			t.Errorf("%s: proc %v, bpf %v", what, perr, berr)
+			return
+		}
+		if !identityEqual(*pid, *bid) || pid.PID != wantPID {
+			t.Errorf("%s: backends disagree or miss pid %d:\n proc %+v\n bpf  %+v", what, wantPID, *pid, *bid)
+		}
+		if bid.Backend != wantBackend {
+			t.Errorf("%s: bpf answered by %q, want %q", what, bid.Backend, wantBackend)
+		}
+	}
+	for _, fam := range []string{"4", "6"} {
+		c := s.spawn(self, "client", fam)
+		agree("plain client over IPv"+fam, c, c.pid, BackendBPFFast)
+	}
+	sh := s.spawn(self, "share", "4")
+	agree("client sharing with its child", sh, sh.pid, BackendBPFFast)
+	fe := s.spawnArgs(self, "forkexit", "4", other)
+	waitGone(t, fe.pid)
+	agree("connector handed to a child and exited", fe, fe.holders[0], BackendBPF)
+
+	before := mapLen(t, bb.objs.Conns)
+	if before != 4 {
+		t.Errorf("connection records: %d, want one per live client socket (4)", before)
+	}
+	ex := s.spawnArgs(self, "exit", "4", "-")
+	waitGone(t, ex.pid)
+	_, perr := pb.Lookup(ctx, ex.client, ex.proxy)
+	_, berr := bb.Lookup(ctx, ex.client, ex.proxy)
+	if !errors.Is(perr, ErrNotFound) || !errors.Is(berr, ErrNotFound) {
+		t.Errorf("client exited after connecting: proc %v, bpf %v; want ErrNotFound from both", perr, berr)
+	}
+	// Maps are cleaned: the exited process leaves the tree, and its
+	// socket's record goes when the socket closes.
+	var info palisadebpf.AttrProcInfo
+	if err := bb.objs.Procs.Lookup(uint32(ex.pid), &info); err == nil {
+		t.Errorf("exited pid %d is still in the process tree: %+v", ex.pid, info)
+	}
+	ex.conn.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for mapLen(t, bb.objs.Conns) != before {
+		if time.Now().After(deadline) {
+			t.Fatalf("connection records: %d, want %d once the socket closed", mapLen(t, bb.objs.Conns), before)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if c := bb.Counters(); c["bpf_fast"] < 3 {
+		t.Errorf("counters %v: want the fast path for the three clients that still hold their sockets", c)
+	}
+}
+
+// mapLen counts a map's entries.
+func mapLen(t *testing.T, m *ebpf.Map) int {
+	t.Helper()
+	var k uint64
+	var v palisadebpf.AttrConnInfo
+	n := 0
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		n++
+	}
+	if err := it.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

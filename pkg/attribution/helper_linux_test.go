@@ -55,6 +55,8 @@ func TestMain(m *testing.M) {
 //	  execs "<bin> holder" with the socket as fd 3 (same pid, new binary).
 //	forkhand <tag> <dial> <bin>: connects, starts "<bin> holder" with the
 //	  socket, closes its own copy, prints "ready ... <holder pid>".
+//	forkexit <tag> <dial> <bin>: forkhand, then exits.
+//	exit <tag> <dial> -: connects, prints its ready line and exits.
 //	recv <tag> <path>: listens on the Unix socket path, prints
 //	  "ready <tag> <pid>", receives one descriptor (SCM_RIGHTS), holds it
 //	  and prints "got <tag>.got <fd>".
@@ -73,7 +75,7 @@ func runHelper(mode string, args []string) error {
 		return nil
 	case "recv":
 		return helperRecv(args)
-	case "exechand", "forkhand", "scmsend":
+	case "exechand", "forkhand", "forkexit", "exit", "scmsend":
 		return helperHandOff(mode, args)
 	case "client", "share", "sibling":
 	default:
@@ -216,7 +218,10 @@ func helperHandOff(mode string, args []string) error {
 		}
 		fmt.Println(line)
 		return unix.Exec(arg, []string{arg, "holder"}, os.Environ())
-	case "forkhand":
+	case "exit":
+		fmt.Println(line)
+		return nil
+	case "forkhand", "forkexit":
 		sock := os.NewFile(uintptr(fd), "socket")
 		cmd := exec.Command(arg, "holder")
 		cmd.ExtraFiles = []*os.File{sock}
@@ -226,6 +231,10 @@ func helperHandOff(mode string, args []string) error {
 		}
 		sock.Close()
 		line += fmt.Sprintf(" %d", cmd.Process.Pid)
+		if mode == "forkexit" {
+			fmt.Println(line)
+			return nil
+		}
 	case "scmsend":
 		c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: arg, Net: "unix"})
 		if err != nil {

@@ -173,11 +173,18 @@ func (b *ProcBackend) lookup(ctx context.Context, client, proxy netip.AddrPort) 
 	if err != nil {
 		return nil, err
 	}
-	inode, err := b.socketInode(c, p)
+	inode, _, err := b.socketID(c, p)
 	if err != nil {
 		return nil, err
 	}
-	want := []byte("socket:[" + strconv.FormatUint(inode, 10) + "]")
+	return b.holderOf(ctx, client, proxy, inode)
+}
+
+// holderOf is the exhaustive check: the topmost sandbox process holding
+// socket inode, found by searching the fd tables of all of them.
+func (b *ProcBackend) holderOf(ctx context.Context, client, proxy netip.AddrPort, inode uint64) (*Identity, error) {
+	var err error
+	want := socketLink(inode)
 
 	// A process that forked after the pid snapshot and whose parent then
 	// closed its copy is missed by the first pass, so a miss is retried
@@ -203,22 +210,28 @@ func (b *ProcBackend) lookup(ctx context.Context, client, proxy netip.AddrPort) 
 	return b.resolve(ctx, top, pids, want)
 }
 
-// socketInode finds the inode of the socket client -> proxy in the
-// sandbox namespace's tcp table (IPv4 clients: then tcp6, for sockets of
-// dual-stack programs with IPv4-mapped addresses).
-func (b *ProcBackend) socketInode(client, proxy netip.AddrPort) (uint64, error) {
+// socketLink is what /proc/<pid>/fd/<n> links to for socket inode.
+func socketLink(inode uint64) []byte {
+	return []byte("socket:[" + strconv.FormatUint(inode, 10) + "]")
+}
+
+// socketID finds the inode of the socket client -> proxy in the sandbox
+// namespace, and its cookie when sock_diag found it (0 otherwise): by an
+// exact sock_diag query, else from the tcp table (IPv4 clients: then
+// tcp6, for sockets of dual-stack programs with IPv4-mapped addresses).
+func (b *ProcBackend) socketID(client, proxy netip.AddrPort) (inode, cookie uint64, err error) {
 	netnsPID := b.cfg.NetnsPID()
 	if netnsPID <= 0 {
-		return 0, fmt.Errorf("%w: sandbox network namespace has no process (netns pid %d)", ErrNotFound, netnsPID)
+		return 0, 0, fmt.Errorf("%w: sandbox network namespace has no process (netns pid %d)", ErrNotFound, netnsPID)
 	}
 	if !b.cfg.NoSockDiag {
 		// A miss or any trouble falls through to the /proc tables, which
 		// also see sockets bound to a device (the exact-match lookup asks
 		// for unbound ones) and classify what is missing.
-		inode, _, err := b.diag.lookup(diagNsPath(b.cfg.ProcRoot, netnsPID), client, proxy)
+		inode, cookie, _, err := b.diag.lookup(diagNsPath(b.cfg.ProcRoot, netnsPID), client, proxy)
 		if err == nil && inode != 0 {
 			b.diagHits.Add(1)
-			return inode, nil
+			return inode, cookie, nil
 		}
 	}
 	b.procTables.Add(1)
@@ -236,24 +249,24 @@ func (b *ProcBackend) socketInode(client, proxy netip.AddrPort) (uint64, error) 
 			continue // IPv6 disabled in the kernel
 		}
 		if errors.Is(err, os.ErrNotExist) || errors.Is(err, unix.ESRCH) {
-			return 0, fmt.Errorf("%w: sandbox network namespace gone: %v", ErrNotFound, err)
+			return 0, 0, fmt.Errorf("%w: sandbox network namespace gone: %v", ErrNotFound, err)
 		}
 		if err != nil {
-			return 0, fmt.Errorf("attribution: read socket table: %w", err)
+			return 0, 0, fmt.Errorf("attribution: read socket table: %w", err)
 		}
 		inode, found, err := findSocket(table, client, proxy, b.order)
 		if err != nil {
-			return 0, fmt.Errorf("attribution: parse %s: %w", path, err)
+			return 0, 0, fmt.Errorf("attribution: parse %s: %w", path, err)
 		}
 		if inode != 0 {
-			return inode, nil
+			return inode, 0, nil
 		}
 		seen = seen || found
 	}
 	if seen {
-		return 0, fmt.Errorf("%w: socket %v -> %v has no file any more (closed)", ErrNotFound, client, proxy)
+		return 0, 0, fmt.Errorf("%w: socket %v -> %v has no file any more (closed)", ErrNotFound, client, proxy)
 	}
-	return 0, fmt.Errorf("%w: no socket %v -> %v in the sandbox network namespace (netns pid %d)", ErrNotFound, client, proxy, netnsPID)
+	return 0, 0, fmt.Errorf("%w: no socket %v -> %v in the sandbox network namespace (netns pid %d)", ErrNotFound, client, proxy, netnsPID)
 }
 
 var tableBufs = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }}
@@ -508,7 +521,7 @@ func (b *ProcBackend) resolve(ctx context.Context, h holder, pids []int, want []
 	if exe2 != exe {
 		return nil, fmt.Errorf("attribution: pid %d executed %s while being attributed (was %s)", h.pid, exe2, exe)
 	}
-	id := &Identity{PID: h.pid, Exe: exe, SHA256: sum}
+	id := &Identity{PID: h.pid, Exe: exe, SHA256: sum, Backend: BackendProc}
 	for _, a := range b.chain(h.pid, pids) {
 		ae, err := os.Readlink(b.cfg.ProcRoot + "/" + strconv.Itoa(a) + "/exe")
 		if err != nil {

@@ -81,18 +81,18 @@ func (d *sockDiag) open(nsPath string) error {
 	return nil
 }
 
-// lookup returns the inode of the TCP socket client -> proxy in the
-// namespace at nsPath. found reports a socket without a file (inode 0).
-// errDiagUnavailable (wrapped) means: ask /proc instead.
-func (d *sockDiag) lookup(nsPath string, client, proxy netip.AddrPort) (inode uint64, found bool, err error) {
+// lookup returns the inode and socket cookie of the TCP socket client ->
+// proxy in the namespace at nsPath. found reports a socket without a
+// file (inode 0). errDiagUnavailable (wrapped) means: ask /proc instead.
+func (d *sockDiag) lookup(nsPath string, client, proxy netip.AddrPort) (inode, cookie uint64, found bool, err error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.denied {
-		return 0, false, errDiagUnavailable
+		return 0, 0, false, errDiagUnavailable
 	}
 	var st unix.Stat_t
 	if err := unix.Stat(nsPath, &st); err != nil {
-		return 0, false, err
+		return 0, 0, false, err
 	}
 	if d.fd < 0 || st.Dev != d.dev || st.Ino != d.ino {
 		if d.fd >= 0 {
@@ -104,7 +104,7 @@ func (d *sockDiag) lookup(nsPath string, client, proxy netip.AddrPort) (inode ui
 			if errors.Is(err, unix.EPERM) {
 				d.denied = true
 			}
-			return 0, false, fmt.Errorf("%w: %v", errDiagUnavailable, err)
+			return 0, 0, false, fmt.Errorf("%w: %v", errDiagUnavailable, err)
 		}
 		d.fd, d.dev, d.ino = fd, st.Dev, st.Ino
 	}
@@ -168,7 +168,7 @@ func socketInNetns(nsPath string) (int, error) {
 }
 
 // query sends one exact-match SOCK_DIAG_BY_FAMILY request.
-func (d *sockDiag) query(client, proxy netip.AddrPort) (uint64, bool, error) {
+func (d *sockDiag) query(client, proxy netip.AddrPort) (inode, cookie uint64, found bool, err error) {
 	d.seq++
 	req := d.request[:]
 	clear(req)
@@ -196,8 +196,8 @@ func (d *sockDiag) query(client, proxy netip.AddrPort) (uint64, bool, error) {
 	ne.PutUint32(id[40:], diagNoCookie)
 	ne.PutUint32(id[44:], diagNoCookie)
 
-	if err := unix.Sendto(d.fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		return 0, false, d.broken(err)
+	if err = unix.Sendto(d.fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		return 0, 0, false, d.broken(err)
 	}
 	for {
 		n, _, err := unix.Recvfrom(d.fd, d.buf, 0)
@@ -205,13 +205,13 @@ func (d *sockDiag) query(client, proxy netip.AddrPort) (uint64, bool, error) {
 			continue
 		}
 		if err != nil {
-			return 0, false, d.broken(err)
+			return 0, 0, false, d.broken(err)
 		}
 		msgs := d.buf[:n]
 		for len(msgs) >= nlHdrLen {
 			l := int(ne.Uint32(msgs[0:]))
 			if l < nlHdrLen || l > len(msgs) {
-				return 0, false, d.broken(errors.New("truncated netlink message"))
+				return 0, 0, false, d.broken(errors.New("truncated netlink message"))
 			}
 			typ, seq, body := ne.Uint16(msgs[4:]), ne.Uint32(msgs[8:]), msgs[nlHdrLen:l]
 			msgs = msgs[min(nlAlign(l), len(msgs)):]
@@ -221,18 +221,21 @@ func (d *sockDiag) query(client, proxy netip.AddrPort) (uint64, bool, error) {
 			switch typ {
 			case unix.NLMSG_ERROR:
 				if len(body) < 4 {
-					return 0, false, d.broken(errors.New("short netlink error"))
+					return 0, 0, false, d.broken(errors.New("short netlink error"))
 				}
 				errno := -int32(ne.Uint32(body))
 				if errno == int32(unix.ENOENT) {
-					return 0, false, nil
+					return 0, 0, false, nil
 				}
-				return 0, false, fmt.Errorf("%w: %v", errDiagUnavailable, unix.Errno(errno))
+				return 0, 0, false, fmt.Errorf("%w: %v", errDiagUnavailable, unix.Errno(errno))
 			case unix.SOCK_DIAG_BY_FAMILY:
 				if len(body) < diagMsgLen {
-					return 0, false, d.broken(errors.New("short inet_diag_msg"))
+					return 0, 0, false, d.broken(errors.New("short inet_diag_msg"))
 				}
-				return uint64(ne.Uint32(body[68:])), true, nil
+				// inet_diag_msg: idiag_cookie[2] at 44 (low word
+				// first), idiag_inode at 68.
+				cookie := uint64(ne.Uint32(body[44:])) | uint64(ne.Uint32(body[48:]))<<32
+				return uint64(ne.Uint32(body[68:])), cookie, true, nil
 			}
 		}
 	}

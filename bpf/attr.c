@@ -1,0 +1,313 @@
+//go:build ignore
+
+// Connect-time attribution for one sandbox (see gen.go and
+// pkg/attribution): the process that connects a TCP socket is recorded by
+// socket cookie; a process tree of the sandbox's tasks is kept from the
+// fork/exec/exit tracepoints; descriptor passing (SCM_RIGHTS,
+// pidfd_getfd) by sandbox tasks is counted so that userspace knows when
+// a recorded connector may no longer be the only holder.
+//
+// Program types: cgroup/connect4, cgroup/connect6 and sockops attached to
+// the sandbox's cgroup in the v2 hierarchy; raw tracepoints
+// sched_process_fork/exec/exit and tracepoints syscalls/sys_enter_sendmsg,
+// sys_enter_sendmmsg and sys_enter_pidfd_getfd, filtered to tasks under
+// that cgroup.
+
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+// Kernel structures, only the fields read; CO-RE relocates the offsets
+// against the running kernel's BTF.
+struct super_block {
+	unsigned int s_dev;
+} __attribute__((preserve_access_index));
+
+struct inode {
+	unsigned long i_ino;
+	struct super_block *i_sb;
+} __attribute__((preserve_access_index));
+
+struct file {
+	struct inode *f_inode;
+} __attribute__((preserve_access_index));
+
+struct mm_struct {
+	struct file *exe_file;
+} __attribute__((preserve_access_index));
+
+typedef struct {
+	int counter;
+} atomic_t;
+
+struct signal_struct {
+	atomic_t live;
+} __attribute__((preserve_access_index));
+
+struct task_struct {
+	int pid;
+	int tgid;
+	unsigned long long start_time;
+	struct task_struct *real_parent;
+	struct task_struct *group_leader;
+	struct mm_struct *mm;
+	struct signal_struct *signal;
+	char comm[16];
+} __attribute__((preserve_access_index));
+
+// proc_info describes one process (thread group).
+struct proc_info {
+	__u32 tgid;
+	__u32 ppid;       // parent's tgid
+	__u64 start_time; // group leader's start time, ns since boot
+	__u64 exe_ino;
+	__u32 exe_dev; // kernel dev_t: major << 20 | minor
+	__u32 pad;
+	char comm[16];
+};
+
+// conn_info is what the connector was when it connected.
+struct conn_info {
+	struct proc_info proc;
+	__u32 pid;      // the connecting thread
+	__u32 family;   // AF_INET or AF_INET6
+	__u64 cgroup_id;
+	__u64 passes;   // value of the pass counter at connect time
+};
+
+// Sizes are documented in docs/egress-proxy.md; both maps are LRU so a
+// flood evicts the oldest entries instead of failing, and userspace
+// treats a missing entry as "not recorded" (the exhaustive check).
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u64); // socket cookie
+	__type(value, struct conn_info);
+} conns SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 32768);
+	__type(key, __u32); // tgid
+	__type(value, struct proc_info);
+} procs SEC(".maps");
+
+// The sandbox's cgroup (v2), for the tracepoints' filter.
+struct {
+	__uint(type, BPF_MAP_TYPE_CGROUP_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} sandbox_cgroup SEC(".maps");
+
+// passes[0] counts system calls by sandbox tasks that may pass a
+// descriptor: sendmsg/sendmmsg with control data, pidfd_getfd.
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} passes SEC(".maps");
+
+static __always_inline void fill_proc(struct task_struct *task, struct proc_info *p)
+{
+	struct task_struct *leader = BPF_CORE_READ(task, group_leader);
+	struct file *exe = BPF_CORE_READ(task, mm, exe_file);
+
+	p->tgid = BPF_CORE_READ(task, tgid);
+	p->ppid = BPF_CORE_READ(task, real_parent, tgid);
+	p->start_time = BPF_CORE_READ(leader, start_time);
+	if (exe) {
+		p->exe_ino = BPF_CORE_READ(exe, f_inode, i_ino);
+		p->exe_dev = BPF_CORE_READ(exe, f_inode, i_sb, s_dev);
+	}
+	BPF_CORE_READ_STR_INTO(&p->comm, leader, comm);
+}
+
+static __always_inline __u64 pass_count(void)
+{
+	__u32 zero = 0;
+	__u64 *n = bpf_map_lookup_elem(&passes, &zero);
+	return n ? *n : 0;
+}
+
+static __always_inline int record_connect(struct bpf_sock_addr *ctx)
+{
+	struct task_struct *task;
+	struct conn_info c = {};
+	__u64 cookie;
+
+	if (ctx->type != 1 /* SOCK_STREAM */)
+		return 1;
+	// Passes are read before anything else: one that races with this
+	// connect is then seen as newer than the record.
+	c.passes = pass_count();
+	task = (struct task_struct *)bpf_get_current_task();
+	fill_proc(task, &c.proc);
+	c.pid = BPF_CORE_READ(task, pid);
+	c.family = ctx->user_family;
+	c.cgroup_id = bpf_get_current_cgroup_id();
+	cookie = bpf_get_socket_cookie(ctx);
+	bpf_map_update_elem(&conns, &cookie, &c, BPF_ANY);
+	return 1; // never changes the connect's outcome
+}
+
+SEC("cgroup/connect4")
+int connect4(struct bpf_sock_addr *ctx)
+{
+	return record_connect(ctx);
+}
+
+SEC("cgroup/connect6")
+int connect6(struct bpf_sock_addr *ctx)
+{
+	return record_connect(ctx);
+}
+
+// sock_ops removes a socket's record when it closes: TCP_CONNECT_CB asks
+// for state callbacks, and the move to TCP_CLOSE deletes the entry.
+SEC("sockops")
+int sock_ops(struct bpf_sock_ops *ctx)
+{
+	__u64 cookie;
+
+	switch (ctx->op) {
+	case BPF_SOCK_OPS_TCP_CONNECT_CB:
+		bpf_sock_ops_cb_flags_set(ctx, ctx->bpf_sock_ops_cb_flags | BPF_SOCK_OPS_STATE_CB_FLAG);
+		break;
+	case BPF_SOCK_OPS_STATE_CB:
+		if (ctx->args[1] == BPF_TCP_CLOSE) {
+			cookie = bpf_get_socket_cookie(ctx);
+			bpf_map_delete_elem(&conns, &cookie);
+		}
+		break;
+	}
+	return 1;
+}
+
+static __always_inline int in_sandbox(void)
+{
+	return bpf_current_task_under_cgroup(&sandbox_cgroup, 0) == 1;
+}
+
+// sched_process_fork(struct task_struct *parent, struct task_struct *child)
+SEC("raw_tracepoint/sched_process_fork")
+int proc_fork(struct bpf_raw_tracepoint_args *ctx)
+{
+	struct task_struct *child = (struct task_struct *)ctx->args[1];
+	struct proc_info p = {};
+	__u32 tgid;
+
+	if (!in_sandbox())
+		return 0;
+	tgid = BPF_CORE_READ(child, tgid);
+	if (BPF_CORE_READ(child, pid) != tgid)
+		return 0; // a new thread, not a new process
+	fill_proc(child, &p);
+	bpf_map_update_elem(&procs, &tgid, &p, BPF_ANY);
+	return 0;
+}
+
+// sched_process_exec(struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm)
+SEC("raw_tracepoint/sched_process_exec")
+int proc_exec(struct bpf_raw_tracepoint_args *ctx)
+{
+	struct task_struct *task = (struct task_struct *)ctx->args[0];
+	struct proc_info p = {};
+	__u32 tgid;
+
+	if (!in_sandbox())
+		return 0;
+	fill_proc(task, &p);
+	tgid = p.tgid;
+	bpf_map_update_elem(&procs, &tgid, &p, BPF_ANY);
+	return 0;
+}
+
+// sched_process_exit(struct task_struct *p): the last thread of a
+// process removes it.
+SEC("raw_tracepoint/sched_process_exit")
+int proc_exit(struct bpf_raw_tracepoint_args *ctx)
+{
+	struct task_struct *task = (struct task_struct *)ctx->args[0];
+	__u32 tgid;
+
+	if (!in_sandbox())
+		return 0;
+	if (BPF_CORE_READ(task, signal, live.counter) != 0)
+		return 0;
+	tgid = BPF_CORE_READ(task, tgid);
+	bpf_map_delete_elem(&procs, &tgid);
+	return 0;
+}
+
+// The layout of a syscalls:sys_enter_* tracepoint record.
+struct sys_enter {
+	__u64 common;
+	__s32 nr;
+	__u32 pad;
+	__u64 args[6];
+};
+
+// struct user_msghdr on 64-bit: msg_controllen at offset 40; struct
+// mmsghdr is 64 bytes.
+#define MSGHDR_CONTROLLEN 40
+#define MMSGHDR_SIZE 64
+#define MMSG_CHECKED 8
+
+static __always_inline void count_pass(void)
+{
+	__u32 zero = 0;
+	__u64 *n = bpf_map_lookup_elem(&passes, &zero);
+	if (n)
+		__sync_fetch_and_add(n, 1);
+}
+
+static __always_inline int has_control(const void *msghdr)
+{
+	__u64 len = 0;
+	if (bpf_probe_read_user(&len, sizeof(len), msghdr + MSGHDR_CONTROLLEN))
+		return 1; // unreadable: assume the worst
+	return len != 0;
+}
+
+SEC("tracepoint/syscalls/sys_enter_sendmsg")
+int pass_sendmsg(struct sys_enter *ctx)
+{
+	if (in_sandbox() && has_control((const void *)ctx->args[1]))
+		count_pass();
+	return 0;
+}
+
+SEC("tracepoint/syscalls/sys_enter_sendmmsg")
+int pass_sendmmsg(struct sys_enter *ctx)
+{
+	const void *v = (const void *)ctx->args[1];
+	__u64 vlen = ctx->args[2];
+
+	if (!in_sandbox())
+		return 0;
+	if (vlen > MMSG_CHECKED) {
+		count_pass();
+		return 0;
+	}
+	for (int i = 0; i < MMSG_CHECKED; i++) {
+		if (i >= vlen)
+			break;
+		if (has_control(v + i * MMSGHDR_SIZE)) {
+			count_pass();
+			break;
+		}
+	}
+	return 0;
+}
+
+SEC("tracepoint/syscalls/sys_enter_pidfd_getfd")
+int pass_pidfd_getfd(struct sys_enter *ctx)
+{
+	if (in_sandbox())
+		count_pass();
+	return 0;
+}

@@ -1,0 +1,346 @@
+//go:build linux
+
+package attribution
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"strconv"
+	"sync/atomic"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/rlimit"
+	"golang.org/x/sys/unix"
+
+	palisadebpf "github.com/palisade-sandbox/palisade/bpf"
+)
+
+// BPFConfig configures the eBPF backend for one sandbox.
+type BPFConfig struct {
+	// CgroupPath is the sandbox's cgroup directory in the v2 hierarchy
+	// (/sys/fs/cgroup/unified/palisade/<name> on a hybrid host). The
+	// programs attach there. Required.
+	CgroupPath string
+	// Proc configures the /proc backend the eBPF backend uses for the
+	// exhaustive check and for sockets it has no record of.
+	Proc ProcConfig
+}
+
+// BPFBackend attributes connections by what eBPF programs on the
+// sandbox's cgroup recorded when each socket connected (bpf/attr.c): the
+// connecting process (tgid, thread, comm, executable dev+inode, cgroup
+// id, start time) by socket cookie, the sandbox's process tree from the
+// fork/exec/exit tracepoints, and a counter of system calls that may
+// pass a descriptor to another process.
+//
+// A lookup finds the accepted connection's peer socket by an exact
+// sock_diag query (inode and cookie) and its record by cookie, both O(1).
+// The recorded connector is trusted alone (the fast path) only when the
+// backend can show it is the holder the exhaustive check would find: no
+// descriptor has been passed in the sandbox since the socket connected
+// (so only the connector and its descendants can hold it), the connector
+// still runs the executable it connected with (same dev+inode) and still
+// holds the socket (one fd table read). Otherwise the /proc backend's
+// exhaustive check names the holder, and a recorded connector that
+// differs from it is reported as Identity.Connector. Ancestors come from
+// the process-tree map, not a /proc walk.
+type BPFBackend struct {
+	proc   *ProcBackend
+	objs   palisadebpf.AttrObjects
+	links  []link.Link
+	closed atomic.Bool
+
+	fast, exhaustive, unrecorded, handedOff atomic.Uint64
+}
+
+var _ Backend = (*BPFBackend)(nil)
+
+// Map sizes of bpf/attr.c (LRU maps: the oldest entries go first).
+const (
+	BPFMaxConns = 65536
+	BPFMaxProcs = 32768
+)
+
+// NewBPFBackend loads the programs, attaches them to the sandbox's
+// cgroup and the tracepoints, and seeds the process tree with the
+// cgroup's current processes. Errors name what failed to load or attach;
+// callers that may fall back to NewProcBackend do so on any error.
+func NewBPFBackend(cfg BPFConfig) (b *BPFBackend, err error) {
+	if cfg.CgroupPath == "" {
+		return nil, errors.New("attribution: BPFConfig.CgroupPath: required")
+	}
+	proc, err := NewProcBackend(cfg.Proc)
+	if err != nil {
+		return nil, err
+	}
+	b = &BPFBackend{proc: proc}
+	defer func() {
+		if err != nil {
+			b.Close()
+		}
+	}()
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return nil, fmt.Errorf("attribution: bpf: memlock limit: %w", err)
+	}
+	if err := palisadebpf.LoadAttrObjects(&b.objs, nil); err != nil {
+		return nil, fmt.Errorf("attribution: bpf: load programs: %w", err)
+	}
+	cg, err := os.Open(cfg.CgroupPath)
+	if err != nil {
+		return nil, fmt.Errorf("attribution: bpf: sandbox cgroup: %w", err)
+	}
+	err = b.objs.SandboxCgroup.Put(uint32(0), uint32(cg.Fd()))
+	cg.Close()
+	if err != nil {
+		return nil, fmt.Errorf("attribution: bpf: sandbox cgroup map: %w", err)
+	}
+	if err := ensureTracefs(); err != nil {
+		return nil, err
+	}
+	// The tree first, so no process forked after the seed is missed.
+	for _, tp := range []struct {
+		name string
+		prog *ebpf.Program
+	}{{"sched_process_fork", b.objs.ProcFork}, {"sched_process_exec", b.objs.ProcExec}, {"sched_process_exit", b.objs.ProcExit}} {
+		l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: tp.name, Program: tp.prog})
+		if err != nil {
+			return nil, fmt.Errorf("attribution: bpf: raw tracepoint %s: %w", tp.name, err)
+		}
+		b.links = append(b.links, l)
+	}
+	for _, tp := range []struct {
+		name string
+		prog *ebpf.Program
+	}{{"sys_enter_sendmsg", b.objs.PassSendmsg}, {"sys_enter_sendmmsg", b.objs.PassSendmmsg}, {"sys_enter_pidfd_getfd", b.objs.PassPidfdGetfd}} {
+		l, err := link.Tracepoint("syscalls", tp.name, tp.prog, nil)
+		if err != nil {
+			return nil, fmt.Errorf("attribution: bpf: tracepoint syscalls/%s: %w", tp.name, err)
+		}
+		b.links = append(b.links, l)
+	}
+	for _, at := range []struct {
+		what string
+		typ  ebpf.AttachType
+		prog *ebpf.Program
+	}{{"connect4", ebpf.AttachCGroupInet4Connect, b.objs.Connect4}, {"connect6", ebpf.AttachCGroupInet6Connect, b.objs.Connect6}, {"sock_ops", ebpf.AttachCGroupSockOps, b.objs.SockOps}} {
+		l, err := link.AttachCgroup(link.CgroupOptions{Path: cfg.CgroupPath, Attach: at.typ, Program: at.prog})
+		if err != nil {
+			return nil, fmt.Errorf("attribution: bpf: attach %s to %s: %w", at.what, cfg.CgroupPath, err)
+		}
+		b.links = append(b.links, l)
+	}
+	if err := b.seed(); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// ensureTracefs mounts tracefs at /sys/kernel/tracing when no tracefs is
+// reachable: attaching a tracepoint reads its id there.
+func ensureTracefs() error {
+	for _, d := range []string{"/sys/kernel/tracing/events", "/sys/kernel/debug/tracing/events"} {
+		if _, err := os.Stat(d); err == nil {
+			return nil
+		}
+	}
+	if err := unix.Mount("tracefs", "/sys/kernel/tracing", "tracefs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("attribution: bpf: tracefs is not mounted and mounting it at /sys/kernel/tracing failed: %w", err)
+	}
+	return nil
+}
+
+// seed adds the sandbox's current processes to the process tree (those
+// that forked before the tracepoints were attached).
+func (b *BPFBackend) seed() error {
+	pids, err := b.proc.cfg.Procs()
+	if err != nil {
+		return fmt.Errorf("attribution: bpf: sandbox processes: %w", err)
+	}
+	for _, pid := range pids {
+		ppid, err := b.proc.parentPID(pid)
+		if err != nil {
+			continue // exited
+		}
+		var st unix.Stat_t
+		if err := unix.Stat(b.procPath(pid, "exe"), &st); err != nil {
+			continue
+		}
+		info := palisadebpf.AttrProcInfo{Tgid: uint32(pid), Ppid: uint32(ppid), ExeIno: st.Ino, ExeDev: kernelDev(st.Dev)}
+		// A fresher entry from the tracepoints wins.
+		if err := b.objs.Procs.Update(uint32(pid), &info, ebpf.UpdateNoExist); err != nil && !errors.Is(err, ebpf.ErrKeyExist) {
+			return fmt.Errorf("attribution: bpf: seed process %d: %w", pid, err)
+		}
+	}
+	return nil
+}
+
+// kernelDev converts a stat(2) device number to the kernel's internal
+// dev_t (major << 20 | minor), as super_block.s_dev holds it.
+func kernelDev(dev uint64) uint32 {
+	return unix.Major(dev)<<20 | unix.Minor(dev)
+}
+
+func (b *BPFBackend) procPath(pid int, name string) string {
+	return b.proc.cfg.ProcRoot + "/" + strconv.Itoa(pid) + "/" + name
+}
+
+// Prepare opens the sock_diag socket before capabilities are dropped
+// (see ProcBackend.Prepare).
+func (b *BPFBackend) Prepare() error { return b.proc.Prepare() }
+
+// Close detaches the programs and frees the maps.
+func (b *BPFBackend) Close() error {
+	if b.closed.Swap(true) {
+		return nil
+	}
+	for _, l := range b.links {
+		l.Close()
+	}
+	b.objs.Close()
+	return b.proc.Close()
+}
+
+// Counters returns the backend's counters: how lookups were answered
+// (fast: the recorded connector; exhaustive: the /proc search;
+// unrecorded: no record for the socket; handed_off: holder and recorded
+// connector differ), and the /proc backend's own.
+func (b *BPFBackend) Counters() map[string]uint64 {
+	c := b.proc.Counters()
+	c["bpf_fast"] = b.fast.Load()
+	c["bpf_exhaustive"] = b.exhaustive.Load()
+	c["bpf_unrecorded"] = b.unrecorded.Load()
+	c["bpf_handed_off"] = b.handedOff.Load()
+	return c
+}
+
+// Lookup implements Backend.
+func (b *BPFBackend) Lookup(ctx context.Context, client, proxy netip.AddrPort) (*Identity, error) {
+	c, p, err := checkTuple(client, proxy)
+	if err != nil {
+		return nil, err
+	}
+	b.proc.lookups.Add(1)
+	inode, cookie, err := b.proc.socketID(c, p)
+	if err != nil {
+		if errors.Is(err, ErrNotFound) {
+			b.proc.notFound.Add(1)
+		}
+		return nil, err
+	}
+	var rec palisadebpf.AttrConnInfo
+	recorded := cookie != 0 && b.objs.Conns.Lookup(cookie, &rec) == nil
+	if recorded {
+		if id := b.fastPath(ctx, &rec, inode); id != nil {
+			b.fast.Add(1)
+			return id, nil
+		}
+	} else {
+		b.unrecorded.Add(1)
+	}
+	b.exhaustive.Add(1)
+	id, err := b.proc.holderOf(ctx, client, proxy, inode)
+	if err != nil {
+		if errors.Is(err, ErrNotFound) {
+			b.proc.notFound.Add(1)
+		}
+		return nil, err
+	}
+	id.Backend = BackendBPF
+	if recorded {
+		tgid := int(rec.Proc.Tgid)
+		if tgid != id.PID || !b.sameExe(tgid, &rec.Proc) {
+			b.handedOff.Add(1)
+			id.Connector = &Process{PID: tgid, Exe: b.exeOf(tgid, &rec.Proc)}
+		}
+	}
+	return id, nil
+}
+
+// fastPath returns the recorded connector's identity when it provably
+// is the socket's topmost holder, else nil.
+func (b *BPFBackend) fastPath(ctx context.Context, rec *palisadebpf.AttrConnInfo, inode uint64) *Identity {
+	var passes uint64
+	if err := b.objs.Passes.Lookup(uint32(0), &passes); err != nil || passes != rec.Passes {
+		return nil // a descriptor may have been passed since the connect
+	}
+	tgid := int(rec.Proc.Tgid)
+	if !b.sameExe(tgid, &rec.Proc) {
+		return nil // exec'd (or exited, or the pid was reused)
+	}
+	want := socketLink(inode)
+	s := scanners.Get().(*scanner)
+	held := s.scanPid(b.proc.cfg.ProcRoot, tgid, want, nil)
+	scanners.Put(s)
+	if len(held) == 0 {
+		return nil // handed to a descendant and closed here
+	}
+	exe, err := os.Readlink(b.procPath(tgid, "exe"))
+	if err != nil {
+		return nil
+	}
+	sum, err := b.proc.hashes.Sum(ctx, b.procPath(tgid, "exe"))
+	if err != nil || !b.sameExe(tgid, &rec.Proc) {
+		return nil
+	}
+	id := &Identity{PID: tgid, Exe: exe, SHA256: sum, Backend: BackendBPFFast, Ancestors: b.ancestors(tgid)}
+	// Still the holder after the reads (the fd was not closed and its
+	// number reused meanwhile).
+	if link, err := os.Readlink(b.procPath(tgid, "fd/"+strconv.Itoa(held[0].fd))); err != nil || link != string(want) {
+		return nil
+	}
+	return id
+}
+
+// sameExe reports whether pid runs the executable p recorded.
+func (b *BPFBackend) sameExe(pid int, p *palisadebpf.AttrProcInfo) bool {
+	var st unix.Stat_t
+	if err := unix.Stat(b.procPath(pid, "exe"), &st); err != nil {
+		return false
+	}
+	return st.Ino == p.ExeIno && kernelDev(st.Dev) == p.ExeDev
+}
+
+// exeOf names the executable recorded in p if pid still runs it, else "".
+func (b *BPFBackend) exeOf(pid int, p *palisadebpf.AttrProcInfo) string {
+	if !b.sameExe(pid, p) {
+		return ""
+	}
+	exe, err := os.Readlink(b.procPath(pid, "exe"))
+	if err != nil || !b.sameExe(pid, p) {
+		return ""
+	}
+	return exe
+}
+
+// ancestors walks the process-tree map from pid's parent up, nearest
+// first, stopping before the sandbox init, at a process the map does
+// not know (outside the sandbox) and at MaxAncestors.
+func (b *BPFBackend) ancestors(pid int) []Process {
+	var out []Process
+	var info palisadebpf.AttrProcInfo
+	cur := uint32(pid)
+	for len(out) < MaxAncestors {
+		if err := b.objs.Procs.Lookup(cur, &info); err != nil {
+			break
+		}
+		ppid := info.Ppid
+		if ppid == 0 || int(ppid) == b.proc.cfg.InitPID || ppid == uint32(pid) {
+			break
+		}
+		var pinfo palisadebpf.AttrProcInfo
+		if err := b.objs.Procs.Lookup(ppid, &pinfo); err != nil {
+			break // not a sandbox process
+		}
+		exe, err := os.Readlink(b.procPath(int(ppid), "exe"))
+		if err != nil {
+			break // exited: the chain above it is no longer knowable
+		}
+		out = append(out, Process{PID: int(ppid), Exe: exe})
+		cur = ppid
+	}
+	return out
+}
