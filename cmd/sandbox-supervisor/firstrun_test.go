@@ -96,6 +96,9 @@ func TestReadmeFirstCommandFromAHome(t *testing.T) {
 					t.Errorf("message %q does not name %q", errb.String(), w)
 				}
 			}
+			if ents, _ := os.ReadDir(st); len(ents) != 0 {
+				t.Errorf("a refused run left state behind: %v", ents)
+			}
 		})
 	}
 }
