@@ -10,7 +10,6 @@ import (
 	"log"
 	"net"
 	"net/http"
-	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -207,12 +206,9 @@ func (ix *inspector) serveTLS(c *net.TCPConn, br *bufio.Reader, up net.Conn) {
 	if alpn == "h2" {
 		upProtos = []string{"h2", "http/1.1"}
 	}
-	ucfg := &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: p.cfg.UpstreamRoots, NextProtos: upProtos}
-	if _, err := netip.ParseAddr(ix.host); err != nil {
-		ucfg.ServerName = ix.host
-	} else {
-		ucfg.ServerName = ix.host // verified against the certificate's IP SANs
-	}
+	// ServerName is the CONNECT host: a name is sent as SNI and verified
+	// against the DNS SANs, an IP literal against the IP SANs.
+	ucfg := &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: p.cfg.UpstreamRoots, NextProtos: upProtos, ServerName: ix.host}
 	ix.scheme, ix.defPort = "https", 443
 	utc := tls.Client(up, ucfg)
 	ctx, cancel = context.WithTimeout(context.Background(), p.cfg.Limits.ConnectTimeout)
@@ -243,6 +239,11 @@ func (ix *inspector) serveTLS(c *net.TCPConn, br *bufio.Reader, up net.Conn) {
 	p.serveH1(tc, bufio.NewReaderSize(tc, 4096), ix)
 }
 
+// maxUpstreamConns bounds the extra upstream connections one inspected
+// tunnel opens for overlapping requests (an h2 client's streams to an
+// HTTP/1.1 upstream); further requests wait for one.
+const maxUpstreamConns = 32
+
 // h1Transport relays HTTP/1.1 requests upstream over new connections to
 // the checked address of the CONNECT (never resolved again): for
 // requests that overlap (an h2 client's streams to an HTTP/1.1 upstream)
@@ -259,6 +260,7 @@ func (ix *inspector) h1Transport(tcfg *tls.Config) *http.Transport {
 		Proxy:                  nil,
 		DisableCompression:     true,
 		MaxIdleConnsPerHost:    4,
+		MaxConnsPerHost:        maxUpstreamConns,
 		IdleConnTimeout:        ix.p.cfg.Limits.IdleTimeout,
 		MaxResponseHeaderBytes: 64 << 10,
 		TLSNextProto:           map[string]func(string, *tls.Conn) http.RoundTripper{},

@@ -190,17 +190,33 @@ func (r *Record) decision() ocsf.Decision {
 
 // unmapped carries what OCSF has no attribute for, under one constant key.
 func (r *Record) unmapped() map[string]any {
-	return map[string]any{"egress_proxy": map[string]any{
-		"listener":    r.Listener,
-		"kind":        r.Kind,
-		"generation":  r.Generation,
-		"reason":      r.Reason,
-		"audit":       r.Audit,
-		"enforcement": enforcement(r.Audit),
-		"l7":          l7State(r.L7Rules, r.L7Checked),
-		"bytes_up":    r.BytesUp,
-		"bytes_down":  r.BytesDown,
+	return map[string]any{"egress_proxy": proxyUnmapped{
+		Audit:       r.Audit,
+		BytesDown:   r.BytesDown,
+		BytesUp:     r.BytesUp,
+		Enforcement: enforcement(r.Audit),
+		Generation:  r.Generation,
+		Kind:        r.Kind,
+		L7:          l7State(r.L7Rules, r.L7Checked),
+		Listener:    r.Listener,
+		Reason:      r.Reason,
 	}}
+}
+
+// proxyUnmapped is unmapped.egress_proxy. A struct rather than a map, in
+// the keys' sorted order (what a map encoded to), because every request
+// of an inspected connection is an event and a map costs a sort per
+// encoding.
+type proxyUnmapped struct {
+	Audit       bool   `json:"audit"`
+	BytesDown   int64  `json:"bytes_down"`
+	BytesUp     int64  `json:"bytes_up"`
+	Enforcement string `json:"enforcement"`
+	Generation  int64  `json:"generation"`
+	Kind        string `json:"kind"`
+	L7          string `json:"l7"`
+	Listener    string `json:"listener"`
+	Reason      string `json:"reason"`
 }
 
 // events turns the record into its OCSF events: exactly one summary
