@@ -146,16 +146,7 @@ func (p *Proxy) serveRequest(c *net.TCPConn, br *bufio.Reader, rec *Record, rele
 		p.deny(c, rec, OutcomePolicyDenied)
 		return false
 	}
-	dr := DecideRequest{Host: canon, Port: rec.Port}
-	if id := rec.Identity; id != nil {
-		dr.Binary = id.Exe
-		if len(id.Ancestors) > 0 {
-			dr.Ancestors = make([]string, len(id.Ancestors))
-			for i, a := range id.Ancestors {
-				dr.Ancestors[i] = a.Exe
-			}
-		}
-	}
+	dr := decideRequest(rec)
 	v := g.Decider.Decide(dr)
 	rec.Entry, rec.Reason, rec.Audit, rec.L7Rules = v.Entry, v.Reason, v.Audit, v.L7Rules
 	if !v.Allowed {
@@ -222,6 +213,22 @@ func (p *Proxy) serveRequest(c *net.TCPConn, br *bufio.Reader, rec *Record, rele
 		return false
 	}
 	return p.forward(c, br, up, rec, req)
+}
+
+// decideRequest is what the engine decides for the record's host, port
+// and caller.
+func decideRequest(rec *Record) DecideRequest {
+	dr := DecideRequest{Host: rec.Host, Port: rec.Port}
+	if id := rec.Identity; id != nil {
+		dr.Binary = id.Exe
+		if len(id.Ancestors) > 0 {
+			dr.Ancestors = make([]string, len(id.Ancestors))
+			for i, a := range id.Ancestors {
+				dr.Ancestors[i] = a.Exe
+			}
+		}
+	}
+	return dr
 }
 
 // identify attributes the caller and checks its binary pin. It returns

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -137,7 +138,8 @@ func (p *Proxy) inspect(c *net.TCPConn, br *bufio.Reader, up net.Conn, rec *Reco
 	if err != nil {
 		return // the client went away without a byte
 	}
-	ix := &inspector{p: p, conn: rec, ep: v.Endpoint, audit: v.Audit, host: rec.Host, port: rec.Port}
+	ix := &inspector{p: p, conn: rec, host: rec.Host, port: rec.Port}
+	ix.verdict.Store(&genVerdict{gen: rec.Generation, sha: rec.PolicySHA, v: v})
 	switch b := first[0]; {
 	case b == 0x16:
 		ix.serveTLS(c, br, up)
@@ -158,8 +160,7 @@ func (p *Proxy) inspect(c *net.TCPConn, br *bufio.Reader, up net.Conn, rec *Reco
 type inspector struct {
 	p       *Proxy
 	conn    *Record
-	ep      *policy.Endpoint
-	audit   bool
+	verdict atomic.Pointer[genVerdict] // the L4 verdict of the newest generation seen
 	host    string
 	port    int
 	scheme  string
@@ -286,6 +287,29 @@ func (ix *inspector) h1Transport(tcfg *tls.Config) *http.Transport {
 	return t
 }
 
+// genVerdict is the tunnel's host/port/binary verdict under one policy
+// generation.
+type genVerdict struct {
+	gen int64
+	sha string
+	v   Verdict
+}
+
+// current is the verdict under the generation in force now: a request on
+// a long-lived connection is held to the policy of its own time (a
+// reload that tightens the entry applies to the next request), not to
+// the one the connection started with.
+func (ix *inspector) current() *genVerdict {
+	gv := ix.verdict.Load()
+	g := ix.p.gen.Load()
+	if g == nil || g.Number == gv.gen {
+		return gv
+	}
+	ngv := &genVerdict{gen: g.Number, sha: g.SHA256, v: g.Decider.Decide(decideRequest(ix.conn))}
+	ix.verdict.Store(ngv)
+	return ngv
+}
+
 type upstreamTLSError struct{ err error }
 
 func (e *upstreamTLSError) Error() string { return "upstream TLS: " + e.err.Error() }
@@ -351,8 +375,18 @@ func (ix *inspector) serve(w http.ResponseWriter, r *http.Request, rr *Record) {
 		ix.bad(w, rr, ReasonInvalidQuery, "query string does not parse")
 		return
 	}
-	if ok, why := ix.ep.CheckRequest(r.Method, norm, q); !ok {
-		if !ix.audit {
+	gv := ix.current()
+	rr.Generation, rr.PolicySHA, rr.Entry, rr.Audit = gv.gen, gv.sha, gv.v.Entry, gv.v.Audit
+	if !gv.v.Allowed {
+		ix.deny(w, r, rr, gv.v.Reason, norm)
+		return
+	}
+	ep := gv.v.Endpoint
+	if ep == nil {
+		ep = &policy.Endpoint{} // a decider without endpoints: no L7 constraints
+	}
+	if ok, why := ep.CheckRequest(r.Method, norm, q); !ok {
+		if !gv.v.Audit {
 			ix.deny(w, r, rr, why, norm)
 			return
 		}

@@ -699,3 +699,53 @@ network_policies:
       - path: /usr/bin/curl
 `, port, method, path)
 }
+
+// A request on a long-lived inspected connection is held to the policy
+// in force when it arrives: a reload that tightens the entry, then one
+// that removes it, apply to the next request on the same connection.
+func TestInspectedRequestsFollowReloads(t *testing.T) {
+	e := newInspectEnv(t, false, func(port int) string { return restPolicy(port, "read-write", "") }, true)
+	cl := e.client(false)
+	post := func() int {
+		resp, err := cl.Post(e.url("/up"), "text/plain", strings.NewReader("x"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if c := post(); c != 200 {
+		t.Fatalf("POST under read-write: %d", c)
+	}
+	e.writePolicy(restPolicy(e.up.port, "read-only", ""))
+	if _, err := e.p.Reload("test"); err != nil {
+		t.Fatal(err)
+	}
+	if c := post(); c != 403 {
+		t.Fatalf("POST after the reload to read-only: %d", c)
+	}
+	// The refused POST's unread body closed that connection; a GET opens
+	// the next one, which then outlives the entry.
+	if resp, err := cl.Get(e.url("/x")); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("GET under read-only: %v %v", resp, err)
+	} else {
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	e.writePolicy(policyYAML(1, ""))
+	if _, err := e.p.Reload("test"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := cl.Get(e.url("/x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := readDenial(t, resp)
+	if resp.StatusCode != 403 || d.Reason != "port_not_allowed" {
+		t.Fatalf("GET after the entry was removed: %d %+v", resp.StatusCode, d)
+	}
+	if n := len(e.rec.ByClass(ocsf.ClassNetworkActivity)); n != 1 {
+		t.Fatalf("%d tunnels ended, want only the one the refused POST closed", n)
+	}
+}
