@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
@@ -26,6 +27,21 @@ func newFlagSet(name, usage string, stderr io.Writer) *flag.FlagSet {
 		fs.PrintDefaults()
 	}
 	return fs
+}
+
+// logFlags adds --log-format and --log-level to an admin command (the
+// systemd units pass them to every command) and returns the logger
+// builder to call after parsing.
+func logFlags(fs *flag.FlagSet, stderr io.Writer) func() (*slog.Logger, error) {
+	format := fs.String("log-format", "text", "stderr log format: text or json")
+	level := fs.String("log-level", "info", "stderr log level: debug, info, warn or error")
+	return func() (*slog.Logger, error) {
+		var l slog.Level
+		if err := l.UnmarshalText([]byte(*level)); err != nil {
+			return nil, cli.Usagef("--log-level %q: want debug, info, warn or error", *level)
+		}
+		return cli.NewLogger(*format, stderr, l)
+	}
 }
 
 func parseFlags(fs *flag.FlagSet, args []string) error {
@@ -53,11 +69,15 @@ func listCmd(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("list", listUsage, stderr)
 	asJSON := fs.Bool("json", false, "one JSON object per sandbox per line")
 	dir := fs.String("state-dir", state.DefaultRoot, "state root")
+	logger := logFlags(fs, stderr)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 0 {
 		return cli.Usagef("list: unexpected argument %q", fs.Arg(0))
+	}
+	if _, err := logger(); err != nil {
+		return err
 	}
 	if err := requireRoot("list"); err != nil {
 		return cli.Failf("%v", err)
@@ -114,6 +134,7 @@ func statusCmd(args []string, stdout, stderr io.Writer) error {
 	asJSON := fs.Bool("json", false, "print the labels as one JSON object")
 	config := fs.Bool("config", false, "print the sandbox's configuration (spec, Landlock, seccomp) as JSON")
 	dir := fs.String("state-dir", state.DefaultRoot, "state root")
+	logger := logFlags(fs, stderr)
 	// Accept the name before or after the flags.
 	var name string
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
@@ -133,6 +154,9 @@ func statusCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	if *asJSON && *config {
 		return cli.Usagef("status: --json and --config are mutually exclusive")
+	}
+	if _, err := logger(); err != nil {
+		return err
 	}
 	if err := requireRoot("status"); err != nil {
 		return cli.Failf("%v", err)
@@ -210,11 +234,16 @@ func gcCmd(args []string, stdout, stderr io.Writer) error {
 	var includeKept multiFlag
 	fs.Var(&includeKept, "include-kept", "collect this kept sandbox too, whatever its age (repeatable; refused while its processes run)")
 	dir := fs.String("state-dir", state.DefaultRoot, "state root")
+	logger := logFlags(fs, stderr)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 0 {
 		return cli.Usagef("gc: unexpected argument %q", fs.Arg(0))
+	}
+	log, err := logger()
+	if err != nil {
+		return err
 	}
 	for _, n := range includeKept {
 		if err := state.ValidateName(n); err != nil {
@@ -297,6 +326,7 @@ func gcCmd(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	if err != nil {
+		log.Error("gc: some sandboxes were not collected; a later gc retries", "err", err)
 		return cli.Failf("gc: %v", err)
 	}
 	return nil

@@ -132,3 +132,42 @@ func lineHas(out string, parts ...string) bool {
 	}
 	return false
 }
+
+// The gc unit runs `sandbox-supervisor gc --apply --log-format json`: the
+// admin commands take the log flags every unit passes (gc refused
+// --log-format as an unknown flag, exit 2).
+func TestAdminCommandsTakeTheUnitsLogFlags(t *testing.T) {
+	testutil.RequireRoot(t)
+	bin := testutil.Binary(t, "sandbox-supervisor")
+	root, err := testutil.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	unit, err := os.ReadFile(root + "/deploy/systemd/sandbox-supervisor-gc.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var args []string
+	for _, l := range strings.Split(string(unit), "\n") {
+		if rest, ok := strings.CutPrefix(l, "ExecStart=/usr/local/bin/sandbox-supervisor "); ok {
+			args = strings.Fields(rest)
+		}
+	}
+	if len(args) == 0 {
+		t.Fatal("no sandbox-supervisor ExecStart in the gc unit")
+	}
+	st := t.TempDir()
+	for _, a := range [][]string{
+		append(args, "--state-dir", st),
+		{"list", "--log-format", "json", "--log-level", "warn", "--state-dir", st},
+		{"status", "nope", "--log-format", "json", "--state-dir", st},
+	} {
+		out, code := supervise(t, bin, a...)
+		if want := map[string]int{"gc": 0, "list": 0, "status": 1}[a[0]]; code != want {
+			t.Errorf("%v: exit %d, want %d\n%s", a, code, want, out)
+		}
+	}
+	if _, code := supervise(t, bin, "gc", "--log-level", "loud", "--state-dir", st); code != 2 {
+		t.Errorf("gc --log-level loud: exit %d, want 2", code)
+	}
+}
