@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -160,7 +161,12 @@ func deniedChild() {
 		fmt.Println("ERROR", err)
 		os.Exit(1)
 	}
-	_, err = unix.Open(os.Getenv("PALISADE_LA_PATH"), unix.O_RDONLY, 0)
+	// Wait until the parent knows this process, then try three times:
+	// the first is reported at once, the repeats fold into a count.
+	bufio.NewReader(os.Stdin).ReadString('\n')
+	for range 3 {
+		_, err = unix.Open(os.Getenv("PALISADE_LA_PATH"), unix.O_RDONLY, 0)
+	}
 	fmt.Println("open:", err)
 	os.Exit(0)
 }
@@ -221,9 +227,9 @@ func TestAuditDaemonStandIn(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var got []Denial
-	var producer *exec.Cmd
+	var producerPID atomic.Int64
 	w, err := Watch(Config{
-		Owns: func(pid int) bool { return producer != nil && producer.Process != nil && pid == producer.Process.Pid },
+		Owns: func(pid int) bool { return int64(pid) == producerPID.Load() },
 		Emit: func(d Denial) { mu.Lock(); got = append(got, d); mu.Unlock() },
 	})
 	if err != nil {
@@ -231,11 +237,19 @@ func TestAuditDaemonStandIn(t *testing.T) {
 	}
 	target := t.TempDir() + "/secret"
 	os.WriteFile(target, []byte("x"), 0o644)
-	producer = exec.Command(os.Args[0], "-test.run=^TestAuditDaemonStandIn$", "-test.count=1")
+	producer := exec.Command(os.Args[0], "-test.run=^TestAuditDaemonStandIn$", "-test.count=1")
 	producer.Env = append(os.Environ(), testutil.ChildEnv+"=landlock-denied", "PALISADE_LA_PATH="+target)
-	out, err := producer.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "permission denied") {
-		t.Fatalf("producer: %v %s", err, out)
+	var out strings.Builder
+	producer.Stdout, producer.Stderr = &out, &out
+	go2, _ := producer.StdinPipe()
+	if err := producer.Start(); err != nil {
+		t.Fatal(err)
+	}
+	producerPID.Store(int64(producer.Process.Pid))
+	go2.Write([]byte("go\n"))
+	go2.Close()
+	if err := producer.Wait(); err != nil || !strings.Contains(out.String(), "permission denied") {
+		t.Fatalf("producer: %v %s", err, out.String())
 	}
 	time.Sleep(50 * time.Millisecond)
 	stats := w.Stop()
@@ -252,15 +266,19 @@ func TestAuditDaemonStandIn(t *testing.T) {
 	defer mu.Unlock()
 	n := 0
 	for _, d := range got {
-		if d.Path == target {
-			n++
-			if d.Blockers[0] != "fs.read_file" || d.PID != producer.Process.Pid {
-				t.Errorf("denial %+v", d)
-			}
+		if d.Path != target {
+			t.Errorf("a denial of another process: %+v", d)
+			continue
+		}
+		n += d.Count
+		if d.Blockers[0] != "fs.read_file" || (d.PID != 0 && d.PID != producer.Process.Pid) {
+			t.Errorf("denial %+v", d)
 		}
 	}
-	if n != 1 {
-		t.Fatalf("%d events for the denied read (stats %+v, all %+v)", n, stats, got)
+	// Three denied reads: one event at once and one folded count, unless
+	// the kernel dropped records under load (its audit queue holds 64).
+	if n < 1 || n > 3 || len(got) > 2 {
+		t.Fatalf("%d events counting %d denied reads, want 1 or 2 counting 1 to 3 (stats %+v, all %+v)", len(got), n, stats, got)
 	}
 	stop()
 }
