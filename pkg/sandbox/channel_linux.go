@@ -4,6 +4,8 @@ package sandbox
 
 import (
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"syscall"
 
@@ -20,7 +22,7 @@ const maxMessage = 1 << 20
 // hand its P to another thread (a thread wake-up or creation, and a busy
 // sysmon) every time the other side takes more than 20 µs to answer.
 type channel struct {
-	f   *os.File
+	f   io.Closer // an *os.File, or a *net.UnixConn for exec connections
 	rc  syscall.RawConn
 	buf []byte // reused by recv; grown to a message's size when needed
 }
@@ -51,6 +53,16 @@ func fileChannel(fd int) (*channel, error) {
 	return &channel{f: f, rc: rc}, nil
 }
 
+// connChannel wraps a unixpacket connection (an exec request).
+func connChannel(c *net.UnixConn) (*channel, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("exec socket: %w", err)
+	}
+	return &channel{f: c, rc: rc}, nil
+}
+
 // socketPair returns the supervisor's end as a channel and the init's end
 // as a file to pass as ExtraFiles[0].
 func socketPair() (*channel, *os.File, error) {
@@ -73,13 +85,21 @@ func socketPair() (*channel, *os.File, error) {
 }
 
 func (c *channel) send(m Message, fd int) error {
+	if fd >= 0 {
+		return c.sendFDs(m, fd)
+	}
+	return c.sendFDs(m)
+}
+
+// sendFDs sends m with the given fds (SCM_RIGHTS).
+func (c *channel) sendFDs(m Message, fds ...int) error {
 	b := encodeMessage(m)
 	if len(b) > maxMessage {
 		return fmt.Errorf("control message %s too large (%d bytes)", m.Type, len(b))
 	}
 	var oob []byte
-	if fd >= 0 {
-		oob = unix.UnixRights(fd)
+	if len(fds) > 0 {
+		oob = unix.UnixRights(fds...)
 	}
 	var serr error
 	err := c.rc.Write(func(s uintptr) bool {
@@ -95,9 +115,30 @@ func (c *channel) send(m Message, fd int) error {
 	return nil
 }
 
+// maxFDs is the most fds one message carries (an exec's stdin, stdout
+// and stderr).
+const maxFDs = 3
+
 // recv returns the next message and the fd it carried (-1 if none). At
 // end of stream it returns an error wrapping os.ErrClosed.
 func (c *channel) recv() (Message, int, error) {
+	m, fds, err := c.recvFDs()
+	if err != nil {
+		return m, -1, err
+	}
+	fd := -1
+	for i, f := range fds {
+		if i == 0 {
+			fd = f
+		} else {
+			unix.Close(f)
+		}
+	}
+	return m, fd, nil
+}
+
+// recvFDs returns the next message and the fds it carried (close-on-exec).
+func (c *channel) recvFDs() (Message, []int, error) {
 	// Size the buffer to the datagram (MSG_PEEK|MSG_TRUNC reports its
 	// length) instead of allocating the 1 MiB maximum for every message.
 	// There is one reader, so the datagram peeked at is the one read.
@@ -111,16 +152,16 @@ func (c *channel) recv() (Message, int, error) {
 		err = rerr
 	}
 	if err != nil {
-		return Message{}, -1, fmt.Errorf("control recv: %w", err)
+		return Message{}, nil, fmt.Errorf("control recv: %w", err)
 	}
 	if n > maxMessage {
-		return Message{}, -1, fmt.Errorf("control recv: message of %d bytes exceeds %d", n, maxMessage)
+		return Message{}, nil, fmt.Errorf("control recv: message of %d bytes exceeds %d", n, maxMessage)
 	}
 	if cap(c.buf) < n || cap(c.buf) == 0 {
 		c.buf = make([]byte, max(n, 4096))
 	}
 	buf := c.buf[:cap(c.buf)]
-	oob := make([]byte, unix.CmsgSpace(4))
+	oob := make([]byte, unix.CmsgSpace(4*maxFDs))
 	err = c.rc.Read(func(s uintptr) bool {
 		n, oobn, _, _, rerr = unix.Recvmsg(int(s), buf, oob, unix.MSG_CMSG_CLOEXEC)
 		return rerr != unix.EAGAIN && rerr != unix.EINTR
@@ -129,31 +170,30 @@ func (c *channel) recv() (Message, int, error) {
 		err = rerr
 	}
 	if err != nil {
-		return Message{}, -1, fmt.Errorf("control recv: %w", err)
+		return Message{}, nil, fmt.Errorf("control recv: %w", err)
 	}
 	if n == 0 && oobn == 0 {
-		return Message{}, -1, fmt.Errorf("control recv: %w", os.ErrClosed)
+		return Message{}, nil, fmt.Errorf("control recv: %w", os.ErrClosed)
 	}
-	fd := -1
+	var fds []int
 	if oobn > 0 {
 		cmsgs, err := unix.ParseSocketControlMessage(oob[:oobn])
-		if err == nil && len(cmsgs) > 0 {
-			if fds, err := unix.ParseUnixRights(&cmsgs[0]); err == nil && len(fds) > 0 {
-				fd = fds[0]
-				for _, extra := range fds[1:] {
-					unix.Close(extra)
+		if err == nil {
+			for i := range cmsgs {
+				if got, err := unix.ParseUnixRights(&cmsgs[i]); err == nil {
+					fds = append(fds, got...)
 				}
 			}
 		}
 	}
 	m, err := decodeMessage(buf[:n])
 	if err != nil {
-		if fd >= 0 {
+		for _, fd := range fds {
 			unix.Close(fd)
 		}
-		return Message{}, -1, fmt.Errorf("control recv: bad message: %w", err)
+		return Message{}, nil, fmt.Errorf("control recv: bad message: %w", err)
 	}
-	return m, fd, nil
+	return m, fds, nil
 }
 
 func (c *channel) close() error { return c.f.Close() }

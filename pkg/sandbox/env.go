@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -84,15 +85,9 @@ func BuildEnv(in EnvInput) ([]string, error) {
 		}
 	}
 	for _, kv := range in.Set {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok || !validEnvName(k) {
-			return nil, fmt.Errorf("--env %q: want NAME=VALUE with a valid NAME", kv)
-		}
-		if ReservedEnv[k] {
-			return nil, fmt.Errorf("--env %s: reserved by the supervisor and cannot be overridden", k)
-		}
-		if strings.ContainsRune(v, 0) {
-			return nil, fmt.Errorf("--env %s: value contains a NUL byte", k)
+		k, v, err := parseSetVar(kv)
+		if err != nil {
+			return nil, err
 		}
 		env[k] = v
 	}
@@ -108,6 +103,41 @@ func BuildEnv(in EnvInput) ([]string, error) {
 	return out, nil
 }
 
+// parseSetVar checks one --env K=V: a valid name, not reserved by the
+// supervisor, no NUL in the value.
+func parseSetVar(kv string) (string, string, error) {
+	k, v, ok := strings.Cut(kv, "=")
+	if !ok || !validEnvName(k) {
+		return "", "", fmt.Errorf("--env %q: want NAME=VALUE with a valid NAME", kv)
+	}
+	if ReservedEnv[k] {
+		return "", "", fmt.Errorf("--env %s: reserved by the supervisor and cannot be overridden", k)
+	}
+	if strings.ContainsRune(v, 0) {
+		return "", "", fmt.Errorf("--env %s: value contains a NUL byte", k)
+	}
+	return k, v, nil
+}
+
+// ExecEnv is an exec's environment: the sandbox's own (which carries the
+// reserved variables), with set (--env K=V, later wins) on top. A
+// reserved name is refused, so an exec cannot redirect the proxy
+// variables or the trust bundle.
+func ExecEnv(base, set []string) ([]string, error) {
+	if len(set) == 0 {
+		return base, nil
+	}
+	extra := make([]string, 0, len(set))
+	for _, kv := range set {
+		k, v, err := parseSetVar(kv)
+		if err != nil {
+			return nil, err
+		}
+		extra = append(extra, k+"="+v)
+	}
+	return mergeEnv(slices.Clone(base), extra), nil
+}
+
 func validEnvName(k string) bool {
 	if k == "" {
 		return false
@@ -121,3 +151,35 @@ func validEnvName(k string) bool {
 }
 
 func validEnvValue(v string) bool { return !strings.ContainsAny(v, "\x00\n") }
+
+// mergeEnv sets extra's K=V pairs in env, replacing a variable of the
+// same name.
+func mergeEnv(env, extra []string) []string {
+	if len(extra) == 0 {
+		return env
+	}
+	idx := map[string]int{}
+	for i, kv := range env {
+		k, _, _ := cutEnv(kv)
+		idx[k] = i
+	}
+	for _, kv := range extra {
+		k, _, _ := cutEnv(kv)
+		if i, ok := idx[k]; ok {
+			env[i] = kv
+		} else {
+			idx[k] = len(env)
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+func cutEnv(kv string) (string, string, bool) {
+	for i := 0; i < len(kv); i++ {
+		if kv[i] == '=' {
+			return kv[:i], kv[i+1:], true
+		}
+	}
+	return kv, "", false
+}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -94,20 +95,45 @@ func runInit(ctl *channel) int {
 	if cfg.Timing {
 		ctl.send(Message{Type: MsgLog, Level: "debug", Msg: "init has its configuration"}, -1)
 	}
-	if m, _, err = ctl.recv(); err != nil || m.Type != MsgGo {
-		// The supervisor went away or aborted: create nothing.
-		return ExitSandboxFailed
+	// The exec socket may come before "go".
+	execLn := -1
+	for {
+		m, fd, err := ctl.recv()
+		if err != nil {
+			// The supervisor went away or aborted: create nothing.
+			return ExitSandboxFailed
+		}
+		if m.Type == MsgExecSocket && fd >= 0 && execLn < 0 {
+			execLn = fd
+			continue
+		}
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+		if m.Type != MsgGo {
+			return ExitSandboxFailed
+		}
+		break
 	}
-	conf, cmdPID, err := setup(ctl, cfg)
+	rp := newReaper()
+	conf, sp, cmdPID, done, err := setup(ctl, cfg, rp)
 	if err != nil {
 		return report(err)
 	}
 	ctl.send(Message{Type: MsgConfined, Confinement: conf}, -1)
 	ctl.send(Message{Type: MsgStarted, PID: cmdPID}, -1)
-	return reap(ctl, cmdPID, sigs)
+	if execLn >= 0 {
+		go serveExec(execLn, cfg, sp, rp)
+	}
+	return waitMain(ctl, cmdPID, done, sigs)
 }
 
-func setup(ctl *channel, cfg *InitConfig) (*Confinement, int, error) {
+// setup makes the sandbox's host (cgroup namespace, mounts, hostname,
+// loopback), confines the spawning thread, and starts the main command
+// from it (none when the sandbox is kept alive). It returns what was
+// applied, the spawner execs use, and the main command's pid (0 when
+// kept alive) and the channel that receives its status.
+func setup(ctl *channel, cfg *InitConfig, rp *reaper) (*Confinement, *spawner, int, chan unix.WaitStatus, error) {
 	s := cfg.Spec
 	t0 := time.Now()
 	var steps []string
@@ -124,66 +150,81 @@ func setup(ctl *channel, cfg *InitConfig) (*Confinement, int, error) {
 	// The cgroup namespace is created only now, after the supervisor has
 	// moved us into the sandbox cgroup, so its root is that cgroup.
 	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
-		return nil, 0, fail("namespaces", ExitSandboxFailed, fmt.Errorf("unshare cgroup namespace: %w", err))
+		return nil, nil, 0, nil, fail("namespaces", ExitSandboxFailed, fmt.Errorf("unshare cgroup namespace: %w", err))
 	}
 	mark("cgroupns")
 	nmounts, err := setupMounts(s)
 	if err != nil {
-		return nil, 0, fail("mounts", ExitSandboxFailed, err)
+		return nil, nil, 0, nil, fail("mounts", ExitSandboxFailed, err)
 	}
 	mark("mounts")
 	if s.Hostname != "" {
 		if err := unix.Sethostname([]byte(s.Hostname)); err != nil {
-			return nil, 0, fail("hostname", ExitSandboxFailed, err)
+			return nil, nil, 0, nil, fail("hostname", ExitSandboxFailed, err)
 		}
 	}
 	if err := loopbackUp(); err != nil {
-		return nil, 0, fail("network", ExitSandboxFailed, err)
+		return nil, nil, 0, nil, fail("network", ExitSandboxFailed, err)
 	}
 	// Nothing in the sandbox may ptrace or read the init, nor dump core.
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
-		return nil, 0, fail("dumpable", ExitSandboxFailed, err)
+		return nil, nil, 0, nil, fail("dumpable", ExitSandboxFailed, err)
 	}
 	for _, rl := range s.Process.Rlimits {
 		if rl.Type == "RLIMIT_CORE" {
 			lim := unix.Rlimit{Cur: rl.Soft, Max: rl.Hard}
 			if err := unix.Setrlimit(unix.RLIMIT_CORE, &lim); err != nil {
-				return nil, 0, fail("rlimits", ExitSandboxFailed, err)
+				return nil, nil, 0, nil, fail("rlimits", ExitSandboxFailed, err)
 			}
 		}
 	}
 	uid, gid := s.Process.User.UID, s.Process.User.GID
 	if cfg.StorageCheck != "" {
 		if err := checkStorage(cfg.StorageCheck, uid, gid); err != nil {
-			return nil, 0, fail("storage-preflight", ExitSandboxFailed, err)
+			return nil, nil, 0, nil, fail("storage-preflight", ExitSandboxFailed, err)
 		}
 	}
 	mark("host")
-	path, err := lookPath(s.Process.Args[0], s.Process.Env)
-	if err != nil {
-		return nil, 0, fail("exec", ExitNotFound, err)
-	}
-	stdio, pty, err := commandIO(ctl, s)
-	if err != nil {
-		return nil, 0, fail("tty", ExitSandboxFailed, err)
+	keepAlive := len(s.Process.Args) == 0
+	var path string
+	var stdio [3]*os.File
+	var pty *os.File
+	if !keepAlive {
+		if path, err = lookPath(s.Process.Args[0], s.Process.Env); err != nil {
+			return nil, nil, 0, nil, fail("exec", ExitNotFound, err)
+		}
+		if stdio, pty, err = commandIO(ctl, s); err != nil {
+			return nil, nil, 0, nil, fail("tty", ExitSandboxFailed, err)
+		}
 	}
 	conf := &Confinement{UID: uid, GID: gid, Mounts: nmounts, Seccomp: cfg.Seccomp}
 	for _, ns := range s.Linux.Namespaces {
 		conf.Namespaces = append(conf.Namespaces, string(ns.Type))
 	}
-	pid, err := spawnConfined(cfg, path, stdio, pty != nil, conf)
+	sp, err := startSpawner(cfg, conf)
+	if err != nil {
+		if pty != nil {
+			pty.Close()
+		}
+		return nil, nil, 0, nil, err
+	}
+	if keepAlive {
+		mark("confined")
+		return conf, sp, 0, nil, nil
+	}
+	pid, done, err := rp.start(func() (int, error) { return sp.spawn(path, s.Process, stdio, pty != nil) })
 	mark("spawn")
 	if pty != nil {
 		pty.Close() // the command holds the slave; the supervisor the master
 	}
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, 0, nil, err
 	}
 	if err := verifyConfined(pid, uid, gid, cfg.Seccomp); err != nil {
-		return nil, 0, fail("verify", ExitSandboxFailed, err)
+		return nil, nil, 0, nil, fail("verify", ExitSandboxFailed, err)
 	}
 	mark("verify")
-	return conf, pid, nil
+	return conf, sp, pid, done, nil
 }
 
 // verifyConfined checks after the fact that the kernel's view of the
@@ -245,85 +286,132 @@ func commandIO(ctl *channel, s *specs.Spec) ([3]*os.File, *os.File, error) {
 	return [3]*os.File{slave, slave, slave}, slave, nil
 }
 
-// spawnConfined applies the irreversible confinement on a dedicated,
-// locked OS thread and forks the command from it. The thread exits with
-// its goroutine, so the init's other threads keep their privileges for
-// reaping and signal forwarding.
-func spawnConfined(cfg *InitConfig, path string, stdio [3]*os.File, tty bool, conf *Confinement) (int, error) {
-	s := cfg.Spec
-	type result struct {
-		pid int
-		err error
-	}
-	rc := make(chan result, 1)
+// A spawner is the init's confined thread: a dedicated, locked OS thread
+// that applied the irreversible confinement once (capability bounding
+// set, no_new_privs, Landlock, seccomp) and forks every command of the
+// sandbox — the main one and each exec — so that all of them inherit the
+// same Landlock domain and seccomp filter. The init's other threads keep
+// their privileges for reaping, signal forwarding and exec requests; the
+// Go runtime creates new threads from its template thread, never from a
+// locked one, so the confinement cannot spread to them (seccomp does, by
+// TSYNC).
+type spawner struct {
+	reqs chan spawnReq
+}
+
+type spawnReq struct {
+	path  string
+	proc  *specs.Process
+	stdio [3]*os.File
+	tty   bool
+	res   chan spawnRes
+}
+
+type spawnRes struct {
+	pid int
+	err error
+}
+
+// startSpawner confines a new locked thread and returns once it is ready
+// to fork, or why it could not be confined. conf receives the Landlock
+// result and the seccomp rule count.
+func startSpawner(cfg *InitConfig, conf *Confinement) (*spawner, error) {
+	sp := &spawner{reqs: make(chan spawnReq)}
+	ready := make(chan error, 1)
 	go func() {
 		lockThreadForever()
-		pid, err := func() (int, error) {
-			// Landlock paths are opened now, as root, before the drop.
-			var rs *landlock.Ruleset
-			if cfg.Landlock != nil {
-				var err error
-				rs, err = landlock.Build(*cfg.Landlock)
-				if err != nil {
-					return 0, fail("landlock", ExitSandboxFailed, err)
-				}
-				if rs == nil && cfg.Landlock.HardRequirement {
-					return 0, fail("landlock", ExitSandboxFailed, errors.New("landlock unavailable under hard_requirement"))
-				}
-			}
-			if err := caps.PrepareThread(); err != nil {
-				return 0, fail("capabilities", ExitSandboxFailed, err)
-			}
-			if rs != nil {
-				res, err := rs.Enforce()
-				if err != nil {
-					return 0, fail("landlock", ExitSandboxFailed, err)
-				}
-				conf.Landlock = res
-			}
-			if cfg.Seccomp && weakenForTest != "seccomp" {
-				if err := installSeccomp(cfg.SeccompFilter); err != nil {
-					return 0, fail("seccomp", ExitSandboxFailed, err)
-				}
-				conf.SeccompRules = cfg.SeccompRules
-			}
-			// syscall.ForkExec, not os/exec: the command is reaped by the
-			// init's wait4 loop, so it needs no pidfd, and os's one-time
-			// pidfd check (a test fork) would sit on every start's
-			// critical path.
-			cred := &syscall.Credential{Uid: s.Process.User.UID, Gid: s.Process.User.GID, Groups: []uint32{}}
-			if weakenForTest == "identity" {
-				cred.Uid, cred.Gid = 0, 0
-			}
-			pid, err := syscall.ForkExec(path, s.Process.Args, &syscall.ProcAttr{
-				Dir:   s.Process.Cwd,
-				Env:   s.Process.Env,
-				Files: []uintptr{stdio[0].Fd(), stdio[1].Fd(), stdio[2].Fd()},
-				Sys: &syscall.SysProcAttr{
-					Credential: cred,
-					// A new session: no controlling terminal to inject into,
-					// unless the sandbox's own PTY becomes it.
-					Setsid:  true,
-					Setctty: tty,
-					Ctty:    0,
-				},
-			})
-			if err != nil {
-				code := ExitSandboxFailed
-				switch {
-				case errors.Is(err, unix.ENOENT):
-					code = ExitNotFound
-				case errors.Is(err, unix.EACCES), errors.Is(err, unix.ENOEXEC), errors.Is(err, unix.EPERM):
-					code = ExitNotExecutable
-				}
-				return 0, fail("exec", code, &os.PathError{Op: "fork/exec", Path: path, Err: err})
-			}
-			return pid, nil
-		}()
-		rc <- result{pid, err}
+		if err := confineThread(cfg, conf); err != nil {
+			ready <- err
+			return // the thread, half-confined, exits with the goroutine
+		}
+		ready <- nil
+		for r := range sp.reqs {
+			pid, err := forkConfined(r.path, r.proc, r.stdio, r.tty)
+			r.res <- spawnRes{pid, err}
+		}
 	}()
-	r := <-rc
-	return r.pid, r.err
+	if err := <-ready; err != nil {
+		return nil, err
+	}
+	return sp, nil
+}
+
+// spawn forks and executes path with proc's arguments, environment,
+// directory and identity from the confined thread.
+func (sp *spawner) spawn(path string, proc *specs.Process, stdio [3]*os.File, tty bool) (int, error) {
+	r := spawnReq{path: path, proc: proc, stdio: stdio, tty: tty, res: make(chan spawnRes, 1)}
+	sp.reqs <- r
+	res := <-r.res
+	return res.pid, res.err
+}
+
+// confineThread applies the irreversible confinement to the calling,
+// locked thread.
+func confineThread(cfg *InitConfig, conf *Confinement) error {
+	// Landlock paths are opened now, as root, before the drop.
+	var rs *landlock.Ruleset
+	if cfg.Landlock != nil {
+		var err error
+		rs, err = landlock.Build(*cfg.Landlock)
+		if err != nil {
+			return fail("landlock", ExitSandboxFailed, err)
+		}
+		if rs == nil && cfg.Landlock.HardRequirement {
+			return fail("landlock", ExitSandboxFailed, errors.New("landlock unavailable under hard_requirement"))
+		}
+	}
+	if err := caps.PrepareThread(); err != nil {
+		return fail("capabilities", ExitSandboxFailed, err)
+	}
+	if rs != nil {
+		res, err := rs.Enforce()
+		if err != nil {
+			return fail("landlock", ExitSandboxFailed, err)
+		}
+		conf.Landlock = res
+	}
+	if cfg.Seccomp && weakenForTest != "seccomp" {
+		if err := installSeccomp(cfg.SeccompFilter); err != nil {
+			return fail("seccomp", ExitSandboxFailed, err)
+		}
+		conf.SeccompRules = cfg.SeccompRules
+	}
+	return nil
+}
+
+// forkConfined forks the command from the confined thread (it must run
+// there). syscall.ForkExec, not os/exec: the command is reaped by the
+// init's wait4 loop, so it needs no pidfd, and os's one-time pidfd check
+// (a test fork) would sit on every start's critical path.
+func forkConfined(path string, p *specs.Process, stdio [3]*os.File, tty bool) (int, error) {
+	cred := &syscall.Credential{Uid: p.User.UID, Gid: p.User.GID, Groups: []uint32{}}
+	if weakenForTest == "identity" {
+		cred.Uid, cred.Gid = 0, 0
+	}
+	pid, err := syscall.ForkExec(path, p.Args, &syscall.ProcAttr{
+		Dir:   p.Cwd,
+		Env:   p.Env,
+		Files: []uintptr{stdio[0].Fd(), stdio[1].Fd(), stdio[2].Fd()},
+		Sys: &syscall.SysProcAttr{
+			Credential: cred,
+			// A new session: no controlling terminal to inject into,
+			// unless the sandbox's own PTY becomes it.
+			Setsid:  true,
+			Setctty: tty,
+			Ctty:    0,
+		},
+	})
+	if err != nil {
+		code := ExitSandboxFailed
+		switch {
+		case errors.Is(err, unix.ENOENT):
+			code = ExitNotFound
+		case errors.Is(err, unix.EACCES), errors.Is(err, unix.ENOEXEC), errors.Is(err, unix.EPERM):
+			code = ExitNotExecutable
+		}
+		return 0, fail("exec", code, &os.PathError{Op: "fork/exec", Path: path, Err: err})
+	}
+	return pid, nil
 }
 
 // lookPath resolves the command with the sandbox's PATH, inside the
@@ -377,53 +465,98 @@ func loopbackUp() error {
 // forwarded are the signals the init passes on to the command.
 var forwarded = []os.Signal{unix.SIGHUP, unix.SIGINT, unix.SIGQUIT, unix.SIGTERM, unix.SIGUSR1, unix.SIGUSR2, unix.SIGWINCH, unix.SIGCONT}
 
-// reap waits for every child (the init is PID 1 and inherits orphans),
-// forwards signals to the command, and returns the command's status once
-// it exits. Remaining processes die with the init's PID namespace. A
-// blocking wait4 on its own thread notices the exit at once; signal
-// delivery to the Go runtime would add a scheduling round trip.
-func reap(ctl *channel, pid int, sigs chan os.Signal) int {
-	type exit struct {
-		ws unix.WaitStatus
-	}
-	done := make(chan exit, 1)
-	go func() {
-		for {
-			var ws unix.WaitStatus
-			wpid, err := unix.Wait4(-1, &ws, 0, nil)
-			if err == unix.EINTR {
-				continue
-			}
-			if err != nil {
-				// ECHILD cannot happen while the command lives; report
-				// an unknown status rather than spin.
-				done <- exit{ws: unix.WaitStatus(0xff00)}
-				return
-			}
-			if wpid == pid {
-				done <- exit{ws: ws}
-				return
-			}
+// A reaper waits for every child (the init is PID 1 and inherits
+// orphans) and hands the status of each command the init started to
+// whoever waits for it. A blocking wait4 on its own thread notices an
+// exit at once; signal delivery to the Go runtime would add a scheduling
+// round trip.
+type reaper struct {
+	mu      sync.Mutex
+	waiters map[int]chan unix.WaitStatus
+	kick    chan struct{} // a child was started (wakes a wait4 that saw ECHILD)
+}
+
+func newReaper() *reaper {
+	r := &reaper{waiters: map[int]chan unix.WaitStatus{}, kick: make(chan struct{}, 1)}
+	go r.loop()
+	return r
+}
+
+func (r *reaper) loop() {
+	for {
+		var ws unix.WaitStatus
+		wpid, err := unix.Wait4(-1, &ws, 0, nil)
+		if err == unix.EINTR {
+			continue
 		}
-	}()
+		if err != nil {
+			// No children yet (a kept-alive sandbox before its first
+			// exec): wait until one is started.
+			<-r.kick
+			continue
+		}
+		r.mu.Lock()
+		if c, ok := r.waiters[wpid]; ok {
+			c <- ws
+			delete(r.waiters, wpid)
+		}
+		r.mu.Unlock()
+	}
+}
+
+// start runs spawn and registers the pid it returns before the reaper can
+// look for it, so a command that exits at once is not missed. The
+// returned channel receives its wait status.
+func (r *reaper) start(spawn func() (int, error)) (int, chan unix.WaitStatus, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	pid, err := spawn()
+	if err != nil {
+		return 0, nil, err
+	}
+	c := make(chan unix.WaitStatus, 1)
+	r.waiters[pid] = c
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+	return pid, c, nil
+}
+
+// exitMessage is the MsgExit for a wait status, and the matching exit
+// status (128+N for signal N).
+func exitMessage(ws unix.WaitStatus) (Message, int) {
+	m := Message{Type: MsgExit}
+	code := 0
+	switch {
+	case ws.Exited():
+		m.Code, code = ws.ExitStatus(), ws.ExitStatus()
+	case ws.Signaled():
+		m.Signal, code = int(ws.Signal()), 128+int(ws.Signal())
+	}
+	return m, code
+}
+
+// waitMain forwards signals to the main command and returns its status
+// once it exits; the init then exits and the rest of the sandbox's
+// processes die with its PID namespace. A kept-alive sandbox (pid 0) ends
+// with status 0 on the first SIGTERM, SIGINT, SIGHUP or SIGQUIT.
+func waitMain(ctl *channel, pid int, done chan unix.WaitStatus, sigs chan os.Signal) int {
 	for {
 		select {
-		case e := <-done:
-			m := Message{Type: MsgExit}
-			code := 0
-			switch {
-			case e.ws.Exited():
-				m.Code, code = e.ws.ExitStatus(), e.ws.ExitStatus()
-			case e.ws.Signaled():
-				m.Signal, code = int(e.ws.Signal()), 128+int(e.ws.Signal())
-			}
+		case ws := <-done:
+			m, code := exitMessage(ws)
 			ctl.send(m, -1)
 			return code
 		case sig := <-sigs:
-			if sig == unix.SIGCHLD {
-				continue
+			switch {
+			case sig == unix.SIGCHLD:
+			case pid > 0:
+				unix.Kill(pid, sig.(syscall.Signal))
+			case sig == unix.SIGTERM || sig == unix.SIGINT || sig == unix.SIGHUP || sig == unix.SIGQUIT:
+				ctl.send(Message{Type: MsgExit}, -1)
+				return 0
 			}
-			unix.Kill(pid, sig.(syscall.Signal))
 		}
 	}
 }

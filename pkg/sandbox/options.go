@@ -25,6 +25,9 @@ type Options struct {
 	Kind    state.Kind
 	AgentID string
 	Args    []string
+	// KeepAlive starts no main command (Args empty): the sandbox runs,
+	// for execs, until it is signalled (delete) and then ends with 0.
+	KeepAlive bool
 	// Env is the command's complete environment (see BuildEnv). Variables
 	// returned by the NetworkAttacher are added on top.
 	Env       []string

@@ -62,6 +62,8 @@ type Message struct {
 
 	PID int `json:"pid,omitempty"` // MsgStarted: the command's pid in the sandbox
 
+	Exec *ExecRequest `json:"exec,omitempty"` // MsgExec
+
 	// MsgExit
 	Code   int `json:"code,omitempty"`
 	Signal int `json:"signal,omitempty"`
@@ -83,7 +85,36 @@ const (
 	MsgStarted  = "started"  // init -> supervisor: the command runs
 	MsgExit     = "exit"     // init -> supervisor: the command ended
 	MsgError    = "error"    // init -> supervisor: setup failed; Code is the exit status
+
+	// MsgExecSocket (supervisor -> init, before MsgGo) carries the
+	// listening exec socket (ExecSocketFile). On a connection to it a
+	// client sends MsgExec (with its stdin, stdout and stderr unless
+	// Terminal) and MsgSignal; the init answers MsgPTY, MsgStarted,
+	// MsgExit or MsgError, as for the main command.
+	MsgExecSocket = "exec-socket"
+	MsgExec       = "exec"   // exec client -> init: run a command
+	MsgSignal     = "signal" // exec client -> init: Signal for the exec'd command
 )
+
+// ExecSocketFile is the name, in a sandbox's state directory, of the
+// root-only Unix socket on which its init takes exec requests.
+const ExecSocketFile = "exec.sock"
+
+// ExecRequest asks a sandbox's init to run a command beside the main
+// one, with the main command's confinement.
+type ExecRequest struct {
+	Args []string `json:"args"`
+	// Env are K=V pairs set on top of the sandbox's environment; a
+	// reserved name (ReservedEnv) is refused.
+	Env []string `json:"env,omitempty"`
+	// Workdir is the command's directory ("" = the sandbox's workdir).
+	Workdir string `json:"workdir,omitempty"`
+	// LoginShell runs Args through "bash -lc" ("sh -c" without bash).
+	LoginShell bool `json:"login_shell,omitempty"`
+	Terminal   bool `json:"terminal,omitempty"`
+	Rows       int  `json:"rows,omitempty"`
+	Cols       int  `json:"cols,omitempty"`
+}
 
 // Confinement describes what the init applied, for the 5019 event.
 type Confinement struct {

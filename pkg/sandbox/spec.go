@@ -41,9 +41,12 @@ const (
 
 // SpecInput is everything the spec is built from.
 type SpecInput struct {
-	Name        string
-	Kind        string
-	Args        []string
+	Name string
+	Kind string
+	Args []string
+	// KeepAlive: no main command (Args empty); the sandbox stays up for
+	// execs until it is deleted.
+	KeepAlive   bool
 	Env         []string // final environment, already scrubbed and rebuilt
 	Workdir     string   // absolute; bound read-write at the same path
 	UID, GID    uint32
@@ -63,8 +66,11 @@ type SpecInput struct {
 // same input gives the same spec, so `sandbox-supervisor spec` prints
 // exactly what `run` would use.
 func BuildSpec(in SpecInput) (*specs.Spec, error) {
-	if len(in.Args) == 0 {
+	if len(in.Args) == 0 && !in.KeepAlive {
 		return nil, fmt.Errorf("sandbox: no command given")
+	}
+	if len(in.Args) != 0 && in.KeepAlive {
+		return nil, fmt.Errorf("sandbox: a kept-alive sandbox has no main command")
 	}
 	if !filepath.IsAbs(in.Workdir) || filepath.Clean(in.Workdir) == "/" {
 		return nil, fmt.Errorf("sandbox: workdir %q must be an absolute path other than /", in.Workdir)

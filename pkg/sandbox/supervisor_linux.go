@@ -83,7 +83,8 @@ type Sandbox struct {
 	dwc chan *denialWatch
 	dw  *denialWatch
 
-	cmdPID int
+	cmdPID  int  // the main command's pid in the sandbox (0 when kept alive)
+	started bool // the init confined itself and started the main command
 	// finished is set once the main command's outcome is known (an exit,
 	// or a setup failure reported by the init); Wait then returns
 	// finishErr.
@@ -325,6 +326,21 @@ func (s *Sandbox) startSignalRelay(initPID int) {
 func (s *Sandbox) Start(ctx context.Context) error {
 	ctl, cmd := s.ip.ctl, s.ip.cmd
 	s.denials() // reading before the command can be denied anything
+	// The exec socket goes to the init with "go": execs are served from
+	// the moment the sandbox runs.
+	dir, err := s.store.Dir(s.name)
+	if err != nil {
+		return s.failf("state", err)
+	}
+	lnFD, err := listenExec(filepath.Join(dir, ExecSocketFile))
+	if err != nil {
+		return s.failf("exec-socket", err)
+	}
+	err = ctl.send(Message{Type: MsgExecSocket}, lnFD)
+	unix.Close(lnFD)
+	if err != nil {
+		return s.failf("init", err)
+	}
 	if err := ctl.send(Message{Type: MsgGo}, -1); err != nil {
 		return s.failf("init", err)
 	}
@@ -342,12 +358,10 @@ func (s *Sandbox) Start(ctx context.Context) error {
 	// The sandbox's full description (OCI spec, Landlock rules, seccomp)
 	// beside its labels: for inspection, and for a later `exec` into the
 	// running sandbox, which must confine a new process identically.
-	if dir, err := s.store.Dir(s.name); err == nil {
-		if err := fsutil.ReplaceFile(filepath.Join(dir, ConfigFile), EncodeConfig(s.icfg), 0o600); err != nil {
-			s.o.Logger.Warn("write sandbox config", "sandbox", s.name, "err", err)
-		}
+	if err := fsutil.ReplaceFile(filepath.Join(dir, ConfigFile), EncodeConfig(s.icfg), 0o600); err != nil {
+		s.o.Logger.Warn("write sandbox config", "sandbox", s.name, "err", err)
 	}
-	for !s.finished && s.cmdPID == 0 {
+	for !s.finished && !s.started {
 		if err := s.step(ctx); err != nil {
 			return err
 		}
@@ -395,7 +409,7 @@ func (s *Sandbox) step(ctx context.Context) error {
 			return s.failf("tty", errors.New("init sent no PTY master"))
 		}
 		s.ptyMu.Lock()
-		s.pty, err = startRelay(fd, o, &s.relay)
+		s.pty, err = startRelay(fd, o.Stdin, o.Stdout, &s.relay)
 		s.ptyMu.Unlock()
 		if err != nil {
 			return s.failf("tty", err)
@@ -407,8 +421,11 @@ func (s *Sandbox) step(ctx context.Context) error {
 		}
 	case MsgStarted:
 		s.mark("command-started")
+		s.started = true
 		s.cmdPID = m.PID
-		o.Events.Launched(m.PID, o.Args, s.uid, s.gid)
+		if m.PID > 0 {
+			o.Events.Launched(m.PID, o.Args, s.uid, s.gid)
+		}
 	case MsgError:
 		cmd.Wait()
 		s.waited = true
@@ -440,7 +457,9 @@ func (s *Sandbox) step(ctx context.Context) error {
 			s.pty = nil
 			s.ptyMu.Unlock()
 		}
-		o.Events.Exited(s.cmdPID, m.Code, m.Signal)
+		if s.cmdPID > 0 {
+			o.Events.Exited(s.cmdPID, m.Code, m.Signal)
+		}
 		s.res.Signal = m.Signal
 		s.res.ExitCode = exit
 		s.code = exit
@@ -466,6 +485,9 @@ func (s *Sandbox) finishState(exitCode int) {
 		go func() {
 			defer close(s.stateDone)
 			if s.o.Keep {
+				if dir, err := s.store.Dir(s.name); err == nil {
+					os.Remove(filepath.Join(dir, ExecSocketFile))
+				}
 				s.store.Update(s.name, func(l *state.Labels) {
 					l.Status = state.StatusExited
 					l.ExitCode = &exitCode
@@ -599,7 +621,7 @@ func newLabels(o Options) state.Labels {
 // needs, including the compiled seccomp filter.
 func initConfig(o Options, plan Plan, name, workdir string, uid, gid uint32, pids, mem int64, cpus float64, stateRoot string) (*InitConfig, *specs.Spec, error) {
 	spec, err := BuildSpec(SpecInput{
-		Name: name, Kind: string(o.Kind), Args: o.Args, Env: o.Env, Workdir: workdir,
+		Name: name, Kind: string(o.Kind), Args: o.Args, KeepAlive: o.KeepAlive, Env: o.Env, Workdir: workdir,
 		UID: uid, GID: gid, TTY: o.TTY, Hostname: name, PolicySHA: o.Policy.SHA256,
 		Compat: compatName(o.Policy.HardRequirement), Profile: o.Profile,
 		PidsLimit: pids, MemoryBytes: mem, CPUs: cpus,
@@ -663,61 +685,31 @@ func LandlockRules(p PolicyInfo, workdir, profile string) *landlock.Rules {
 	return r
 }
 
-func mergeEnv(env, extra []string) []string {
-	if len(extra) == 0 {
-		return env
-	}
-	idx := map[string]int{}
-	for i, kv := range env {
-		k, _, _ := cutEnv(kv)
-		idx[k] = i
-	}
-	for _, kv := range extra {
-		k, _, _ := cutEnv(kv)
-		if i, ok := idx[k]; ok {
-			env[i] = kv
-		} else {
-			idx[k] = len(env)
-			env = append(env, kv)
-		}
-	}
-	return env
-}
-
-func cutEnv(kv string) (string, string, bool) {
-	for i := 0; i < len(kv); i++ {
-		if kv[i] == '=' {
-			return kv[:i], kv[i+1:], true
-		}
-	}
-	return kv, "", false
-}
-
 // startRelay copies between the caller's stdio and the PTY master, with
 // the caller's terminal in raw mode when it is one.
-func startRelay(fd int, o Options, wg *sync.WaitGroup) (*os.File, error) {
+func startRelay(fd int, stdin io.Reader, stdout io.Writer, wg *sync.WaitGroup) (*os.File, error) {
 	pty := os.NewFile(uintptr(fd), "ptmx")
 	if _, err := winsize(pty); err != nil {
 		pty.Close()
 		return nil, fmt.Errorf("pty master: %w", err)
 	}
-	if in, ok := o.Stdin.(*os.File); ok && makeRaw(in) {
-		resizeFromCaller(pty, o.Stdin)
+	if in, ok := stdin.(*os.File); ok && makeRaw(in) {
+		resizeFromCaller(pty, stdin)
 	}
 	// The sandbox's terminal already turns "\n" into "\r\n": a caller's
 	// terminal on stdout that is not the one made raw above would do it
 	// again ("\r\r\n"), so it goes raw too.
-	if out, ok := o.Stdout.(*os.File); ok && !sameFile(out, o.Stdin) {
+	if out, ok := stdout.(*os.File); ok && !sameFile(out, stdin) {
 		makeRaw(out)
 	}
-	if o.Stdin != nil {
-		go io.Copy(pty, o.Stdin)
+	if stdin != nil {
+		go io.Copy(pty, stdin)
 	}
-	if o.Stdout != nil {
+	if stdout != nil {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			io.Copy(o.Stdout, pty)
+			io.Copy(stdout, pty)
 		}()
 	}
 	return pty, nil

@@ -208,6 +208,16 @@ func encodeMessage(m Message) []byte {
 	if w.opt(m.Confinement != nil) {
 		encodeConfinement(w, m.Confinement)
 	}
+	if w.opt(m.Exec != nil) {
+		e := m.Exec
+		w.strs(e.Args)
+		w.strs(e.Env)
+		w.str(e.Workdir)
+		w.flag(e.LoginShell)
+		w.flag(e.Terminal)
+		w.i(int64(e.Rows))
+		w.i(int64(e.Cols))
+	}
 	return w.b
 }
 
@@ -237,6 +247,9 @@ func decodeMessage(b []byte) (Message, error) {
 	}
 	if r.opt() {
 		m.Confinement = decodeConfinement(r)
+	}
+	if r.opt() {
+		m.Exec = &ExecRequest{Args: r.strs(), Env: r.strs(), Workdir: r.str(), LoginShell: r.flag(), Terminal: r.flag(), Rows: r.int(), Cols: r.int()}
 	}
 	if r.err == nil && len(r.b) != 0 {
 		r.fail(fmt.Errorf("%d trailing bytes", len(r.b)))
