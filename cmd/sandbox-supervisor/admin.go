@@ -44,6 +44,14 @@ func logFlags(fs *flag.FlagSet, stderr io.Writer) func() (*slog.Logger, error) {
 	}
 }
 
+// openStoreAsRoot opens the state root for cmd, which needs root.
+func openStoreAsRoot(cmd, dir string) (*state.Store, error) {
+	if err := requireRoot(cmd); err != nil {
+		return nil, cli.Failf("%v", err)
+	}
+	return state.Open(dir)
+}
+
 func parseFlags(fs *flag.FlagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -158,10 +166,7 @@ func statusCmd(args []string, stdout, stderr io.Writer) error {
 	if _, err := logger(); err != nil {
 		return err
 	}
-	if err := requireRoot("status"); err != nil {
-		return cli.Failf("%v", err)
-	}
-	store, err := state.Open(*dir)
+	store, err := openStoreAsRoot("status", *dir)
 	if err != nil {
 		return err
 	}
@@ -195,10 +200,13 @@ func statusCmd(args []string, stdout, stderr io.Writer) error {
 	if *asJSON {
 		return json.NewEncoder(stdout).Encode(l)
 	}
-	fmt.Fprintf(stdout, "name:          %s\nkind:          %s\nstatus:        %s\nowner:         %s\ncreated:       %s\nkeep:          %v\ncreator pid:   %d\nagent id:      %s\npolicy sha256: %s (%s)\ncgroup:        %s\n",
-		l.Name, l.Kind, l.Status, l.Owner, l.Created.Format(time.RFC3339), l.Keep, l.CreatorPID, l.AgentID, l.PolicySHA256, l.PolicySource, cgroupPath(l.Cgroup))
+	fmt.Fprintf(stdout, "name:          %s\nid:            %s\nkind:          %s\nstatus:        %s\nowner:         %s\ncreated:       %s\nkeep:          %v\ncreator pid:   %d\nagent id:      %s\npolicy sha256: %s (%s)\ncgroup:        %s\n",
+		l.Name, l.ID, l.Kind, l.Status, l.Owner, l.Created.Format(time.RFC3339), l.Keep, l.CreatorPID, l.AgentID, l.PolicySHA256, l.PolicySource, cgroupPath(l.Cgroup))
 	if l.ExitCode != nil {
 		fmt.Fprintf(stdout, "exit code:     %d\n", *l.ExitCode)
+	}
+	if l.Outcome != "" {
+		fmt.Fprintf(stdout, "outcome:       %s (%s)\n", l.Outcome, l.Reason)
 	}
 	return nil
 }

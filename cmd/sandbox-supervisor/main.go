@@ -44,6 +44,9 @@ const usage = `usage: sandbox-supervisor COMMAND [flags]
 
 Commands:
   run [flags] -- CMD [ARG...]   create a sandbox from the resolved policy and run CMD in it
+  run --detach [flags] [-- CMD] create the sandbox, start CMD (or keep it up for exec), print NAME ID, return
+  exec [flags] NAME -- CMD      run CMD inside the running sandbox NAME with its confinement
+  delete [--expect-id ID] NAME  stop and remove a sandbox (exit 3, nothing changed, if its id is not ID)
   spec [run flags] -- CMD       print the OCI config.json run would use, without running
   list [--json]                 list sandboxes in the state directory
   status NAME [--json|--config] show one sandbox's labels, or its configuration as JSON
@@ -57,6 +60,9 @@ Examples:
   sudo sandbox-supervisor run -- sh -c 'id; cat /etc/shadow; echo done'
   sudo sandbox-supervisor run --policy /etc/mac/openshell-policy.yaml --name task-42 \
        --kind task --workdir /srv/work/task-42 --events /var/log/openshell-ocsf.task-42.log -- make test
+  sudo sandbox-supervisor run --detach --name task-42 --workdir /srv/task-42
+  sudo sandbox-supervisor exec task-42 -- 'make test'
+  sudo sandbox-supervisor delete task-42
   sudo sandbox-supervisor preflight --json
   sudo sandbox-supervisor gc            # what would be collected, and why
   sudo sandbox-supervisor gc --apply
@@ -76,6 +82,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return runCmd(ctx, args[1:], stdin, stdout, stderr, false)
 	case "spec":
 		return runCmd(ctx, args[1:], stdin, stdout, stderr, true)
+	case "exec":
+		return execCmd(ctx, args[1:], stdin, stdout, stderr)
+	case "delete":
+		return deleteCmd(args[1:], stdout, stderr)
 	case "list":
 		return listCmd(args[1:], stdout, stderr)
 	case "status":

@@ -43,7 +43,7 @@ func runCLI(t *testing.T, args ...string) (string, string, error) {
 }
 
 func TestHelpHasExamples(t *testing.T) {
-	for _, args := range [][]string{{"--help"}, {"run", "--help"}, {"list", "--help"}, {"status", "--help"}, {"gc", "--help"}, {"preflight", "--help"}} {
+	for _, args := range [][]string{{"--help"}, {"run", "--help"}, {"list", "--help"}, {"status", "--help"}, {"gc", "--help"}, {"preflight", "--help"}, {"exec", "--help"}, {"delete", "--help"}} {
 		out, errs, err := runCLI(t, args...)
 		if cli.Code(err) != 0 {
 			t.Errorf("%v: exit %d", args, cli.Code(err))
@@ -70,6 +70,15 @@ func TestUsageErrors(t *testing.T) {
 		{"run", "--env", "HTTP_PROXY=http://evil", "--", "true"},
 		{"status"},
 		{"gc", "--stale-after", "-1h"},
+		{"run", "--detach", "--tty"},
+		{"run", "--json", "--", "true"},
+		{"exec"},
+		{"exec", "sbx-1"},
+		{"exec", "sbx-1", "--"},
+		{"exec", "--env", "HTTPS_PROXY=http://evil", "sbx-1", "--", "true"},
+		{"exec", "--workdir", "rel", "sbx-1", "--", "true"},
+		{"delete"},
+		{"delete", "a", "b"},
 	} {
 		_, errs, err := runCLI(t, args...)
 		if cli.Code(err) != cli.ExitUsage {

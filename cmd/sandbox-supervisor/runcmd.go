@@ -73,7 +73,7 @@ type runFlags struct {
 	upstreamCA                                                string
 	cpus                                                      float64
 	pids                                                      int64
-	tty, noTTY, keep, allowDegraded                           bool
+	tty, noTTY, keep, allowDegraded, detach, json             bool
 	env                                                       multiFlag
 }
 
@@ -116,6 +116,8 @@ func parseRunFlags(args []string, stderr io.Writer, specOnly bool) (*runFlags, [
 	fs.StringVar(&f.upstreamCA, "upstream-ca-bundle", "", "extra PEM roots the egress proxy trusts for upstream servers of inspected (TLS-terminated) tunnels")
 	fs.StringVar(&f.taskMetadata, "task-metadata", "", "task document whose metadata.egress_contract.hosts are granted (with MAC_OPENSHELL_TASK_EGRESS=1, --kind task)")
 	fs.StringVar(&f.trustedRegistries, "trusted-registries", "", "file replacing the built-in trusted registry list for per-task egress")
+	fs.BoolVar(&f.detach, "detach", false, "create the sandbox, start CMD (or nothing: the sandbox stays up for exec) and return, printing its name and id; an owner process stays with it until the main process ends or delete")
+	fs.BoolVar(&f.json, "json", false, "with --detach: print {\"name\",\"id\",\"owner_pid\"} as one JSON line")
 	fs.StringVar(&f.logFormat, "log-format", "text", "stderr log format: text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "stderr log level: debug, info, warn or error (debug shows start-up timing)")
 	if err := fs.Parse(args); err != nil {
@@ -125,9 +127,15 @@ func parseRunFlags(args []string, stderr io.Writer, specOnly bool) (*runFlags, [
 		return nil, nil, cli.Quiet(cli.ExitUsage)
 	}
 	cmd := fs.Args()
-	if len(cmd) == 0 {
+	if len(cmd) == 0 && !(f.detach && !specOnly) {
 		fs.Usage()
 		return nil, nil, cli.Usagef("%s: no command given (put it after --)", fs.Name())
+	}
+	if f.detach && f.tty {
+		return nil, nil, cli.Usagef("--detach and --tty are mutually exclusive (exec --tty into the sandbox instead)")
+	}
+	if f.json && !f.detach {
+		return nil, nil, cli.Usagef("--json goes with --detach")
 	}
 	if f.tty && f.noTTY {
 		return nil, nil, cli.Usagef("--tty and --no-tty are mutually exclusive")
@@ -200,10 +208,25 @@ func parseSize(s string) (int64, error) {
 	return n * mult, nil
 }
 
-func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, specOnly bool) error {
+func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, specOnly bool) (err error) {
+	var own *owner
+	if !specOnly {
+		// A detached sandbox's owner reports every failure to the run
+		// --detach that started it.
+		if own = takeOwner(); own != nil {
+			defer func() {
+				if err != nil {
+					own.report(ownerReport{Error: err.Error(), Code: cli.Code(err)})
+				}
+			}()
+		}
+	}
 	f, cmdArgs, err := parseRunFlags(args, stderr, specOnly)
 	if err != nil {
 		return err
+	}
+	if f.detach && !specOnly && own == nil {
+		return detach(args, f.json, stdout)
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
@@ -336,14 +359,22 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		logger.Warn("--hosts-file and --upstream-ca-bundle ignored: the policy allows no egress, so no proxy runs", "policy", resolved.Path)
 	}
 	logger.Debug("startup", "phase", "cli", "since_main_us", time.Since(mainStart).Microseconds())
-	res, err := sandbox.Run(ctx, sandbox.Options{
+	opts := sandbox.Options{
 		Name: f.name, Kind: state.Kind(f.kind), AgentID: f.agentID, Args: cmdArgs, Env: env,
-		Workdir: workdir, TTY: f.tty, Keep: f.keep, StateRoot: f.stateDir, Policy: pinfo,
+		Workdir: workdir, TTY: f.tty, Keep: f.keep, Detached: own != nil, StateRoot: f.stateDir, Policy: pinfo,
 		Profile: f.profile, PidsLimit: f.pids, Memory: mem, CPUs: f.cpus,
 		AllowDegraded: f.allowDegraded, Required: cli.Truthy(os.Getenv("MAC_OPENSHELL_REQUIRED")),
 		Probe: probe, Events: events, Logger: logger, Network: network, Prestarted: pre, Signals: sigs,
 		Stdin: stdin, Stdout: stdout, Stderr: stderr,
-	})
+	}
+	var res sandbox.Result
+	if own != nil {
+		// A detached sandbox keeps its final state until delete.
+		opts.KeepAlive = len(cmdArgs) == 0
+		res, err = runOwned(ctx, opts, own)
+	} else {
+		res, err = sandbox.Run(ctx, opts)
+	}
 	if events.Lost > 0 {
 		logger.Warn("events lost", "sandbox", res.Name, "count", events.Lost, "events", f.events)
 	}

@@ -28,6 +28,11 @@ type Options struct {
 	// KeepAlive starts no main command (Args empty): the sandbox runs,
 	// for execs, until it is signalled (delete) and then ends with 0.
 	KeepAlive bool
+	// Detached: the sandbox was created by run --detach. Its state
+	// directory outlives the main process with the final state recorded
+	// (as with Keep, but gc collects it once its owner is gone), until
+	// delete or gc removes it.
+	Detached bool
 	// Env is the command's complete environment (see BuildEnv). Variables
 	// returned by the NetworkAttacher are added on top.
 	Env       []string

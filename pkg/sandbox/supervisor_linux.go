@@ -65,8 +65,10 @@ type Sandbox struct {
 	cleanups  []func() error
 	stateOnce sync.Once
 	stateDone chan struct{}
-	// code is the status recorded at teardown (with --keep).
+	// code is the status recorded at teardown (with --keep); infra, when
+	// set, the stage whose failure ended the sandbox.
 	code      int
+	infra     string
 	waited    bool
 	destroyed bool
 
@@ -102,6 +104,7 @@ func (s *Sandbox) mark(phase string) {
 }
 
 func (s *Sandbox) failf(stage string, err error) error {
+	s.infra = stage
 	s.o.Events.Failed(stage, err.Error(), ExitSandboxFailed)
 	return fmt.Errorf("%s: %w", stage, err)
 }
@@ -391,6 +394,7 @@ func (s *Sandbox) step(ctx context.Context) error {
 		// crashed. The command cannot have survived it.
 		werr := cmd.Wait()
 		s.waited = true
+		s.infra = "init ended unexpectedly"
 		o.Events.Failed("init", fmt.Sprintf("init ended unexpectedly: %v", werr), ExitSandboxFailed)
 		return fmt.Errorf("init: ended without reporting the command's status: %v", werr)
 	}
@@ -433,6 +437,9 @@ func (s *Sandbox) step(ctx context.Context) error {
 		s.res.ExitCode = m.Code
 		o.Events.Failed(m.Stage, m.Msg, m.Code)
 		s.finished = true
+		if m.Code != ExitNotFound && m.Code != ExitNotExecutable {
+			s.infra = m.Stage
+		}
 		if m.Code == ExitNotFound || m.Code == ExitNotExecutable {
 			// The sandbox worked; the command could not be executed.
 			fmt.Fprintf(stderrOf(o), "sandbox-supervisor: %s\n", m.Msg)
@@ -484,14 +491,16 @@ func (s *Sandbox) finishState(exitCode int) {
 	s.stateOnce.Do(func() {
 		go func() {
 			defer close(s.stateDone)
-			if s.o.Keep {
+			if s.o.Keep || s.o.Detached {
 				if dir, err := s.store.Dir(s.name); err == nil {
 					os.Remove(filepath.Join(dir, ExecSocketFile))
 				}
+				outcome, reason := s.outcome(exitCode)
 				s.store.Update(s.name, func(l *state.Labels) {
 					l.Status = state.StatusExited
 					l.ExitCode = &exitCode
 					l.Exited = time.Now().UTC().Truncate(time.Second)
+					l.Outcome, l.Reason = outcome, reason
 				})
 				return
 			}
@@ -500,6 +509,19 @@ func (s *Sandbox) finishState(exitCode int) {
 			}
 		}()
 	})
+}
+
+// outcome is the main process's final state for the labels (seed 004):
+// infrastructure failures are kept apart from the command's own result.
+func (s *Sandbox) outcome(exitCode int) (string, string) {
+	switch {
+	case s.infra != "":
+		return "error", "infrastructure_failure: " + s.infra
+	case exitCode == 0:
+		return "completed", "main_process_completed"
+	default:
+		return "failed", "main_process_failed"
+	}
 }
 
 // Destroy tears down everything Create made, in reverse order: the

@@ -165,6 +165,14 @@ func (s *Store) creatorState(l Labels) (bool, string) {
 	}
 }
 
+// CreatorAlive reports whether the sandbox's creator (its supervisor, the
+// owner of a detached sandbox) still runs: its pid with the recorded
+// start time.
+func (s *Store) CreatorAlive(l Labels) bool {
+	alive, _ := s.creatorState(l)
+	return alive
+}
+
 // initState reports whether the sandbox's init (and so its processes)
 // still runs, by pid and start time.
 func (s *Store) initState(l Labels) (bool, string) {

@@ -15,7 +15,16 @@ import (
 // releases it. The lock is advisory: it orders Update, Remove and gc
 // against each other, not against other programs.
 func lockDir(dir string) (func(), error) {
-	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	return lockPath(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW)
+}
+
+// lockFile takes an exclusive flock on the file at path, creating it.
+func lockFile(path string) (func(), error) {
+	return lockPath(path, unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC|unix.O_NOFOLLOW)
+}
+
+func lockPath(dir string, flags int) (func(), error) {
+	fd, err := unix.Open(dir, flags, 0o600)
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: dir, Err: err}
 	}

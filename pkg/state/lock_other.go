@@ -17,3 +17,7 @@ func lockDir(dir string) (func(), error) {
 }
 
 func fileUID(os.FileInfo) (int, bool) { return 0, false }
+
+func lockFile(path string) (func(), error) {
+	return nil, fmt.Errorf("lock %s: %w", path, feature.ErrNotSupported)
+}

@@ -19,6 +19,7 @@
 package state
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -81,7 +82,10 @@ const (
 // up and ends. Later layers put their own keys in Extra rather than adding
 // fields here.
 type Labels struct {
-	Name             string    `json:"name"`
+	Name string `json:"name"`
+	// ID is the sandbox's immutable identity, drawn at creation: a name
+	// can be reused after a delete, an ID never is (delete --expect-id).
+	ID               string    `json:"id,omitempty"`
 	Owner            string    `json:"owner"`
 	Kind             Kind      `json:"kind"`
 	CreatorPID       int       `json:"creator_pid"`
@@ -101,6 +105,13 @@ type Labels struct {
 	ProxyStartTime uint64    `json:"proxy_start_time,omitempty"`
 	ExitCode       *int      `json:"exit_code,omitempty"`
 	Exited         time.Time `json:"exited,omitzero"`
+	// Outcome and Reason are the main process's final state, recorded
+	// the moment it ends (seed 004 "Failure Behavior"): completed /
+	// main_process_completed for exit 0, failed / main_process_failed for
+	// a nonzero or signal exit, error / a distinct reason when the
+	// sandbox's own infrastructure failed (no process result then).
+	Outcome string `json:"outcome,omitempty"`
+	Reason  string `json:"reason,omitempty"`
 
 	Extra map[string]string `json:"extra,omitempty"`
 }
@@ -169,7 +180,8 @@ func InvokingUID() uint32 {
 
 // ProcStartTime returns field 22 of /proc/<pid>/stat: the time the process
 // started, in clock ticks after boot. Together with the pid it identifies a
-// process across pid reuse. A missing process yields an error satisfying
+// process across pid reuse. A missing process, or one that has ended and
+// waits to be reaped (a zombie), yields an error satisfying
 // errors.Is(err, fs.ErrNotExist).
 func ProcStartTime(pid int) (uint64, error) {
 	return procStartTime("/proc", pid)
@@ -182,6 +194,9 @@ func procStartTime(procRoot string, pid int) (uint64, error) {
 	b, err := os.ReadFile(filepath.Join(procRoot, strconv.Itoa(pid), "stat"))
 	if err != nil {
 		return 0, fmt.Errorf("read start time of pid %d: %w", pid, err)
+	}
+	if i := bytes.LastIndexByte(b, ')'); i > 0 && i+2 < len(b) && (b[i+2] == 'Z' || b[i+2] == 'X') {
+		return 0, fmt.Errorf("pid %d has ended (not reaped yet): %w", pid, fs.ErrNotExist)
 	}
 	return parseStatStartTime(string(b))
 }
@@ -348,6 +363,13 @@ func (s *Store) fillDefaults(l *Labels) error {
 	if l.Created.IsZero() {
 		l.Created = time.Now()
 	}
+	if l.ID == "" {
+		var b [16]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return fmt.Errorf("sandbox id: %w", err)
+		}
+		l.ID = hex.EncodeToString(b[:])
+	}
 	l.Created = l.Created.UTC().Truncate(time.Second)
 	if l.Status == "" {
 		l.Status = StatusCreated
@@ -449,6 +471,29 @@ func (s *Store) Update(name string, fn func(*Labels)) (Labels, error) {
 		return Labels{}, err
 	}
 	return l, nil
+}
+
+// LockLifecycle takes the sandbox's lifecycle lock (an exclusive flock on
+// lifecycle.lock in its state directory, apart from the lock Update and
+// Remove take, so the owner can still record its exit meanwhile) and
+// returns the function that releases it. delete holds it from the check
+// of the expected ID to the end of the teardown.
+func (s *Store) LockLifecycle(name string) (func(), error) {
+	dir, err := s.Dir(name)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(dir); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("sandbox %q not found: %w", name, ErrNotFound)
+		}
+		return nil, err
+	}
+	unlock, err := lockFile(filepath.Join(dir, "lifecycle.lock"))
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %q: lifecycle lock: %w", name, err)
+	}
+	return unlock, nil
 }
 
 // Remove deletes the sandbox's state directory. Removing a sandbox that

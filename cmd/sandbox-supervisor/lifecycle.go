@@ -1,0 +1,333 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/palisade-sandbox/palisade/pkg/cli"
+	"github.com/palisade-sandbox/palisade/pkg/sandbox"
+	"github.com/palisade-sandbox/palisade/pkg/state"
+)
+
+// ownerEnv, in the environment of a detached sandbox's owner, names the
+// fd on which it reports the sandbox's name and id (or why it failed) to
+// the `run --detach` that started it. It is removed from the owner's
+// environment at once; the sandbox's environment is rebuilt anyway.
+const ownerEnv = "PALISADE_DETACH_OWNER_FD"
+
+// ownerReport is the one line an owner writes on its report fd.
+type ownerReport struct {
+	Name  string `json:"name,omitempty"`
+	ID    string `json:"id,omitempty"`
+	Error string `json:"error,omitempty"`
+	Code  int    `json:"code,omitempty"`
+}
+
+// owner is the report channel of a detached sandbox's owner process.
+type owner struct {
+	f    *os.File
+	sent bool
+}
+
+// takeOwner returns the report channel when this process is a detached
+// sandbox's owner, nil otherwise.
+func takeOwner() *owner {
+	v, ok := os.LookupEnv(ownerEnv)
+	if !ok {
+		return nil
+	}
+	os.Unsetenv(ownerEnv)
+	fd, err := strconv.Atoi(v)
+	if err != nil || fd < 3 {
+		return nil
+	}
+	syscall.CloseOnExec(fd)
+	return &owner{f: os.NewFile(uintptr(fd), "detach-report")}
+}
+
+func (o *owner) report(r ownerReport) {
+	if o == nil || o.sent {
+		return
+	}
+	o.sent = true
+	b, _ := json.Marshal(r)
+	o.f.Write(append(b, '\n'))
+	o.f.Close()
+}
+
+// detach starts this binary again as the sandbox's owner, in a session of
+// its own with no terminal, and returns once the owner has reported that
+// the sandbox runs (printing its name and id) or why it could not be
+// created. The owner stays: it relays signals, records the main
+// process's final state, and tears the sandbox down when it ends.
+func detach(args []string, asJSON bool, stdout io.Writer) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return cli.WithCode(sandbox.ExitSandboxFailed, fmt.Errorf("run --detach: %w", err))
+	}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return cli.WithCode(sandbox.ExitSandboxFailed, fmt.Errorf("run --detach: %w", err))
+	}
+	defer pr.Close()
+	null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	if err != nil {
+		pw.Close()
+		return cli.WithCode(sandbox.ExitSandboxFailed, fmt.Errorf("run --detach: %w", err))
+	}
+	cmd := exec.Command(exe, append([]string{"run"}, args...)...)
+	cmd.Env = append(os.Environ(), ownerEnv+"=3")
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = null, null, null
+	cmd.ExtraFiles = []*os.File{pw}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	err = cmd.Start()
+	pw.Close()
+	null.Close()
+	if err != nil {
+		return cli.WithCode(sandbox.ExitSandboxFailed, fmt.Errorf("run --detach: start the owner: %w", err))
+	}
+	line, _ := bufio.NewReader(pr).ReadBytes('\n')
+	var r ownerReport
+	if len(line) == 0 || json.Unmarshal(line, &r) != nil {
+		werr := cmd.Wait()
+		return cli.WithCode(sandbox.ExitSandboxFailed, fmt.Errorf("sandbox not created: its owner ended (%v) without reporting", werr))
+	}
+	if r.Error != "" {
+		cmd.Wait()
+		code := r.Code
+		if code == 0 {
+			code = sandbox.ExitSandboxFailed
+		}
+		return cli.WithCode(code, errors.New(r.Error))
+	}
+	ownerPID := cmd.Process.Pid
+	cmd.Process.Release()
+	if asJSON {
+		return cli.WriteJSON(stdout, struct {
+			Name     string `json:"name"`
+			ID       string `json:"id"`
+			OwnerPID int    `json:"owner_pid"`
+		}{r.Name, r.ID, ownerPID})
+	}
+	_, err = fmt.Fprintf(stdout, "%s %s\n", r.Name, r.ID)
+	return err
+}
+
+// runOwned is the owner's part of run --detach: it creates and starts the
+// sandbox, reports its name and id, then waits for the main command (or
+// a delete) and tears the sandbox down, its final state kept in the state
+// directory.
+func runOwned(ctx context.Context, o sandbox.Options, own *owner) (sandbox.Result, error) {
+	s, err := sandbox.Create(ctx, o)
+	defer s.Destroy()
+	if err == nil {
+		err = s.Start(ctx)
+	}
+	if err != nil {
+		return sandbox.Result{Name: s.Name(), ExitCode: sandbox.ExitSandboxFailed}, err
+	}
+	store, err := state.Open(o.StateRoot)
+	if err != nil {
+		return sandbox.Result{Name: s.Name(), ExitCode: sandbox.ExitSandboxFailed}, err
+	}
+	l, err := store.Get(s.Name())
+	if err != nil {
+		return sandbox.Result{Name: s.Name(), ExitCode: sandbox.ExitSandboxFailed}, err
+	}
+	own.report(ownerReport{Name: l.Name, ID: l.ID})
+	return s.Wait(ctx)
+}
+
+const execUsage = `usage: sandbox-supervisor exec [--tty] [--no-login-shell] [--env K=V]... [--workdir DIR] NAME -- CMD [ARG...]
+
+Runs CMD inside the running sandbox NAME with exactly its confinement:
+its namespaces, Landlock domain, seccomp filter, identity, cgroup and
+environment (proxy variables included). The sandbox's init forks the
+command; this process passes its stdin, stdout and stderr (or relays a
+terminal with --tty), forwards signals, and exits with the command's
+status (128+N for signal N; 125 when it could not be started in the
+sandbox, for example because its init is gone; 126/127 not executable /
+not found). CMD runs through "bash -lc" (so the first of ~/.bash_profile,
+~/.bash_login, ~/.profile is read), or "sh -c" where the sandbox has no
+bash: one argument is the script itself, several are quoted word by word.
+--no-login-shell executes CMD directly. The bounded-tmpfs storage check
+runs again for every exec. An exec ends with its client: if this process
+goes away, the command's process group is killed.
+
+Examples:
+  sudo sandbox-supervisor run --detach --name task-42 --workdir /srv/task-42
+  sudo sandbox-supervisor exec task-42 -- 'make && make test'
+  sudo sandbox-supervisor exec --no-login-shell --env CI=1 task-42 -- /usr/bin/git status
+  sudo sandbox-supervisor exec --tty task-42 -- bash
+
+Flags:
+`
+
+func execCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	fs := newFlagSet("exec", execUsage, stderr)
+	tty := fs.Bool("tty", false, "give the command a terminal from the sandbox's own devpts (stdin must be a terminal)")
+	noLogin := fs.Bool("no-login-shell", false, "execute CMD directly instead of through bash -lc")
+	var env multiFlag
+	fs.Var(&env, "env", "set K=V for the command (repeatable; reserved variables such as HTTPS_PROXY are refused)")
+	workdir := fs.String("workdir", "", "the command's directory inside the sandbox (default: the sandbox's workdir)")
+	dir := fs.String("state-dir", state.DefaultRoot, "state root")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	rest := fs.Args()
+	if len(rest) == 0 {
+		fs.Usage()
+		return cli.Usagef("exec: want a sandbox NAME, then -- CMD")
+	}
+	name, cmd := rest[0], rest[1:]
+	if len(cmd) > 0 && cmd[0] == "--" {
+		cmd = cmd[1:]
+	}
+	if len(cmd) == 0 {
+		fs.Usage()
+		return cli.Usagef("exec: no command given (put it after NAME --)")
+	}
+	if err := state.ValidateName(name); err != nil {
+		return cli.Usagef("exec: %v", err)
+	}
+	if _, err := sandbox.ExecEnv(nil, env); err != nil {
+		return cli.Usagef("%v", err)
+	}
+	if *workdir != "" && (*workdir)[0] != '/' {
+		return cli.Usagef("--workdir %q: want an absolute path inside the sandbox", *workdir)
+	}
+	if *tty && !sandbox.IsTerminal(stdin) {
+		return cli.Usagef("--tty: stdin is not a terminal; drop --tty to pass stdin to the command as it is (a pipe or file), or run from a terminal")
+	}
+	if err := requireRoot("exec"); err != nil {
+		return cli.WithCode(sandbox.ExitSandboxFailed, err)
+	}
+	res, err := sandbox.Exec(ctx, sandbox.ExecOptions{
+		StateRoot: *dir, Name: name, Args: cmd, Env: env, Workdir: *workdir, TTY: *tty, NoLoginShell: *noLogin,
+		Stdin: stdin, Stdout: stdout, Stderr: stderr,
+	})
+	if err != nil {
+		return cli.WithCode(sandbox.ExitSandboxFailed, err)
+	}
+	if res.ExitCode != 0 {
+		return cli.Quiet(res.ExitCode)
+	}
+	return nil
+}
+
+// ExitIDMismatch is delete's status when --expect-id names another
+// sandbox than NAME is now (seed 004: ABORTED, nothing changed).
+const ExitIDMismatch = 3
+
+const deleteUsage = `usage: sandbox-supervisor delete [--expect-id ID] [--timeout DUR] [--state-dir DIR] NAME
+
+Deletes the sandbox NAME: its main process and every exec'd one, its
+cgroup, network namespace, nftables tables and egress proxy, and its state
+directory — the teardown of a finished run. The name is resolved to the
+sandbox's immutable id under its lifecycle lock; with --expect-id the
+delete goes ahead only when the id is still ID, and otherwise exits 3 with
+nothing changed. A sandbox whose owner still runs is stopped through it
+(SIGTERM to the owner, which ends the main process; SIGKILL after
+--timeout); what a dead owner left is collected as gc would.
+
+Examples:
+  sudo sandbox-supervisor delete task-42
+  sudo sandbox-supervisor delete --expect-id 3f1c0e9a5b7d4e21a0c4d2b6e8f91a37 task-42
+
+Flags:
+`
+
+func deleteCmd(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("delete", deleteUsage, stderr)
+	expect := fs.String("expect-id", "", "delete only if NAME's id is still ID (exit 3 otherwise, nothing changed)")
+	timeout := fs.Duration("timeout", 10*time.Second, "how long the owner may take to stop the sandbox before it is killed")
+	dir := fs.String("state-dir", state.DefaultRoot, "state root")
+	pos, err := cli.ParseInterspersed(fs, args)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return cli.Quiet(cli.ExitOK)
+		}
+		return cli.Quiet(cli.ExitUsage)
+	}
+	if len(pos) != 1 {
+		fs.Usage()
+		return cli.Usagef("delete: want exactly one sandbox NAME")
+	}
+	name := pos[0]
+	if err := state.ValidateName(name); err != nil {
+		return cli.Usagef("delete: %v", err)
+	}
+	if *timeout <= 0 {
+		return cli.Usagef("--timeout %v: must be positive", *timeout)
+	}
+	store, err := openStoreAsRoot("delete", *dir)
+	if err != nil {
+		return err
+	}
+	unlock, err := store.LockLifecycle(name)
+	if err != nil {
+		return cli.Failf("delete: %v", err)
+	}
+	defer unlock()
+	l, err := store.Get(name)
+	if err != nil {
+		return cli.Failf("delete: %v", err)
+	}
+	if *expect != "" && l.ID != *expect {
+		return cli.WithCode(ExitIDMismatch, fmt.Errorf("delete: sandbox %s has id %s, not %s: nothing changed", name, l.ID, *expect))
+	}
+	if err := stopOwner(store, l, *timeout); err != nil {
+		return cli.Failf("delete %s: %v", name, err)
+	}
+	// The owner has ended (a foreground run removed its own state); what
+	// is left is collected as gc does.
+	if l2, err := store.Get(name); err == nil {
+		if err := sandbox.Collect(l2); err != nil {
+			return cli.Failf("delete %s: %v (state kept; rerun delete or gc)", name, err)
+		}
+		if err := store.Remove(name); err != nil {
+			return cli.Failf("delete %s: %v", name, err)
+		}
+	}
+	fmt.Fprintln(stdout, name)
+	return nil
+}
+
+// stopOwner ends a sandbox's owner (its supervisor) if it still runs:
+// SIGTERM, which it forwards so the main process ends and the sandbox is
+// torn down, then SIGKILL after timeout (its init dies with it).
+func stopOwner(store *state.Store, l state.Labels, timeout time.Duration) error {
+	if !store.CreatorAlive(l) {
+		return nil
+	}
+	syscall.Kill(l.CreatorPID, syscall.SIGTERM)
+	if waitGone(store, l, timeout) {
+		return nil
+	}
+	syscall.Kill(l.CreatorPID, syscall.SIGKILL)
+	if waitGone(store, l, 5*time.Second) {
+		return nil
+	}
+	return fmt.Errorf("owner pid %d did not end after SIGKILL", l.CreatorPID)
+}
+
+func waitGone(store *state.Store, l state.Labels, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for store.CreatorAlive(l) {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return true
+}

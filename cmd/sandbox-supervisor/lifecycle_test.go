@@ -1,0 +1,301 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/containerd/console"
+
+	"github.com/palisade-sandbox/palisade/pkg/state"
+	"github.com/palisade-sandbox/palisade/pkg/testutil"
+)
+
+// lifecycleSetup checks what the lifecycle tests need and returns the
+// supervisor binary, a workdir and a state root.
+func lifecycleSetup(t *testing.T) (string, string, string) {
+	testutil.RequireRoot(t)
+	testutil.RequireFeature(t, "landlock")
+	wd, st := sandboxDirs(t)
+	return testutil.Binary(t, "sandbox-supervisor"), wd, st
+}
+
+// detached starts a sandbox with run --detach --json and returns its name
+// and id; the sandbox is deleted when the test ends.
+func detached(t *testing.T, bin, st, wd string, args ...string) (string, string) {
+	t.Helper()
+	name := testutil.UniqueName("det-")
+	cmd := exec.Command(bin, append([]string{"run", "--detach", "--json", "--state-dir", st, "--workdir", wd, "--name", name}, args...)...)
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("run --detach: %v: %s", err, errb.String())
+	}
+	var r struct {
+		Name     string `json:"name"`
+		ID       string `json:"id"`
+		OwnerPID int    `json:"owner_pid"`
+	}
+	if err := json.Unmarshal(out, &r); err != nil || r.Name != name || len(r.ID) != 32 || r.OwnerPID <= 0 {
+		t.Fatalf("run --detach --json printed %q (%v)", out, err)
+	}
+	t.Cleanup(func() { exec.Command(bin, "delete", "--state-dir", st, name).Run() })
+	return r.Name, r.ID
+}
+
+// execIn runs `exec` with args and returns stdout+stderr and the status.
+func execIn(t *testing.T, bin, st string, args ...string) (string, int) {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"exec", "--state-dir", st}, args...)...)
+	out, _ := cmd.CombinedOutput()
+	return string(out), cmd.ProcessState.ExitCode()
+}
+
+func labelsOf(t *testing.T, st, name string) state.Labels {
+	t.Helper()
+	store, err := state.Open(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := store.Get(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// pidGone waits up to d for pid to end (a zombie has ended).
+func pidGone(pid int, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for {
+		if _, err := state.ProcStartTime(pid); errors.Is(err, fs.ErrNotExist) {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Two concurrent execs into one detached sandbox, one of them on a
+// terminal, share its /tmp, PID and network namespaces and identity; exit
+// statuses and signals come back as from run; --env adds but cannot
+// override a reserved variable.
+func TestDetachedSandboxConcurrentExecs(t *testing.T) {
+	bin, wd, st := lifecycleSetup(t)
+	name, _ := detached(t, bin, st, wd)
+
+	// The terminal exec writes to /tmp and waits for the other to
+	// answer; the other reads it and answers: both run at once.
+	m, slavePath, err := console.NewPty()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	slave, err := os.OpenFile(slavePath, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slave.Close()
+	script := `echo shared > /tmp/shared; i=0; while [ ! -e /tmp/done ] && [ $i -lt 400 ]; do sleep 0.025; i=$((i+1)); done; ` +
+		`echo "tty=$(tty) uid=$(id -u) pidns=$(readlink /proc/self/ns/pid) netns=$(readlink /proc/self/ns/net) done=$(cat /tmp/done)"`
+	ttyCmd := exec.Command(bin, "exec", "--state-dir", st, "--tty", name, "--", script)
+	ttyCmd.Stdin, ttyCmd.Stdout, ttyCmd.Stderr = slave, slave, slave
+	if err := ttyCmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer ttyCmd.Process.Kill()
+	chunks := make(chan []byte, 64)
+	go func() {
+		for {
+			buf := make([]byte, 4096)
+			n, err := m.Read(buf)
+			if n > 0 {
+				chunks <- buf[:n]
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	pipeScript := `i=0; while [ ! -e /tmp/shared ] && [ $i -lt 400 ]; do sleep 0.025; i=$((i+1)); done; ` +
+		`echo "shared=$(cat /tmp/shared) uid=$(id -u) pidns=$(readlink /proc/self/ns/pid) netns=$(readlink /proc/self/ns/net) env=$FOO"; ` +
+		`ps_seen=0; for c in /proc/[0-9]*/cmdline; do tr '\0' ' ' < $c | grep -q 'while \[ ! -e /tmp/done' && ps_seen=1; done; echo "sees_tty_exec=$ps_seen"; echo yes > /tmp/done`
+	out, code := execIn(t, bin, st, "--env", "FOO=bar", name, "--", pipeScript)
+	if code != 0 {
+		t.Fatalf("pipe exec: exit %d: %s", code, out)
+	}
+	if err := ttyCmd.Wait(); err != nil {
+		t.Fatalf("tty exec: %v", err)
+	}
+	var ttyOut bytes.Buffer
+	for deadline := time.After(5 * time.Second); !strings.Contains(ttyOut.String(), "done=yes"); {
+		select {
+		case c := <-chunks:
+			ttyOut.Write(c)
+			continue
+		case <-deadline:
+		}
+		break
+	}
+	field := func(s, k string) string {
+		for _, f := range strings.Fields(s) {
+			if v, ok := strings.CutPrefix(f, k+"="); ok {
+				return v
+			}
+		}
+		return ""
+	}
+	tout := ttyOut.String()
+	if field(out, "shared") != "shared" || field(out, "sees_tty_exec") != "1" || field(out, "env") != "bar" {
+		t.Errorf("pipe exec did not share /tmp or the PID namespace with the tty exec, or lost --env: %q", out)
+	}
+	if !strings.HasPrefix(field(tout, "tty"), "/dev/pts/") || field(tout, "done") != "yes" {
+		t.Errorf("tty exec: %q", tout)
+	}
+	for _, k := range []string{"uid", "pidns", "netns"} {
+		if field(out, k) == "" || field(out, k) != field(tout, k) {
+			t.Errorf("%s: pipe exec %q, tty exec %q", k, field(out, k), field(tout, k))
+		}
+	}
+	if field(out, "uid") != "10001" {
+		t.Errorf("exec runs as uid %q, want the policy's 10001", field(out, "uid"))
+	}
+	if hostNet, _ := os.Readlink("/proc/self/ns/net"); hostNet == field(out, "netns") {
+		t.Errorf("exec runs in the host's network namespace %s", hostNet)
+	}
+
+	// Statuses, signals, reserved variables, the login shell.
+	if _, code := execIn(t, bin, st, name, "--", "exit 9"); code != 9 {
+		t.Errorf("exit 9: got %d", code)
+	}
+	if _, code := execIn(t, bin, st, "--no-login-shell", name, "--", "sh", "-c", "kill -TERM $$"); code != 128+15 {
+		t.Errorf("SIGTERM: got %d, want 143", code)
+	}
+	if _, code := execIn(t, bin, st, "--no-login-shell", name, "--", "/nonexistent"); code != 127 {
+		t.Errorf("missing command: got %d, want 127", code)
+	}
+	for _, kv := range []string{"HTTPS_PROXY=http://evil.example:1", "SSL_CERT_FILE=/tmp/ca.pem", "PALISADE_SANDBOX=other"} {
+		if out, code := execIn(t, bin, st, "--env", kv, name, "--", "true"); code != 2 || !strings.Contains(out, "reserved") {
+			t.Errorf("--env %s: exit %d (%s), want a usage error", kv, code, out)
+		}
+	}
+	if out, _ := execIn(t, bin, st, name, "--", "echo $0"); strings.TrimSpace(out) != "bash" && strings.TrimSpace(out) != "sh" {
+		t.Errorf("default exec runs %q, want a login shell", out)
+	}
+	if out, _ := execIn(t, bin, st, "--no-login-shell", name, "--", "echo", "$0"); strings.TrimSpace(out) != "$0" {
+		t.Errorf("--no-login-shell went through a shell: %q", out)
+	}
+}
+
+// delete --expect-id with a wrong id changes nothing (exit 3); with the
+// right id the sandbox is gone: processes, cgroup, state.
+func TestDeleteExpectID(t *testing.T) {
+	bin, wd, st := lifecycleSetup(t)
+	name, id := detached(t, bin, st, wd)
+	before := labelsOf(t, st, name)
+	cmd := exec.Command(bin, "delete", "--state-dir", st, "--expect-id", strings.Repeat("0", 32), name)
+	out, _ := cmd.CombinedOutput()
+	if cmd.ProcessState.ExitCode() != 3 || !strings.Contains(string(out), "nothing changed") {
+		t.Fatalf("wrong id: exit %d: %s", cmd.ProcessState.ExitCode(), out)
+	}
+	after := labelsOf(t, st, name)
+	if after.Status != before.Status || after.InitPID != before.InitPID || pidGone(before.InitPID, 0) || pidGone(before.CreatorPID, 0) {
+		t.Fatalf("a refused delete changed the sandbox: %+v -> %+v", before, after)
+	}
+	if out, code := execIn(t, bin, st, name, "--", "true"); code != 0 {
+		t.Fatalf("the sandbox stopped working after a refused delete: %d %s", code, out)
+	}
+	cmd = exec.Command(bin, "delete", "--state-dir", st, "--expect-id", id, name)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("right id: %v: %s", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(st, name)); !os.IsNotExist(err) {
+		t.Errorf("state directory left: %v", err)
+	}
+	if !pidGone(before.InitPID, time.Second) || !pidGone(before.CreatorPID, time.Second) {
+		t.Errorf("init %d or owner %d still runs", before.InitPID, before.CreatorPID)
+	}
+	if _, err := os.Stat(cgroupPath(before.Cgroup)); !os.IsNotExist(err) {
+		t.Errorf("cgroup %s left: %v", before.Cgroup, err)
+	}
+	if out, code := execIn(t, bin, st, name, "--", "true"); code != 125 {
+		t.Errorf("exec after delete: exit %d (%s), want 125", code, out)
+	}
+}
+
+// Killing a detached sandbox's owner kills the sandbox (its init dies
+// with it); an exec then fails with 125 and says why, and gc collects
+// what is left.
+func TestKilledOwnerEndsSandbox(t *testing.T) {
+	bin, wd, st := lifecycleSetup(t)
+	name, _ := detached(t, bin, st, wd)
+	l := labelsOf(t, st, name)
+	syscall.Kill(l.CreatorPID, syscall.SIGKILL)
+	if !pidGone(l.InitPID, 5*time.Second) {
+		t.Fatalf("init %d outlived its owner %d", l.InitPID, l.CreatorPID)
+	}
+	out, code := execIn(t, bin, st, name, "--", "true")
+	if code != 125 || !strings.Contains(out, "not running") {
+		t.Errorf("exec into a sandbox whose init is gone: exit %d: %s", code, out)
+	}
+	if !pidGone(l.CreatorPID, 5*time.Second) {
+		t.Fatalf("owner %d not gone after SIGKILL", l.CreatorPID)
+	}
+	gcOut, gcCode := supervise(t, bin, "gc", "--apply", "--stale-after", "0s", "--state-dir", st)
+	if gcCode != 0 || !strings.Contains(gcOut, "removed "+name) {
+		t.Fatalf("gc: exit %d: %s", gcCode, gcOut)
+	}
+	if _, err := os.Stat(filepath.Join(st, name)); !os.IsNotExist(err) {
+		t.Errorf("state directory left after gc: %v", err)
+	}
+	if _, err := os.Stat(cgroupPath(l.Cgroup)); !os.IsNotExist(err) {
+		t.Errorf("cgroup left after gc: %v", err)
+	}
+}
+
+// The main process's final state is in the state directory as soon as it
+// ends, and status shows it after the owner is gone.
+func TestDetachedFinalState(t *testing.T) {
+	bin, wd, st := lifecycleSetup(t)
+	for _, c := range []struct {
+		script, outcome, reason string
+		code                    int
+	}{
+		{"exit 0", "completed", "main_process_completed", 0},
+		{"exit 7", "failed", "main_process_failed", 7},
+		{"kill -KILL $$", "failed", "main_process_failed", 137},
+	} {
+		name, _ := detached(t, bin, st, wd, "--", "sh", "-c", c.script)
+		var l state.Labels
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			l = labelsOf(t, st, name)
+			if l.Status == state.StatusExited && pidGone(l.CreatorPID, 0) || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if l.Status != state.StatusExited || l.ExitCode == nil || *l.ExitCode != c.code || l.Outcome != c.outcome || l.Reason != c.reason {
+			t.Errorf("%s: labels %+v", c.script, l)
+			continue
+		}
+		out, code := supervise(t, bin, "status", name, "--state-dir", st)
+		if code != 0 || !strings.Contains(out, "outcome:       "+c.outcome) {
+			t.Errorf("%s: status after the owner is gone: %d %s", c.script, code, out)
+		}
+		if _, err := os.Stat(filepath.Join(st, name, "exec.sock")); !os.IsNotExist(err) {
+			t.Errorf("%s: exec socket left after the sandbox ended", c.script)
+		}
+	}
+}
