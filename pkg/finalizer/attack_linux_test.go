@@ -581,5 +581,73 @@ func TestAttackCleanWorkspaceStillRecovers(t *testing.T) {
 	if a.f.remoteMain() == a.remote {
 		t.Fatal("the canonical remote did not move")
 	}
+	if left, _ := filepath.Glob(filepath.Join(a.f.dir, "finalizer-recover-*")); len(left) > 0 {
+		t.Errorf("private directories left behind: %q", left)
+	}
 	a.checkOutside(t, true)
+}
+
+// TestSignalsStopTheTool: SIGTERM or SIGINT stops finalizer-recover while
+// a gate runs: the gate's process group is killed, the failure recorded,
+// and the tool exits promptly; nothing is pushed.
+func TestSignalsStopTheTool(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
+		t.Run(sig.String(), func(t *testing.T) {
+			f := newFixture(t, fixtureOpts{})
+			started := filepath.Join(f.dir, "gate-started")
+			survived := filepath.Join(f.dir, "gate-survived")
+			f.ev.ContractCommand = []string{"sh", "-c", "touch " + started + "; sleep 30; touch " + survived}
+			f.ev.TestEvidence = []TestEvidence{{Argv: f.ev.ContractCommand, ExitCode: exitCodeP(0)}}
+			f.saveEvidence()
+			before := f.remoteMain()
+			cmd := exec.Command(testutil.Binary(t, "finalizer-recover"), f.ws, "--evidence-id", f.ev.EvidenceID,
+				"--approve-new-file", "docs/added.md", "--approve-new-file", "src/new.go", "--execute", "--unsandboxed-gates")
+			cmd.Env = f.env
+			var out bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &out
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			deadline := time.Now().Add(60 * time.Second)
+			for {
+				if _, err := os.Lstat(started); err == nil {
+					break
+				}
+				if time.Now().After(deadline) {
+					cmd.Process.Kill()
+					<-done
+					t.Fatalf("the gate never started:\n%s", out.String())
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			sent := time.Now()
+			cmd.Process.Signal(sig)
+			select {
+			case err := <-done:
+				if err == nil {
+					t.Errorf("exit 0 after %s", sig)
+				}
+				if took := time.Since(sent); took > 10*time.Second {
+					t.Errorf("took %s to stop", took)
+				}
+			case <-time.After(20 * time.Second):
+				cmd.Process.Kill()
+				<-done
+				t.Fatalf("%s did not stop finalizer-recover:\n%s", sig, out.String())
+			}
+			time.Sleep(200 * time.Millisecond)
+			if _, err := os.Lstat(survived); err == nil {
+				t.Errorf("the gate outlived the tool")
+			}
+			if f.remoteMain() != before {
+				t.Errorf("the remote moved")
+			}
+			if left, _ := filepath.Glob(filepath.Join(f.dir, "finalizer-recover-*")); len(left) > 0 {
+				t.Errorf("private directories left behind: %q", left)
+			}
+			t.Logf("%s", out.String())
+		})
+	}
 }

@@ -334,7 +334,7 @@ func (gt *gateTree) verify() error {
 	var bad []string
 	for _, e := range gt.entries {
 		if why := checkEntry(root, dirOK, newHash, e); why != "" {
-			bad = append(bad, e.path+" ("+why+")")
+			bad = append(bad, quotePath(e.path)+" ("+why+")")
 		}
 	}
 	if len(bad) > 0 {

@@ -430,10 +430,10 @@ func judgeApprovals(p *Plan, approve []string) {
 	}
 	slices.Sort(p.ApprovedNotNew)
 	if len(p.UnapprovedNewFiles) > 0 {
-		p.refuse("unapproved new files (approve each exactly with --approve-new-file): %s", strings.Join(p.UnapprovedNewFiles, ", "))
+		p.refuse("unapproved new files (approve each exactly with --approve-new-file): %s", quotePaths(p.UnapprovedNewFiles))
 	}
 	if len(p.ApprovedNotNew) > 0 {
-		p.refuse("--approve-new-file names paths that are not untracked or staged-new files: %s", strings.Join(p.ApprovedNotNew, ", "))
+		p.refuse("--approve-new-file names paths that are not untracked or staged-new files: %s", quotePaths(p.ApprovedNotNew))
 	}
 	for _, n := range p.ApprovedNewFiles {
 		if strings.ContainsFunc(n, func(r rune) bool { return r < 0x20 || r == 0x7f }) {

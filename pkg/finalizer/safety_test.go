@@ -1,6 +1,7 @@
 package finalizer
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -108,5 +109,30 @@ func TestQuotePath(t *testing.T) {
 		if got := quotePath(in); got != want {
 			t.Errorf("quotePath(%q) = %s, want %s", in, got, want)
 		}
+	}
+}
+
+// TestLocalRemoteHooksNeverRun: a local canonical remote's own hooks and
+// hooksPath do not run on the push or the fetch (git does not pass -c to a
+// local receive-pack/upload-pack; recovery starts them with hooks off).
+func TestLocalRemoteHooksNeverRun(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, fixtureOpts{})
+	marker := filepath.Join(f.dir, "remote-hook-ran")
+	hooks := filepath.Join(f.dir, "remote-hooks")
+	for _, dir := range []string{filepath.Join(f.remote, "hooks"), hooks} {
+		for _, h := range []string{"pre-receive", "update", "post-receive", "post-update", "reference-transaction"} {
+			f.write(dir, h, "#!/bin/sh\ncat >/dev/null\necho \"$0\" >> "+marker+"\n", 0o755)
+		}
+	}
+	f.git(f.remote, "config", "core.hooksPath", hooks)
+	o := f.opts()
+	o.Execute = true
+	_, rec, err := Recover(context.Background(), f.ws, o, nil)
+	if err != nil || rec.Status != RecordPushed || f.remoteMain() != rec.PushedCommit {
+		t.Fatalf("Recover = %v, record %+v", err, rec)
+	}
+	if data, err := os.ReadFile(marker); err == nil {
+		t.Fatalf("a hook of the local remote ran: %s", data)
 	}
 }
