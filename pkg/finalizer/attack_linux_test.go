@@ -422,11 +422,15 @@ func TestAttack7Hangs(t *testing.T) {
 
 // TestAttack8ProgressSwappedDuringRecovery: a live agent process swaps
 // finalizer-progress.json for a symlink to a root-only JSON file while
-// the recovery runs (as soon as the recovery record is being written);
+// the recovery runs, after the tool read it and before it rewrites it;
 // the tool must not copy that file's fields (a token) into the
-// workspace, nor read it at all.
+// workspace, nor read that file at all. To make the race deterministic
+// the test tells the agent when: once the gate clone exists (the tool has
+// read the progress file long before), during a gate that takes 3 s.
 func TestAttack8ProgressSwappedDuringRecovery(t *testing.T) {
 	a := newAttack(t)
+	a.f.ev.VerificationCommands = [][]string{{"sh", "-c", "sleep 3; test -f src/new.go && test -f docs/added.md"}}
+	a.f.saveEvidence()
 	a.plant(t, `true`)
 	// The agent is still alive and owns the workspace directory; the
 	// repository itself is root's.
@@ -434,16 +438,17 @@ func TestAttack8ProgressSwappedDuringRecovery(t *testing.T) {
 		t.Fatal(err)
 	}
 	agent := a.sandboxCmd(`exec perl -e '
+$| = 1;
 symlink("OUTSIDE/token.json", ".lnk") or die "symlink: $!";
+open(my $w, ">", ".watching") or die; close $w;
 my $deadline = time + 150;
-SWAP: while (time < $deadline) {
-  opendir(my $d, ".") or die; my @n = grep { /^\.` + RecordFile + `\.tmp-|^` + RecordFile + `$/ } readdir($d); closedir($d);
-  if (@n) { rename(".lnk", "` + ProgressFile + `") or die "rename: $!"; last SWAP; }
-}
+while (time < $deadline && ! -e ".swap-now") { select(undef, undef, undef, 0.001); }
+rename(".lnk", "` + ProgressFile + `") or die "rename: $!";
+print "agent: swapped\n";
 while (time < $deadline) {
   if (! -l "` + ProgressFile + `" && open(my $f, "<", "` + ProgressFile + `")) {
     local $/; my $c = <$f>; close $f;
-    if ($c =~ /recovered/) { open(my $o, ">", "loot.txt") or die; print $o $c; close $o; print "agent: swapped and read back\n"; exit 0; }
+    if ($c =~ /recovered/) { open(my $o, ">", "loot.txt") or die; print $o $c; close $o; print "agent: read it back\n"; exit 0; }
   }
   select(undef, undef, undef, 0.001);
 }
@@ -471,17 +476,44 @@ print "agent: gave up\n";
 			<-agentDone
 		}
 	}
-	time.Sleep(300 * time.Millisecond) // the agent is watching
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Lstat(filepath.Join(a.f.ws, ".watching")); err == nil {
+			break // the agent is watching
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent did not start: %s", agentOut.String())
+		}
+	}
 
+	// Tell the agent to swap once the tool is running its gates.
+	trigger := make(chan struct{})
+	go func() {
+		defer close(trigger)
+		for deadline := time.Now().Add(3 * time.Minute); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+			if m, _ := filepath.Glob(filepath.Join(a.f.dir, "finalizer-recover-gate-*")); len(m) > 0 {
+				os.WriteFile(filepath.Join(a.f.ws, ".swap-now"), nil, 0o644)
+				return
+			}
+		}
+	}()
 	r := a.run(t, 3*time.Minute, a.recoverArgs()...)
+	<-trigger
 	stopAgent(20 * time.Second)
 	t.Logf("agent: %s", agentOut.String())
-	if !strings.Contains(agentOut.String(), "agent: swapped and read back") {
+	if !strings.Contains(agentOut.String(), "agent: swapped\nagent: read it back") {
 		t.Errorf("the agent never swapped the progress file during the recovery (exit %d); the test proves nothing", r.code)
 	}
 	token := "TOKEN-" + a.secret
 	for _, name := range []string{ProgressFile, RecordFile, "loot.txt"} {
-		if data, err := os.ReadFile(filepath.Join(a.f.ws, name)); err == nil && strings.Contains(string(data), token) {
+		// Never through a symlink: the test must not read the sentinel either.
+		fd, err := syscall.Open(filepath.Join(a.f.ws, name), syscall.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+		if err != nil {
+			continue
+		}
+		data := make([]byte, 1<<16)
+		n, _ := syscall.Read(fd, data)
+		syscall.Close(fd)
+		if n > 0 && strings.Contains(string(data[:n]), token) {
 			t.Errorf("the root-only token was copied into the workspace's %s", name)
 		}
 	}
