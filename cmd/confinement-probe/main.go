@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/palisade-sandbox/palisade/pkg/cli"
+	"github.com/palisade-sandbox/palisade/pkg/ocsf"
 	"github.com/palisade-sandbox/palisade/pkg/probe"
 )
 
@@ -81,10 +82,13 @@ not be created), 2 usage error.
 
 type flags struct {
 	policy, supervisor, stateDir, logPath, logFormat string
-	inside, json                                     bool
-	timeout                                          time.Duration
-	targets                                          probe.Targets
-	protected                                        string
+	// logFile is --log /dev/fd/N, taken before this process opens a
+	// descriptor of its own (a later N could be one of its own).
+	logFile      *os.File
+	inside, json bool
+	timeout      time.Duration
+	targets      probe.Targets
+	protected    string
 }
 
 func parse(args []string, stderr io.Writer) (*flags, error) {
@@ -138,6 +142,13 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 	if f.timeout <= 0 {
 		return nil, cli.Usagef("--timeout %s: must be positive", f.timeout)
 	}
+	if fd, ok := ocsf.FDDest(f.logPath); ok {
+		lf, err := ocsf.InheritedFile(f.logPath, fd)
+		if err != nil {
+			return nil, cli.Usagef("--log: %v", err)
+		}
+		f.logFile = lf
+	}
 	return f, nil
 }
 
@@ -172,7 +183,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			// Nothing ran: still leave the failed verdict in the log, so it
 			// never ends with an earlier run's OK.
 			v = probe.Evaluate(probe.Catalog(), nil, err.Error())
-			if lerr := appendLog(f.logPath, v, nil); lerr != nil {
+			if lerr := appendLog(f.logPath, f.logFile, v, nil); lerr != nil {
 				logger.Error("probe log", "path", f.logPath, "err", lerr)
 			}
 			return cli.Failf("%s: %v", probe.FailedLine, err)
@@ -181,7 +192,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		logger.Info("probe sandbox finished", "sandbox", l.Sandbox, "policy_source", l.PolicySource,
 			"policy", l.PolicyPath, "policy_sha256", l.PolicySHA256, "canary_network_entry", l.Canary)
 	}
-	if err := appendLog(f.logPath, v, info); err != nil {
+	if err := appendLog(f.logPath, f.logFile, v, info); err != nil {
 		// The log is what bootstrap trusts: failing to write it is a failure.
 		v.Write(stdout)
 		return cli.Failf("probe log %s: %v", f.logPath, err)
@@ -208,17 +219,23 @@ type summary struct {
 }
 
 // appendLog appends a header object, the check lines and the verdict to
-// path (created 0600 in a 0700 directory); "" writes nothing.
-func appendLog(path string, v probe.Verdict, info *probe.Launched) error {
+// path (created 0600 in a 0700 directory), or to claimed, the inherited
+// /dev/fd/N (a pipe, socket or regular file the caller opened); "" writes
+// nothing.
+func appendLog(path string, claimed *os.File, v probe.Verdict, info *probe.Launched) error {
 	if path == "" {
 		return nil
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return err
-	}
-	fh, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
+	fh := claimed
+	if fh == nil {
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			return err
+		}
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+		if err != nil {
+			return err
+		}
+		fh = f
 	}
 	hdr := struct {
 		Run      string          `json:"probe_run"`
@@ -232,9 +249,12 @@ func appendLog(path string, v probe.Verdict, info *probe.Launched) error {
 		fh.Close()
 		return err
 	}
-	if err := fh.Sync(); err != nil {
-		fh.Close()
-		return err
+	if fi, err := fh.Stat(); err == nil && fi.Mode().IsRegular() {
+		// Only a file can be synced (a pipe or socket says EINVAL).
+		if err := fh.Sync(); err != nil {
+			fh.Close()
+			return err
+		}
 	}
 	return fh.Close()
 }

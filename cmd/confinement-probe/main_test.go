@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -165,5 +166,37 @@ func TestSandboxNotCreatedFails(t *testing.T) {
 		if r.OK {
 			t.Errorf("%s passed although the probe could not run in the sandbox", r.Check)
 		}
+	}
+}
+
+// Issue 16 item 8: --log /dev/fd/N appends to a descriptor the caller
+// opened (a pipe here). It failed with "sync /dev/fd/3: invalid
+// argument" (a pipe cannot be synced), and the probe exited on the log.
+func TestLogToInheritedDescriptor(t *testing.T) {
+	testutil.RequireRoot(t)
+	bin := testutil.Binary(t, "confinement-probe")
+	testutil.Binary(t, "sandbox-supervisor")
+	testutil.Binary(t, "egress-proxy")
+	dir := t.TempDir()
+	pol := filepath.Join(dir, "p.yaml")
+	os.WriteFile(pol, []byte("version: 1\nfilesystem_policy:\n  include_workdir: false\n  read_only: [/etc]\n  read_write: [/tmp]\nlandlock:\n  compatibility: hard_requirement\nprocess:\n  run_as_user: sandbox\n  run_as_group: sandbox\nnetwork_policies: {}\n"), 0o600)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	cmd := exec.Command(bin, "--policy", pol, "--state-dir", filepath.Join(dir, "state"), "--log", "/dev/fd/3")
+	cmd.Env = probeEnv(dir)
+	cmd.ExtraFiles = []*os.File{w}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	logged, _ := io.ReadAll(r)
+	cmd.Wait()
+	if strings.Contains(stderr.String(), "probe log") || lastLine(string(logged)) != probe.FailedLine || !strings.Contains(string(logged), `"probe_run"`) {
+		t.Fatalf("log on fd 3:\n%s\nstderr:\n%s", logged, stderr.String())
 	}
 }

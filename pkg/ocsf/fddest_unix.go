@@ -17,6 +17,17 @@ import (
 // is marked close-on-exec too, so it reaches no child this process starts
 // unless passed on purpose.
 func OpenFD(spec string, fd int) (*Writer, error) {
+	f, err := InheritedFile(spec, fd)
+	if err != nil {
+		return nil, err
+	}
+	return &Writer{w: f, closer: f}, nil
+}
+
+// InheritedFile checks descriptor fd as OpenFD does and returns a
+// close-on-exec duplicate of it, for a destination written other than
+// as events (a probe log).
+func InheritedFile(spec string, fd int) (*os.File, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return nil, fmt.Errorf("ocsf: events destination %s: descriptor %d is not open in this process (open it in the shell, e.g. %d>&1 or %d>>events.jsonl): %w", spec, fd, fd, fd, err)
@@ -40,8 +51,7 @@ func OpenFD(spec string, fd int) (*Writer, error) {
 	if fd > 2 {
 		unix.CloseOnExec(fd)
 	}
-	f := os.NewFile(uintptr(nfd), spec)
-	return &Writer{w: f, closer: f}, nil
+	return os.NewFile(uintptr(nfd), spec), nil
 }
 
 func fileTypeName(mode uint32) string {
