@@ -145,16 +145,7 @@ func TestBundledDefaultPasses(t *testing.T) {
 // A sandbox that cannot be created (the policy names an identity that
 // is root) fails every check as unreported, exit 1.
 func TestSandboxNotCreatedFails(t *testing.T) {
-	testutil.RequireRoot(t)
-	bin := testutil.Binary(t, "confinement-probe")
-	testutil.Binary(t, "sandbox-supervisor")
-	testutil.Binary(t, "egress-proxy")
-	dir := t.TempDir()
-	// Valid policy whose read-only path does not exist under
-	// hard_requirement is fine; a workdir-less policy without the
-	// probe's own directory makes the inner command unreachable.
-	pol := filepath.Join(dir, "p.yaml")
-	os.WriteFile(pol, []byte("version: 1\nfilesystem_policy:\n  include_workdir: false\n  read_only: [/etc]\n  read_write: [/tmp]\nlandlock:\n  compatibility: hard_requirement\nprocess:\n  run_as_user: sandbox\n  run_as_group: sandbox\nnetwork_policies: {}\n"), 0o600)
+	bin, dir, pol := unreachableProbe(t)
 	cmd := exec.Command(bin, "--policy", pol, "--state-dir", filepath.Join(dir, "state"), "--log", filepath.Join(dir, "log"))
 	cmd.Env = probeEnv(dir)
 	out, err := cmd.Output()
@@ -173,13 +164,7 @@ func TestSandboxNotCreatedFails(t *testing.T) {
 // opened (a pipe here). It failed with "sync /dev/fd/3: invalid
 // argument" (a pipe cannot be synced), and the probe exited on the log.
 func TestLogToInheritedDescriptor(t *testing.T) {
-	testutil.RequireRoot(t)
-	bin := testutil.Binary(t, "confinement-probe")
-	testutil.Binary(t, "sandbox-supervisor")
-	testutil.Binary(t, "egress-proxy")
-	dir := t.TempDir()
-	pol := filepath.Join(dir, "p.yaml")
-	os.WriteFile(pol, []byte("version: 1\nfilesystem_policy:\n  include_workdir: false\n  read_only: [/etc]\n  read_write: [/tmp]\nlandlock:\n  compatibility: hard_requirement\nprocess:\n  run_as_user: sandbox\n  run_as_group: sandbox\nnetwork_policies: {}\n"), 0o600)
+	bin, dir, pol := unreachableProbe(t)
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
@@ -199,4 +184,19 @@ func TestLogToInheritedDescriptor(t *testing.T) {
 	if strings.Contains(stderr.String(), "probe log") || lastLine(string(logged)) != probe.FailedLine || !strings.Contains(string(logged), `"probe_run"`) {
 		t.Fatalf("log on fd 3:\n%s\nstderr:\n%s", logged, stderr.String())
 	}
+}
+
+// unreachableProbe returns the probe binary, a directory and a policy
+// under which the probe's inner command cannot run: valid, but
+// workdir-less and without the probe's own directory.
+func unreachableProbe(t *testing.T) (bin, dir, pol string) {
+	t.Helper()
+	testutil.RequireRoot(t)
+	bin = testutil.Binary(t, "confinement-probe")
+	testutil.Binary(t, "sandbox-supervisor")
+	testutil.Binary(t, "egress-proxy")
+	dir = t.TempDir()
+	pol = filepath.Join(dir, "p.yaml")
+	os.WriteFile(pol, []byte("version: 1\nfilesystem_policy:\n  include_workdir: false\n  read_only: [/etc]\n  read_write: [/tmp]\nlandlock:\n  compatibility: hard_requirement\nprocess:\n  run_as_user: sandbox\n  run_as_group: sandbox\nnetwork_policies: {}\n"), 0o600)
+	return bin, dir, pol
 }
