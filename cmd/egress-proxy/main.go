@@ -78,6 +78,12 @@ Flags:
   --sandbox NAME         sandbox name in events (default "host")
   --cgroup NAME          sandbox cgroup (sandbox mode, with --init-pid)
   --init-pid PID         host pid of the sandbox init (sandbox mode)
+  --attribution MODE     how connections are attributed to processes: bpf
+                         (eBPF programs on the sandbox's v2 cgroup record
+                         each socket's connector; sandbox mode only), proc
+                         (search the sandbox's /proc fd tables per
+                         connection) or auto (default: bpf when it loads,
+                         else proc with a Device Config State Change event)
   --pins FILE            binary sha256 pins (trust on first use); default
                          binary-pins.json next to --control, else memory
   --ready-fd N           write "ready\n" to fd N once listening, then close it
@@ -138,6 +144,7 @@ func main() {
 type flags struct {
 	policy, listen, fenceListen, control, events, hostsFile string
 	sandbox, cgroup, pins, logFormat, logLevel, clientCC    string
+	attribution                                             string
 	caOut, upstreamCA                                       string
 	initPID, readyFD, maxConns, maxHeadBytes                int
 	maxConnsSet                                             bool
@@ -151,6 +158,7 @@ func parseFlags(args []string, stdout io.Writer) (*flags, bool, error) {
 	fs.StringVar(&f.policy, "policy", "", "policy file")
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:3128", "explicit proxy address")
 	fs.StringVar(&f.fenceListen, "fence-listen", "", "fence listener address")
+	fs.StringVar(&f.attribution, "attribution", "auto", "attribution backend: bpf, proc or auto")
 	fs.StringVar(&f.clientCC, "client-cc", proxy.DefaultClientCongestion, "TCP congestion control of accepted connections (empty: system default)")
 	fs.StringVar(&f.control, "control", "", "control socket path")
 	fs.StringVar(&f.events, "events", "", "OCSF events destination: a file (appended), - for stdout, or /dev/fd/N for a descriptor the caller opened")
@@ -206,6 +214,10 @@ func parseFlags(args []string, stdout io.Writer) (*flags, bool, error) {
 		return nil, false, cli.Usagef("--deny-window %v: must not be negative", f.denyWindow)
 	case f.sandbox == "":
 		return nil, false, cli.Usagef("--sandbox must not be empty")
+	case f.attribution != "auto" && f.attribution != "bpf" && f.attribution != "proc":
+		return nil, false, cli.Usagef("--attribution %q: want bpf, proc or auto", f.attribution)
+	case f.attribution == "bpf" && f.cgroup == "":
+		return nil, false, cli.Usagef("--attribution bpf needs sandbox mode (--cgroup and --init-pid): the programs attach to the sandbox's cgroup")
 	}
 	if f.pins == "" && f.control != "" {
 		f.pins = filepath.Join(filepath.Dir(f.control), "binary-pins.json")
@@ -279,7 +291,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		}
 	}
 
-	attr, closeAttr, err := attributor(f, log)
+	attr, closeAttr, err := attributor(f, events, src, log)
 	if err != nil {
 		return cli.Failf("%v", err)
 	}
@@ -432,15 +444,21 @@ func signalReady(fd int) error {
 	return err
 }
 
-// attributor returns the /proc attribution backend: scoped to the
-// sandbox's cgroup and network namespace in sandbox mode, to every
-// process of the host in standalone mode.
-func attributor(f *flags, log *slog.Logger) (attribution.Backend, func(), error) {
+// attributor returns the attribution backend --attribution asks for:
+// scoped to the sandbox's cgroup and network namespace in sandbox mode
+// (eBPF programs on its v2 cgroup, or its /proc fd tables), every process
+// of the host in standalone mode (/proc only). It reports the choice as a
+// Device Config State Change event; "auto" falling back from eBPF to
+// /proc says why.
+func attributor(f *flags, events ocsf.Emitter, src *ocsf.Source, log *slog.Logger) (attribution.Backend, func(), error) {
 	if f.cgroup == "" {
 		b, err := attribution.NewProcBackend(attribution.ProcConfig{
 			NetnsPID: os.Getpid,
 			Procs:    allProcs,
 		})
+		if err == nil {
+			emitBackend(events, src, log, attribution.BackendProc, "")
+		}
 		return b, func() {}, err
 	}
 	g, err := cgroup.Open(f.cgroup)
@@ -452,17 +470,49 @@ func attributor(f *flags, log *slog.Logger) (attribution.Backend, func(), error)
 		return nil, nil, fmt.Errorf("--init-pid %d: %w", f.initPID, err)
 	}
 	initPID := f.initPID
-	b, err := attribution.NewProcBackend(attribution.ProcConfig{
+	pcfg := attribution.ProcConfig{
 		NetnsPID: func() int { return initPID },
 		Procs:    g.Procs,
 		InitPID:  initPID,
-	})
+	}
+	var fallback string
+	if f.attribution != "proc" {
+		dir := g.Path(cgroup.Unified)
+		var b *attribution.BPFBackend
+		err := errors.New("the sandbox's cgroup has no directory in a cgroup v2 hierarchy")
+		if dir != "" {
+			b, err = attribution.NewBPFBackend(attribution.BPFConfig{CgroupPath: dir, Proc: pcfg})
+		}
+		if err == nil {
+			emitBackend(events, src, log, attribution.BackendBPF, "")
+			log.Debug("attribution through eBPF", "cgroup", dir, "init_pid", initPID)
+			return b, func() { b.Close(); g.Close() }, nil
+		}
+		if f.attribution == "bpf" {
+			g.Close()
+			return nil, nil, fmt.Errorf("--attribution bpf: %w", err)
+		}
+		fallback = err.Error()
+	}
+	b, err := attribution.NewProcBackend(pcfg)
 	if err != nil {
 		g.Close()
 		return nil, nil, err
 	}
+	emitBackend(events, src, log, attribution.BackendProc, fallback)
 	log.Debug("attribution scoped to the sandbox", "cgroup", f.cgroup, "init_pid", initPID)
-	return b, func() { g.Close() }, nil
+	return b, func() { b.Close(); g.Close() }, nil
+}
+
+// emitBackend reports the attribution backend in force; fallback is why
+// eBPF was not used when it was wanted ("" otherwise).
+func emitBackend(events ocsf.Emitter, src *ocsf.Source, log *slog.Logger, backend, fallback string) {
+	if fallback != "" {
+		log.Warn("eBPF attribution unavailable; attributing through /proc", "err", fallback)
+	}
+	if err := events.Emit(src.AttributionBackend(backend, fallback != "", fallback)); err != nil {
+		log.Warn("attribution backend event not written", "err", err)
+	}
 }
 
 // allProcs lists every pid in /proc (standalone mode).

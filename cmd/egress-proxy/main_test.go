@@ -48,6 +48,8 @@ func TestUsageErrors(t *testing.T) {
 		{"--policy", "p.yaml", "--idle-timeout", "-1s"},
 		{"--policy", "p.yaml", "--log-format", "xml"},
 		{"--policy", "p.yaml", "--no-such-flag"},
+		{"--policy", "p.yaml", "--attribution", "ebpf"},
+		{"--policy", "p.yaml", "--attribution", "bpf"}, // standalone: no cgroup to attach to
 	} {
 		if _, errOut, code := invoke(t, args...); code != cli.ExitUsage {
 			t.Errorf("%v: exit %d, want 2 (%s)", args, code, errOut)

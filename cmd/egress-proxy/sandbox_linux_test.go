@@ -194,9 +194,14 @@ network_policies:
 	// that dropped CAP_SYS_ADMIN after start-up: a lookup that misses
 	// there reads the namespace's whole /proc/<pid>/net/tcp table instead
 	// (the regression this catches: every connection took that path).
+	// The default (auto) attributes through eBPF on this kernel, and a
+	// plain curl's record is trusted alone (the fast path).
 	st := controlStatus(t, sock)
 	if st.Attribution["sock_diag"] < 2 || st.Attribution["proc_tables"] != 0 {
 		t.Errorf("attribution counters %v: want every socket found by sock_diag (>= 2) and no /proc table read\n%s", st.Attribution, &stderr)
+	}
+	if st.Attribution["bpf_fast"] < 2 || st.Attribution["bpf_exhaustive"] != 0 {
+		t.Errorf("attribution counters %v: want both curls attributed by their eBPF records alone\n%s", st.Attribution, &stderr)
 	}
 	// A direct connection around the proxy fails fast and is reported.
 	start := time.Now()
@@ -220,7 +225,8 @@ network_policies:
 		t.Fatal(err)
 	}
 	ocsftest.ValidateLines(t, data)
-	var sawBypass, sawFinding bool
+	var sawBypass, sawFinding, sawBackend bool
+	var backends []any
 	for _, line := range bytes.Split(bytes.TrimSpace(data), []byte("\n")) {
 		var ev map[string]any
 		json.Unmarshal(line, &ev)
@@ -231,7 +237,15 @@ network_policies:
 			sawBypass = pid > 0 && exe == curlBin && get(ev, "dst_endpoint", "ip") == l.internet.V4[0].String()
 		case get(ev, "class_uid") == float64(2004):
 			sawFinding = pid > 0 && exe == curlBin
+		case get(ev, "class_uid") == float64(5019) && get(ev, "activity_name") == "Attribution Backend":
+			sawBackend = get(ev, "message") == "connection attribution through bpf"
 		}
+		if cls := get(ev, "class_uid"); (cls == float64(4001) || cls == float64(4002)) && get(ev, "unmapped", "egress_proxy", "listener") == "proxy" {
+			backends = append(backends, get(ev, "unmapped", "egress_proxy", "attribution"))
+		}
+	}
+	if !sawBackend || len(backends) != 2 || backends[0] != "bpf/fast" || backends[1] != "bpf/fast" {
+		t.Errorf("want a 5019 event choosing bpf and both proxied connections naming bpf/fast: %v, %v", sawBackend, backends)
 	}
 	if !sawBypass || !sawFinding {
 		t.Errorf("bypass refuse event with pid and binary: %v, finding: %v\n%s", sawBypass, sawFinding, data)

@@ -63,6 +63,7 @@ Examples:
   sudo sandbox-supervisor run --workdir /srv/task --env CI=1 --memory 4g --cpus 2 -- make test
   sudo sandbox-supervisor run --profile bounded-tmpfs --kind verify -- ./scripts/run-tests.sh
   sudo sandbox-supervisor run --policy p.yaml --upstream-ca-bundle /etc/palisade/corp-ca.pem -- pip download x
+  sudo sandbox-supervisor run --policy p.yaml --attribution proc -- npm ci
   sudo sandbox-supervisor spec -- /bin/true | jq .linux.namespaces
 `
 
@@ -70,7 +71,7 @@ type runFlags struct {
 	policy, name, kind, agentID, workdir, passthrough, events string
 	profile, memory, stateDir, logFormat, logLevel            string
 	proxyBin, hostsFile, taskMetadata, trustedRegistries      string
-	upstreamCA                                                string
+	upstreamCA, attribution                                   string
 	cpus                                                      float64
 	pids                                                      int64
 	tty, noTTY, keep, allowDegraded, detach, json             bool
@@ -113,6 +114,7 @@ func parseRunFlags(args []string, stderr io.Writer, specOnly bool) (*runFlags, [
 	fs.BoolVar(&f.allowDegraded, "allow-degraded", false, "run without seccomp if the kernel lacks it (recorded as a Detection Finding; refused under hard_requirement)")
 	fs.StringVar(&f.proxyBin, "proxy-bin", "", "egress-proxy binary for policies with network entries (default: next to this binary)")
 	fs.StringVar(&f.hostsFile, "hosts-file", "", "static name resolution for the egress proxy (/etc/hosts format; tests and air-gapped sites)")
+	fs.StringVar(&f.attribution, "attribution", "auto", "how the egress proxy attributes connections to sandbox processes: bpf (eBPF on the sandbox's cgroup), proc (/proc fd tables) or auto (bpf when it loads, else proc, with an event)")
 	fs.StringVar(&f.upstreamCA, "upstream-ca-bundle", "", "extra PEM roots the egress proxy trusts for upstream servers of inspected (TLS-terminated) tunnels")
 	fs.StringVar(&f.taskMetadata, "task-metadata", "", "task document whose metadata.egress_contract.hosts are granted (with MAC_OPENSHELL_TASK_EGRESS=1, --kind task)")
 	fs.StringVar(&f.trustedRegistries, "trusted-registries", "", "file replacing the built-in trusted registry list for per-task egress")
@@ -139,6 +141,9 @@ func parseRunFlags(args []string, stderr io.Writer, specOnly bool) (*runFlags, [
 	}
 	if f.tty && f.noTTY {
 		return nil, nil, cli.Usagef("--tty and --no-tty are mutually exclusive")
+	}
+	if f.attribution != "auto" && f.attribution != "bpf" && f.attribution != "proc" {
+		return nil, nil, cli.Usagef("--attribution %q: want bpf, proc or auto", f.attribution)
 	}
 	if _, err := state.ParseKind(f.kind); err != nil {
 		return nil, nil, cli.Usagef("--kind: %v", err)
@@ -348,7 +353,8 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		}
 		a, err := sandboxnet.New(sandboxnet.Config{
 			ProxyBin: f.proxyBin, PolicyPath: resolved.Path, HostsFile: f.hostsFile, UpstreamCABundle: f.upstreamCA,
-			Events: f.events, StateRoot: f.stateDir, LogFormat: f.logFormat, LogLevel: f.logLevel,
+			Attribution: f.attribution,
+			Events:      f.events, StateRoot: f.stateDir, LogFormat: f.logFormat, LogLevel: f.logLevel,
 			Stdout: stdout, Stderr: stderr, Logger: logger, Incidents: events,
 		})
 		if err != nil {

@@ -64,6 +64,25 @@ func (s *Source) PolicyLoaded(p PolicyRef, reload bool) *ConfigStateChange {
 	return e
 }
 
+// AttributionBackend is a Device Config State Change (5019) naming the
+// backend that attributes connections to sandbox processes ("bpf" or
+// "proc"). fallback says the eBPF backend was wanted ("auto") but did not
+// load: severity Low, status Failure, the reason in status_detail, and
+// the /proc backend in force (state Enabled either way).
+func (s *Source) AttributionBackend(backend string, fallback bool, reason string) *ConfigStateChange {
+	e := s.configChange(ActivityAttributionBackend, SeverityInformational)
+	e.StateID = StateEnabled
+	e.StatusID = StatusSuccess
+	e.Message = "connection attribution through " + backend
+	if fallback {
+		e.SeverityID = SeverityLow
+		e.StatusID = StatusFailure
+		e.StatusDetail = reason
+		e.Message = "eBPF connection attribution unavailable; falling back to " + backend + ": " + reason
+	}
+	return e
+}
+
 // PolicyRejected is a Device Config State Change (5019) for a reload that
 // failed: status Failure with the error in status_detail, severity Medium.
 // kept is the last-known-good policy that stays in force (state Enabled);

@@ -63,6 +63,7 @@ const (
 	ActivityPolicyLoad         = "Policy Load"
 	ActivityPolicyReload       = "Policy Reload"
 	ActivityConfinementApplied = "Confinement Applied"
+	ActivityAttributionBackend = "Attribution Backend"
 )
 
 // Detection Finding (2004) activity_id.

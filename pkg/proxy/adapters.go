@@ -76,7 +76,10 @@ func (a AttributionBackend) Lookup(ctx context.Context, client, local netip.Addr
 	if err != nil {
 		return nil, err
 	}
-	out := &Identity{PID: id.PID, Exe: id.Exe, SHA256: id.SHA256}
+	out := &Identity{PID: id.PID, Exe: id.Exe, SHA256: id.SHA256, Backend: id.Backend}
+	if c := id.Connector; c != nil {
+		out.Connector = &Ancestor{PID: c.PID, Exe: c.Exe}
+	}
 	if len(id.Ancestors) > 0 {
 		out.Ancestors = make([]Ancestor, len(id.Ancestors))
 		for i, p := range id.Ancestors {

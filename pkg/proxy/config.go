@@ -89,6 +89,14 @@ type Identity struct {
 	Exe       string
 	SHA256    string     // hex sha256 of the executable
 	Ancestors []Ancestor // nearest first
+	// Connector is the process recorded when the socket connected, set
+	// only when it differs from the holder above (the socket was handed
+	// on). Both must be allowed; an empty Exe (no longer nameable)
+	// denies.
+	Connector *Ancestor
+	// Backend names the attribution backend that answered ("proc",
+	// "bpf", "bpf/fast"); events carry it.
+	Backend string
 }
 
 // Attributor maps an accepted connection to the process that opened it.

@@ -149,7 +149,7 @@ func (p *Proxy) serveRequest(c *net.TCPConn, br *bufio.Reader, rec *Record, rele
 	dr := decideRequest(rec)
 	v := g.Decider.Decide(dr)
 	rec.Entry, rec.Reason, rec.Audit, rec.L7Rules = v.Entry, v.Reason, v.Audit, v.L7Rules
-	if !v.Allowed {
+	if !v.Allowed || !connectorAllowed(g.Decider, dr, rec) {
 		p.deny(c, rec, OutcomePolicyDenied)
 		return false
 	}
@@ -264,6 +264,25 @@ func (p *Proxy) identify(rec *Record) bool {
 		return false
 	}
 	return true
+}
+
+// connectorAllowed applies the decision to the recorded connector of a
+// socket that was handed on (Identity.Connector): the holder was allowed,
+// and the connector must be too. A connector that can no longer be named
+// is not allowed. It sets the record's reason when it refuses.
+func connectorAllowed(d Decider, dr DecideRequest, rec *Record) bool {
+	id := rec.Identity
+	if id == nil || id.Connector == nil {
+		return true
+	}
+	if id.Connector.Exe != "" {
+		cr := DecideRequest{Host: dr.Host, Port: dr.Port, Binary: id.Connector.Exe}
+		if d.Decide(cr).Allowed {
+			return true
+		}
+	}
+	rec.Reason = ReasonConnectorDenied
+	return false
 }
 
 // deny answers 403 with the structured JSON body and closes.

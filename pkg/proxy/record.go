@@ -25,16 +25,19 @@ const (
 // rest).
 const (
 	ReasonAttributionFailed = "attribution_failed"
-	ReasonIdentityMismatch  = "identity_mismatch"
-	ReasonIdentityCheck     = "identity_check_failed"
-	ReasonInvalidHost       = "invalid_host"
-	ReasonHeadTooLarge      = "head_too_large"
-	ReasonHeadTimeout       = "head_timeout"
-	ReasonMalformed         = "malformed_request"
-	ReasonConnectTimeout    = "connect_timeout"
-	ReasonConnectFailed     = "connect_failed"
-	ReasonUpstreamError     = "upstream_error"
-	ReasonDirectConnection  = "direct_connection"
+	// ReasonConnectorDenied: the socket was handed on, and the process
+	// that connected it is not allowed (or can no longer be named).
+	ReasonConnectorDenied  = "connector_not_allowed"
+	ReasonIdentityMismatch = "identity_mismatch"
+	ReasonIdentityCheck    = "identity_check_failed"
+	ReasonInvalidHost      = "invalid_host"
+	ReasonHeadTooLarge     = "head_too_large"
+	ReasonHeadTimeout      = "head_timeout"
+	ReasonMalformed        = "malformed_request"
+	ReasonConnectTimeout   = "connect_timeout"
+	ReasonConnectFailed    = "connect_failed"
+	ReasonUpstreamError    = "upstream_error"
+	ReasonDirectConnection = "direct_connection"
 )
 
 // Listener names.
@@ -190,7 +193,7 @@ func (r *Record) decision() ocsf.Decision {
 
 // unmapped carries what OCSF has no attribute for, under one constant key.
 func (r *Record) unmapped() map[string]any {
-	return map[string]any{"egress_proxy": proxyUnmapped{
+	u := proxyUnmapped{
 		Audit:       r.Audit,
 		BytesDown:   r.BytesDown,
 		BytesUp:     r.BytesUp,
@@ -200,7 +203,14 @@ func (r *Record) unmapped() map[string]any {
 		L7:          l7State(r.L7Rules, r.L7Checked),
 		Listener:    r.Listener,
 		Reason:      r.Reason,
-	}}
+	}
+	if id := r.Identity; id != nil {
+		u.Attribution = id.Backend
+		if c := id.Connector; c != nil {
+			u.Connector = &connectorUnmapped{Exe: c.Exe, PID: c.PID}
+		}
+	}
+	return map[string]any{"egress_proxy": u}
 }
 
 // proxyUnmapped is unmapped.egress_proxy. A struct rather than a map, in
@@ -208,15 +218,25 @@ func (r *Record) unmapped() map[string]any {
 // of an inspected connection is an event and a map costs a sort per
 // encoding.
 type proxyUnmapped struct {
+	// Attribution is the backend that named the caller ("" when none did).
+	Attribution string `json:"attribution,omitempty"`
 	Audit       bool   `json:"audit"`
 	BytesDown   int64  `json:"bytes_down"`
 	BytesUp     int64  `json:"bytes_up"`
-	Enforcement string `json:"enforcement"`
-	Generation  int64  `json:"generation"`
-	Kind        string `json:"kind"`
-	L7          string `json:"l7"`
-	Listener    string `json:"listener"`
-	Reason      string `json:"reason"`
+	// Connector is a handed-on socket's recorded connector.
+	Connector   *connectorUnmapped `json:"connector,omitempty"`
+	Enforcement string             `json:"enforcement"`
+	Generation  int64              `json:"generation"`
+	Kind        string             `json:"kind"`
+	L7          string             `json:"l7"`
+	Listener    string             `json:"listener"`
+	Reason      string             `json:"reason"`
+}
+
+// connectorUnmapped is unmapped.egress_proxy.connector.
+type connectorUnmapped struct {
+	Exe string `json:"exe"`
+	PID int    `json:"pid"`
 }
 
 // events turns the record into its OCSF events: exactly one summary

@@ -51,6 +51,9 @@ type Config struct {
 	// --upstream-ca-bundle: extra roots for upstream servers of inspected
 	// (TLS-terminated) tunnels.
 	UpstreamCABundle string
+	// Attribution is the proxy's --attribution (bpf, proc or auto; ""
+	// leaves the proxy's default, auto).
+	Attribution string
 	// Events is the --events destination ("" none, "-" Stdout, /dev/fd/N
 	// the supervisor's inherited descriptor, passed to the proxy as fd 4).
 	Events string

@@ -162,6 +162,9 @@ func (p *proxyProc) args() []string {
 	if c.HostsFile != "" {
 		a = append(a, "--hosts-file", c.HostsFile)
 	}
+	if c.Attribution != "" {
+		a = append(a, "--attribution", c.Attribution)
+	}
 	if c.UpstreamCABundle != "" {
 		a = append(a, "--upstream-ca-bundle", c.UpstreamCABundle)
 	}
