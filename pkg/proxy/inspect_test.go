@@ -46,6 +46,25 @@ func newUpstreamTLS(t testing.TB, h2 bool) *upstreamTLS {
 		u.mu.Lock()
 		u.seen = append(u.seen, r.Method+" "+r.URL.RequestURI()+" "+r.Proto)
 		u.mu.Unlock()
+		if r.URL.Path == "/echo-stream" {
+			// Full-duplex echo, chunk by chunk (what a gRPC bidi stream does).
+			w.Header().Set("Trailer", "Grpc-Status")
+			w.WriteHeader(200)
+			w.(http.Flusher).Flush()
+			buf := make([]byte, 64)
+			for {
+				n, err := r.Body.Read(buf)
+				if n > 0 {
+					w.Write(buf[:n])
+					w.(http.Flusher).Flush()
+				}
+				if err != nil {
+					break
+				}
+			}
+			w.Header().Set("Grpc-Status", "0")
+			return
+		}
 		body, _ := io.ReadAll(r.Body)
 		if r.URL.Path == "/trailer" {
 			w.Header().Set("Trailer", "Grpc-Status")
@@ -747,5 +766,53 @@ func TestInspectedRequestsFollowReloads(t *testing.T) {
 	}
 	if n := len(e.rec.ByClass(ocsf.ClassNetworkActivity)); n != 1 {
 		t.Fatalf("%d tunnels ended, want only the one the refused POST closed", n)
+	}
+}
+
+// A full-duplex h2 stream (gRPC bidi) crosses the proxy chunk by chunk:
+// each message is echoed back before the next is sent, so nothing may
+// wait for the request body to end; the trailer arrives at the end.
+func TestInspectedH2FullDuplexStream(t *testing.T) {
+	e := newInspectEnv(t, true, func(port int) string {
+		return restRulesPolicy(port, "POST", "/echo-stream")
+	}, true)
+	cl := e.client(true)
+	pr, pw := io.Pipe()
+	req, _ := http.NewRequest("POST", e.url("/echo-stream"), pr)
+	req.Header.Set("Content-Type", "application/grpc")
+	req.Header.Set("TE", "trailers")
+	respc := make(chan *http.Response, 1)
+	errc := make(chan error, 1)
+	go func() {
+		resp, err := cl.Do(req)
+		if err != nil {
+			errc <- err
+			return
+		}
+		respc <- resp
+	}()
+	io.WriteString(pw, "msg-0")
+	var resp *http.Response
+	select {
+	case resp = <-respc:
+	case err := <-errc:
+		t.Fatal(err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no response headers while the request stream is open")
+	}
+	defer resp.Body.Close()
+	buf := make([]byte, 5)
+	for i := 0; i < 5; i++ {
+		if i > 0 {
+			fmt.Fprintf(pw, "msg-%d", i)
+		}
+		if _, err := io.ReadFull(resp.Body, buf); err != nil || string(buf) != fmt.Sprintf("msg-%d", i) {
+			t.Fatalf("echo %d: %q %v", i, buf, err)
+		}
+	}
+	pw.Close()
+	io.Copy(io.Discard, resp.Body)
+	if resp.Trailer.Get("Grpc-Status") != "0" {
+		t.Fatalf("trailer %v", resp.Trailer)
 	}
 }
