@@ -49,7 +49,9 @@ func openControl() (*control, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("audit: bind netlink socket: %w", err)
 	}
-	tv := unix.Timeval{Sec: 2}
+	// AUDIT_GET answers from a kernel thread it starts per request; on
+	// a loaded host that takes a while.
+	tv := unix.Timeval{Sec: 5}
 	unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
 	return &control{fd: fd}, nil
 }

@@ -54,6 +54,7 @@ type Watcher struct {
 	once    sync.Once
 	stats   Stats
 	domains map[string]bool // domain id → belongs to the sandbox
+	alive   map[string]bool // domains of the sandbox seen allocated, not yet freed
 	pending map[uint64]*event
 	lim     *limiter
 }
@@ -102,7 +103,7 @@ func Watch(cfg Config) (*Watcher, error) {
 		return nil, err
 	}
 	w := &Watcher{cfg: cfg, r: r, wake: wake, done: make(chan struct{}),
-		domains: map[string]bool{}, pending: map[uint64]*event{},
+		domains: map[string]bool{}, alive: map[string]bool{}, pending: map[uint64]*event{},
 		lim: newLimiter(cfg.Window, cfg.MaxKeys)}
 	go w.loop()
 	return w, nil
@@ -164,23 +165,46 @@ func (w *Watcher) drain() bool {
 	}
 }
 
-// final collects the records still on their way: until the kernel's
-// audit queue is empty and the socket drained (bounded), then reports
-// everything pending and every folded count.
+// final collects the records still on their way, then reports
+// everything pending and every folded count. The command has exited, so
+// every record of its denials is queued in the kernel or delivered; the
+// barrier is the kernel's audit queue being empty (AUDIT_GET backlog 0)
+// with the socket drained. When the kernel does not answer, the fallback
+// barrier is the deallocation record of each of the sandbox's domains
+// that denied something: it is logged after its last process is gone,
+// so after all of its access records (it comes tens of milliseconds
+// late: the domain is freed after an RCU grace period). Both are bounded
+// by finalWait.
 func (w *Watcher) final() {
-	deadline := time.Now().Add(300 * time.Millisecond)
-	for w.drain() {
+	deadline := time.Now().Add(finalWait)
+	for w.drain() && time.Now().Before(deadline) {
 		st, err := GetStatus()
-		if err != nil || st.Backlog == 0 || time.Now().After(deadline) {
-			// One more look: kauditd may be between dequeue and send
-			// (microseconds).
-			time.Sleep(200 * time.Microsecond)
-			w.drain()
+		if err != nil {
+			for w.drain() && len(w.alive) > 0 && time.Now().Before(deadline) {
+				w.waitReadable(5 * time.Millisecond)
+			}
 			break
 		}
-		time.Sleep(2 * time.Millisecond)
+		if st.Backlog > 0 {
+			w.waitReadable(2 * time.Millisecond)
+			continue
+		}
+		// One more look: kauditd may be between dequeue and send
+		// (microseconds).
+		time.Sleep(200 * time.Microsecond)
+		w.drain()
+		break
 	}
 	w.tick(w.cfg.Now(), true)
+}
+
+// finalWait bounds how long Stop waits for records still on their way.
+const finalWait = 2 * time.Second
+
+// waitReadable waits until a record arrives or d passes.
+func (w *Watcher) waitReadable(d time.Duration) {
+	fds := []unix.PollFd{{Fd: int32(w.r.fd), Events: unix.POLLIN}}
+	unix.Poll(fds, int(d/time.Millisecond))
 }
 
 // tick reports events whose end record never came, and due folded
@@ -251,7 +275,13 @@ func (w *Watcher) handle(typ uint16, text []byte) {
 					}
 				}
 			}
-			w.domains[id] = w.cfg.Owns(pid)
+			if _, seen := w.domains[id]; !seen {
+				mine := w.cfg.Owns(pid)
+				w.domains[id] = mine
+				if mine {
+					w.alive[id] = true
+				}
+			}
 		case "deallocated":
 			// Every denial of the domain was logged before its last
 			// process left it: report what is pending while the domain
@@ -260,6 +290,7 @@ func (w *Watcher) handle(typ uint16, text []byte) {
 				delete(w.pending, serial)
 				w.finish(ev, w.cfg.Now())
 			}
+			delete(w.alive, id)
 			delete(w.domains, id)
 		}
 	case TypeSyscall, TypeEOE:

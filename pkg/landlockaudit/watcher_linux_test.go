@@ -30,7 +30,7 @@ func offline(t *testing.T, owned ...int) (*Watcher, *[]Denial, *fakeClock) {
 		MaxKeys: 32,
 		Now:     clk.now,
 	}
-	w := &Watcher{cfg: cfg, domains: map[string]bool{}, pending: map[uint64]*event{}, lim: newLimiter(cfg.Window, cfg.MaxKeys)}
+	w := &Watcher{cfg: cfg, domains: map[string]bool{}, alive: map[string]bool{}, pending: map[uint64]*event{}, lim: newLimiter(cfg.Window, cfg.MaxKeys)}
 	return w, &got, clk
 }
 
@@ -62,9 +62,15 @@ func TestWatcherAttributesDomains(t *testing.T) {
 	}
 	// A record without its end, then the domain's deallocation: the
 	// pending denial is reported while the domain is still known.
+	if !w.alive["aa"] || w.alive["bb"] || len(w.alive) != 1 {
+		t.Fatalf("alive domains %v, want only aa (cc's allocation was never seen)", w.alive)
+	}
 	feed(w, 6, "aa", 0, 0, "/etc/lastword")
 	w.handle(TypeLandlockDomain, []byte(`audit(1796137112.300:7): domain=aa status=deallocated denials=3`))
 	feed(w, 8, "aa", 0, 201, "/etc/after") // a forgotten domain is not ours
+	if len(w.alive) != 0 {
+		t.Fatalf("alive domains %v after aa was freed", w.alive)
+	}
 	var paths []string
 	for _, d := range *got {
 		paths = append(paths, d.Path)
