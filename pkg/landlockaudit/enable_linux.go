@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -59,6 +60,9 @@ type coordState struct {
 }
 
 var leaseSeq atomic.Uint64
+
+// lockWait bounds the wait for the host lock.
+const lockWait = 10 * time.Second
 
 // Acquire makes sure audit records flow while the caller's sandbox runs,
 // changing the host's audit settings only when nobody else owns them:
@@ -193,9 +197,18 @@ func lockCoord() (func(), error) {
 	if err != nil {
 		return nil, fmt.Errorf("audit: open %s: %w", p, err)
 	}
-	if err := unix.Flock(fd, unix.LOCK_EX); err != nil {
-		unix.Close(fd)
-		return nil, fmt.Errorf("audit: lock %s: %w", p, err)
+	// Bounded: a supervisor stopped while holding the lock must not stop
+	// every other sandbox from starting (they run without denial events).
+	for deadline := time.Now().Add(lockWait); ; {
+		err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			break
+		}
+		if err != unix.EWOULDBLOCK && err != unix.EINTR || time.Now().After(deadline) {
+			unix.Close(fd)
+			return nil, fmt.Errorf("audit: lock %s: %w", p, err)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 	return func() { unix.Close(fd) }, nil
 }
