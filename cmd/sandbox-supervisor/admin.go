@@ -52,6 +52,19 @@ func openStoreAsRoot(cmd, dir string) (*state.Store, error) {
 	return state.Open(dir)
 }
 
+// parseInterspersed parses flags before, between or after the positional
+// arguments and returns those, with parseFlags's exit codes.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	pos, err := cli.ParseInterspersed(fs, args)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, cli.Quiet(cli.ExitOK)
+		}
+		return nil, cli.Quiet(cli.ExitUsage)
+	}
+	return pos, nil
+}
+
 func parseFlags(fs *flag.FlagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -252,12 +251,9 @@ func deleteCmd(args []string, stdout, stderr io.Writer) error {
 	expect := fs.String("expect-id", "", "delete only if NAME's id is still ID (exit 3 otherwise, nothing changed)")
 	timeout := fs.Duration("timeout", 10*time.Second, "how long the owner may take to stop the sandbox before it is killed")
 	dir := fs.String("state-dir", state.DefaultRoot, "state root")
-	pos, err := cli.ParseInterspersed(fs, args)
+	pos, err := parseInterspersed(fs, args)
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return cli.Quiet(cli.ExitOK)
-		}
-		return cli.Quiet(cli.ExitUsage)
+		return err
 	}
 	if len(pos) != 1 {
 		fs.Usage()

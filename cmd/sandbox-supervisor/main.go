@@ -47,6 +47,8 @@ Commands:
   run --detach [flags] [-- CMD] create the sandbox, start CMD (or keep it up for exec), print NAME ID, return
   exec [flags] NAME -- CMD      run CMD inside the running sandbox NAME with its confinement
   delete [--expect-id ID] NAME  stop and remove a sandbox (exit 3, nothing changed, if its id is not ID)
+  logs [--since DUR] [--follow] [--json] [--denied] NAME
+                                the sandbox's events, newest last; --denied: one DENY line per denial
   spec [run flags] -- CMD       print the OCI config.json run would use, without running
   list [--json]                 list sandboxes in the state directory
   status NAME [--json|--config] show one sandbox's labels, or its configuration as JSON
@@ -86,6 +88,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return execCmd(ctx, args[1:], stdin, stdout, stderr)
 	case "delete":
 		return deleteCmd(args[1:], stdout, stderr)
+	case "logs":
+		return logsCmd(ctx, args[1:], stdout, stderr)
 	case "list":
 		return listCmd(args[1:], stdout, stderr)
 	case "status":

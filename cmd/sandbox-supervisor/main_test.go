@@ -43,7 +43,7 @@ func runCLI(t *testing.T, args ...string) (string, string, error) {
 }
 
 func TestHelpHasExamples(t *testing.T) {
-	for _, args := range [][]string{{"--help"}, {"run", "--help"}, {"list", "--help"}, {"status", "--help"}, {"gc", "--help"}, {"preflight", "--help"}, {"exec", "--help"}, {"delete", "--help"}} {
+	for _, args := range [][]string{{"--help"}, {"run", "--help"}, {"list", "--help"}, {"status", "--help"}, {"gc", "--help"}, {"preflight", "--help"}, {"exec", "--help"}, {"delete", "--help"}, {"logs", "--help"}} {
 		out, errs, err := runCLI(t, args...)
 		if cli.Code(err) != 0 {
 			t.Errorf("%v: exit %d", args, cli.Code(err))
@@ -79,6 +79,8 @@ func TestUsageErrors(t *testing.T) {
 		{"exec", "--workdir", "rel", "sbx-1", "--", "true"},
 		{"delete"},
 		{"delete", "a", "b"},
+		{"logs"},
+		{"logs", "--since", "-1m", "x"},
 	} {
 		_, errs, err := runCLI(t, args...)
 		if cli.Code(err) != cli.ExitUsage {

@@ -373,6 +373,9 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		Probe: probe, Events: events, Logger: logger, Network: network, Prestarted: pre, Signals: sigs,
 		Stdin: stdin, Stdout: stdout, Stderr: stderr,
 	}
+	if _, isFD := ocsf.FDDest(f.events); f.events != "" && f.events != "-" && !isFD {
+		opts.EventsFile, _ = filepath.Abs(f.events)
+	}
 	var res sandbox.Result
 	if own != nil {
 		// A detached sandbox keeps its final state until delete.

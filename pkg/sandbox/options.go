@@ -33,6 +33,9 @@ type Options struct {
 	// (as with Keep, but gc collects it once its owner is gone), until
 	// delete or gc removes it.
 	Detached bool
+	// EventsFile, recorded in the labels for `logs`, is the file the
+	// events go to ("" when they go elsewhere).
+	EventsFile string
 	// Env is the command's complete environment (see BuildEnv). Variables
 	// returned by the NetworkAttacher are added on top.
 	Env       []string

@@ -5,6 +5,7 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"io"
 
 	"github.com/palisade-sandbox/palisade/pkg/feature"
 	"github.com/palisade-sandbox/palisade/pkg/state"
@@ -68,3 +69,18 @@ func (s *Sandbox) Wait(ctx context.Context) (Result, error) {
 
 // Destroy does nothing on this platform.
 func (s *Sandbox) Destroy() {}
+
+// ExecOptions describe one exec (unused on this platform).
+type ExecOptions struct {
+	StateRoot, Name, Workdir string
+	Args, Env                []string
+	TTY, NoLoginShell        bool
+	Signals                  *Signals
+	Stdin                    io.Reader
+	Stdout, Stderr           io.Writer
+}
+
+// Exec is not supported on this platform.
+func Exec(ctx context.Context, o ExecOptions) (Result, error) {
+	return Result{ExitCode: ExitSandboxFailed}, fmt.Errorf("sandbox: %w", feature.ErrNotSupported)
+}

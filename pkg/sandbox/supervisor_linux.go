@@ -634,7 +634,7 @@ func createStateAndCgroup(store *state.Store, o Options, lim cgroup.Limits) (sta
 // newLabels are the labels a sandbox's state starts with.
 func newLabels(o Options) state.Labels {
 	return state.Labels{
-		Kind: o.Kind, Keep: o.Keep, AgentID: o.AgentID,
+		Kind: o.Kind, Keep: o.Keep, AgentID: o.AgentID, EventsFile: o.EventsFile,
 		PolicySHA256: o.Policy.SHA256, PolicySource: o.Policy.Source,
 	}
 }

@@ -95,6 +95,9 @@ type Labels struct {
 	AgentID          string    `json:"agent_id,omitempty"`
 	PolicySHA256     string    `json:"policy_sha256,omitempty"`
 	PolicySource     string    `json:"policy_source,omitempty"`
+	// EventsFile is where the sandbox's OCSF events are appended (for
+	// `logs`), when they go to a file.
+	EventsFile string `json:"events_file,omitempty"`
 
 	Status         Status    `json:"status,omitempty"`
 	InitPID        int       `json:"init_pid,omitempty"`
