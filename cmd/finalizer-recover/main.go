@@ -41,11 +41,20 @@ Without inspect, the same plan is checked against the request: the evidence
 id must match, every new path must be approved exactly, and --stalled must
 be given exactly when the finalizer was interrupted. Without --execute this
 is a dry run. With --execute it commits the pending work with provenance
-trailers (in a temporary index and worktree; the preserved checkout is not
-changed), rebases onto the canonical branch, reruns the contract and
-verification commands from the evidence, pushes with
+trailers (in a private mirror; the preserved checkout is not changed),
+fetches the canonical branch from the evidence's remote_url itself,
+rebases onto it, reruns the contract and verification commands from the
+evidence, pushes to remote_url with
 --force-with-lease=refs/heads/BRANCH:<fetched sha>, and writes the recovery
 record (default WORKSPACE/finalizer-recovery.json).
+
+Everything in WORKSPACE is the agent's and the tool usually runs as root:
+git never runs in the workspace's .git (a private mirror holds copies of
+its objects, index and HEAD), files are read without following symlinks
+or blocking, and a symlink, FIFO, socket, device, hard link, commondir,
+alternates or worktrees/ under .git (or in the working tree) is refused,
+naming the path, before any git command runs. SIGTERM or SIGINT stops the
+tool at any point.
 
 The gate commands are repository code the agent wrote. They run in a
 throwaway clone of the rebased commit, given to the sandbox user, inside
