@@ -683,3 +683,27 @@ func TestSignalsStopTheTool(t *testing.T) {
 		})
 	}
 }
+
+// TestAttackIndexPathOutside: the agent rewrites its .git/index so that
+// an entry is named ../../outside/secret.txt. Git trusts index paths on
+// read: status would hash that root-only file and add would commit it.
+// The index is refused before git looks at the working tree.
+func TestAttackIndexPathOutside(t *testing.T) {
+	a := newAttack(t)
+	a.plant(t, `cd repo
+name=aaaaaaaaaaaaaaaaaaaaaaaa
+touch $name && git add $name && rm $name
+perl -MDigest::SHA=sha1 -e '
+  open(my $f, "<:raw", ".git/index") or die; local $/; my $d = <$f>; close $f;
+  my $i = index($d, "aaaaaaaaaaaaaaaaaaaaaaaa"); die "no entry" if $i < 0;
+  substr($d, $i, 24) = "../../outside/secret.txt";
+  $d = substr($d, 0, -20); $d .= sha1($d);
+  open(my $o, ">:raw", ".git/index") or die; print $o $d; close $o;'
+git ls-files | grep -qx ../../outside/secret.txt
+`)
+	for _, args := range [][]string{{"inspect", a.f.ws}, a.recoverArgs()} {
+		r := a.run(t, 2*time.Minute, args...)
+		a.refusedNaming(t, r, "lists paths outside the working tree or inside a .git (git would read them as root): ../../outside/secret.txt")
+	}
+	a.checkOutside(t, false)
+}

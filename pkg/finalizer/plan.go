@@ -242,9 +242,15 @@ func inspect(ctx context.Context, workspace string, opts Options, w *wsHandles) 
 
 	// Submodules would make status and add consult other repositories and
 	// their configuration; recovery does not handle them.
-	if subs, err := gitlinks(ctx, g.withEnv("GIT_INDEX_FILE="+m.index)); err != nil {
-		return nil, m, fmt.Errorf("reading the preserved index: %w", err)
-	} else if len(subs) > 0 {
+	subs, bad, err := checkIndex(ctx, g.withEnv("GIT_INDEX_FILE="+m.index))
+	if err != nil {
+		return nil, m, fmt.Errorf("reading the preserved index %s: %w", quotePath(w.git.join("index")), err)
+	}
+	if len(bad) > 0 {
+		p.refuse("the preserved index %s lists paths outside the working tree or inside a .git (git would read them as root): %s", quotePath(w.git.join("index")), quotePaths(bad))
+		return finish(p, opts), m, nil
+	}
+	if len(subs) > 0 {
 		p.refuse("the repository has submodules (%s); recover it by hand", quotePaths(subs))
 		return finish(p, opts), m, nil
 	}
@@ -258,6 +264,8 @@ func inspect(ctx context.Context, workspace string, opts Options, w *wsHandles) 
 	}
 	for _, e := range entries {
 		switch {
+		case unsafeRepoPath(e.path):
+			p.refuse("git status lists %s, a path outside the working tree or inside a .git", quotePath(e.path))
 		case e.x == '?' && e.y == '?':
 			p.NewFiles = append(p.NewFiles, e.path)
 		case e.x == 'U' || e.y == 'U' || (e.x == 'A' && e.y == 'A') || (e.x == 'D' && e.y == 'D'):
@@ -374,20 +382,42 @@ func wrapperStatus(ctx context.Context, g *gitRunner, modified []string) (wrappe
 	return ws, nil
 }
 
-// gitlinks lists the index entries that are submodules (mode 160000).
-func gitlinks(ctx context.Context, g *gitRunner) ([]string, error) {
+// checkIndex lists the preserved index's submodules (mode 160000) and the
+// paths in it that git should never hold: the agent wrote the index, and
+// an entry such as ../../etc/shadow would make git status and add read a
+// file outside the working tree as root.
+func checkIndex(ctx context.Context, g *gitRunner) (subs, bad []string, err error) {
 	out, err := g.run(ctx, nil, "ls-files", "--stage", "-z")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var subs []string
 	for _, rec := range strings.Split(string(out), "\x00") {
-		if strings.HasPrefix(rec, "160000 ") {
-			_, name, _ := strings.Cut(rec, "\t")
+		if rec == "" {
+			continue
+		}
+		meta, name, _ := strings.Cut(rec, "\t")
+		if unsafeRepoPath(name) {
+			bad = append(bad, name)
+		}
+		if strings.HasPrefix(meta, "160000 ") {
 			subs = append(subs, name)
 		}
 	}
-	return subs, nil
+	return subs, bad, nil
+}
+
+// unsafeRepoPath reports whether p is not a plain path inside the working
+// tree: empty, absolute, with an empty, ".", ".." or ".git" component.
+func unsafeRepoPath(p string) bool {
+	if p == "" || strings.HasPrefix(p, "/") || strings.IndexByte(p, 0) >= 0 {
+		return true
+	}
+	for _, c := range strings.Split(p, "/") {
+		if c == "" || c == "." || c == ".." || strings.EqualFold(c, ".git") {
+			return true
+		}
+	}
+	return false
 }
 
 // cleanApproval validates one --approve-new-file path.

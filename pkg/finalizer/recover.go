@@ -306,6 +306,9 @@ func commitPending(ctx context.Context, m *mirror, plan *Plan) (string, error) {
 	var added, changed []string
 	f := strings.Split(strings.TrimSuffix(string(out), "\x00"), "\x00")
 	for i := 0; i+1 < len(f); i += 2 {
+		if unsafeRepoPath(f[i+1]) {
+			return "", fmt.Errorf("the recovery commit would hold %s, a path outside the working tree or inside a .git", quotePath(f[i+1]))
+		}
 		if f[i] == "A" {
 			added = append(added, f[i+1])
 		} else {
