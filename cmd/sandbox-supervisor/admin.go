@@ -65,6 +65,22 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	return pos, nil
 }
 
+// parseName parses cmd's flags around exactly one sandbox NAME.
+func parseName(fs *flag.FlagSet, cmd string, args []string) (string, error) {
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return "", err
+	}
+	if len(pos) != 1 {
+		fs.Usage()
+		return "", cli.Usagef("%s: want exactly one sandbox NAME", cmd)
+	}
+	if err := state.ValidateName(pos[0]); err != nil {
+		return "", cli.Usagef("%s: %v", cmd, err)
+	}
+	return pos[0], nil
+}
+
 func parseFlags(fs *flag.FlagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

@@ -7,12 +7,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"syscall"
 	"time"
 
+	"github.com/palisade-sandbox/palisade/pkg/attach"
 	"github.com/palisade-sandbox/palisade/pkg/cli"
 	"github.com/palisade-sandbox/palisade/pkg/sandbox"
 	"github.com/palisade-sandbox/palisade/pkg/state"
@@ -126,25 +129,148 @@ func detach(args []string, asJSON bool, stdout io.Writer) error {
 // sandbox, reports its name and id, then waits for the main command (or
 // a delete) and tears the sandbox down, its final state kept in the state
 // directory.
-func runOwned(ctx context.Context, o sandbox.Options, own *owner) (sandbox.Result, error) {
+func runOwned(ctx context.Context, o sandbox.Options, own *owner, main *mainSession) (sandbox.Result, error) {
 	s, err := sandbox.Create(ctx, o)
 	defer s.Destroy()
-	if err == nil {
-		err = s.Start(ctx)
+	// The init holds the main process's stdio now.
+	main.started()
+	failed := func(err error) (sandbox.Result, error) {
+		return sandbox.Result{Name: s.Name(), ExitCode: sandbox.ExitSandboxFailed}, err
 	}
 	if err != nil {
-		return sandbox.Result{Name: s.Name(), ExitCode: sandbox.ExitSandboxFailed}, err
+		return failed(err)
 	}
 	store, err := state.Open(o.StateRoot)
 	if err != nil {
-		return sandbox.Result{Name: s.Name(), ExitCode: sandbox.ExitSandboxFailed}, err
+		return failed(err)
+	}
+	dir, err := store.Dir(s.Name())
+	if err != nil {
+		return failed(err)
+	}
+	if err := main.serve(filepath.Join(dir, attachSocket)); err != nil {
+		return failed(fmt.Errorf("attach socket: %w", err))
+	}
+	if err := s.Start(ctx); err != nil {
+		return failed(err)
 	}
 	l, err := store.Get(s.Name())
 	if err != nil {
-		return sandbox.Result{Name: s.Name(), ExitCode: sandbox.ExitSandboxFailed}, err
+		return failed(err)
 	}
 	own.report(ownerReport{Name: l.Name, ID: l.ID})
-	return s.Wait(ctx)
+	res, err := s.Wait(ctx)
+	// Attached clients get the output to its end before the teardown.
+	main.drain(2 * time.Second)
+	return res, err
+}
+
+// attachSocket is the name, in a detached sandbox's state directory, of
+// the root-only socket `attach` connects to.
+const attachSocket = "attach.sock"
+
+// mainSession is a detached sandbox's main process stdio: a pipe for its
+// stdin and one for its stdout and stderr, kept by the owner's attach
+// multiplexer (1 MiB replay buffer, one stdin lease).
+type mainSession struct {
+	inR, inW, outR, outW *os.File
+	mux                  *attach.Mux
+	ln                   net.Listener
+	copied               chan struct{}
+}
+
+func newMainSession() (*mainSession, error) {
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		inR.Close()
+		inW.Close()
+		return nil, err
+	}
+	m := &mainSession{inR: inR, inW: inW, outR: outR, outW: outW, mux: attach.New(inW), copied: make(chan struct{})}
+	go func() {
+		defer close(m.copied)
+		m.mux.Copy(outR)
+	}()
+	return m, nil
+}
+
+// started closes this process's copies of the ends the init now holds,
+// so the output ends when the sandbox's processes do.
+func (m *mainSession) started() {
+	m.inR.Close()
+	m.outW.Close()
+}
+
+func (m *mainSession) serve(path string) error {
+	ln, err := attach.Listen(path)
+	if err != nil {
+		return err
+	}
+	m.ln = ln
+	go m.mux.Serve(ln)
+	return nil
+}
+
+// drain waits, up to d, for the output to end.
+func (m *mainSession) drain(d time.Duration) {
+	select {
+	case <-m.copied:
+	case <-time.After(d):
+	}
+}
+
+func (m *mainSession) close() {
+	if m.ln != nil {
+		m.ln.Close()
+	}
+	m.inR.Close()
+	m.outW.Close()
+	m.inW.Close()
+	m.outR.Close()
+}
+
+const attachUsage = `usage: sandbox-supervisor attach [--state-dir DIR] NAME
+
+Attaches to the main process of the detached sandbox NAME: prints the
+output it kept (up to the last 1 MiB, stdout and stderr together), then
+the live output, until the main process ends. Input is passed to the main
+process's stdin while this client holds the stdin lease: one client at a
+time, the first to attach; the lease passes on when its holder leaves, and
+the stdin stays open across disconnects. Interrupt to detach.
+
+Examples:
+  sudo sandbox-supervisor run --detach --name srv -- python3 -m http.server
+  sudo sandbox-supervisor attach srv
+
+Flags:
+`
+
+func attachCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	fs := newFlagSet("attach", attachUsage, stderr)
+	dir := fs.String("state-dir", state.DefaultRoot, "state root")
+	name, err := parseName(fs, "attach", args)
+	if err != nil {
+		return err
+	}
+	store, err := openStoreAsRoot("attach", *dir)
+	if err != nil {
+		return err
+	}
+	sdir, err := store.Dir(name)
+	if err != nil {
+		return cli.Failf("attach: %v", err)
+	}
+	if _, err := store.Get(name); err != nil {
+		return cli.Failf("attach: %v", err)
+	}
+	if err := attach.Attach(filepath.Join(sdir, attachSocket), stdin, stdout); err != nil {
+		return cli.Failf("attach: sandbox %s has no main session to attach to (not detached, or its main process ended): %v", name, err)
+	}
+	return nil
 }
 
 const execUsage = `usage: sandbox-supervisor exec [--tty] [--no-login-shell] [--env K=V]... [--workdir DIR] NAME -- CMD [ARG...]
@@ -251,17 +377,9 @@ func deleteCmd(args []string, stdout, stderr io.Writer) error {
 	expect := fs.String("expect-id", "", "delete only if NAME's id is still ID (exit 3 otherwise, nothing changed)")
 	timeout := fs.Duration("timeout", 10*time.Second, "how long the owner may take to stop the sandbox before it is killed")
 	dir := fs.String("state-dir", state.DefaultRoot, "state root")
-	pos, err := parseInterspersed(fs, args)
+	name, err := parseName(fs, "delete", args)
 	if err != nil {
 		return err
-	}
-	if len(pos) != 1 {
-		fs.Usage()
-		return cli.Usagef("delete: want exactly one sandbox NAME")
-	}
-	name := pos[0]
-	if err := state.ValidateName(name); err != nil {
-		return cli.Usagef("delete: %v", err)
 	}
 	if *timeout <= 0 {
 		return cli.Usagef("--timeout %v: must be positive", *timeout)

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"io"
 	"io/fs"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -298,4 +300,70 @@ func TestDetachedFinalState(t *testing.T) {
 			t.Errorf("%s: exec socket left after the sandbox ended", c.script)
 		}
 	}
+}
+
+// readUntil reads from c until the bytes read end with suffix, or fails
+// after d.
+func readUntil(t *testing.T, c net.Conn, suffix string, d time.Duration) []byte {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(d))
+	var b []byte
+	buf := make([]byte, 64<<10)
+	for !bytes.HasSuffix(b, []byte(suffix)) {
+		n, err := c.Read(buf)
+		b = append(b, buf[:n]...)
+		if err != nil {
+			t.Fatalf("read %d bytes, then %v; want them to end with %q", len(b), err, suffix)
+		}
+	}
+	return b
+}
+
+// attach replays the last 1 MiB of a detached sandbox's output to each
+// client, then the live output; one client at a time holds the stdin
+// lease (the others' input is dropped), and it passes on when its
+// holder leaves while the main process's stdin stays open.
+func TestAttachReplayAndStdinLease(t *testing.T) {
+	bin, wd, st := lifecycleSetup(t)
+	name, _ := detached(t, bin, st, wd, "--", "sh", "-c",
+		`head -c 1500000 /dev/zero | tr '\0' a; echo; echo ready; read x; echo got-$x; read y; echo got-$y; sleep 5`)
+	sock := filepath.Join(st, name, "attach.sock")
+	dial := func() net.Conn {
+		c, err := net.Dial("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	// Wait until the whole output is there, then attach twice.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c := dial()
+		b := readUntil(t, c, "\n", 10*time.Second)
+		c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+		rest, _ := io.ReadAll(c)
+		c.Close()
+		if bytes.HasSuffix(append(b, rest...), []byte("ready\n")) || time.Now().After(deadline) {
+			break
+		}
+	}
+	a := dial()
+	replay := readUntil(t, a, "ready\n", 10*time.Second)
+	if len(replay) != 1<<20 {
+		t.Errorf("replay of %d bytes, want the last 1 MiB (%d)", len(replay), 1<<20)
+	}
+	b := dial()
+	readUntil(t, b, "ready\n", 10*time.Second)
+	// b does not hold the lease: its line is dropped; a's goes through.
+	b.Write([]byte("from-b\n"))
+	time.Sleep(100 * time.Millisecond)
+	a.Write([]byte("from-a\n"))
+	readUntil(t, b, "got-from-a\n", 10*time.Second)
+	readUntil(t, a, "got-from-a\n", 10*time.Second)
+	// a leaves; the lease passes to b, and stdin is still open.
+	a.Close()
+	time.Sleep(100 * time.Millisecond)
+	b.Write([]byte("second\n"))
+	readUntil(t, b, "got-second\n", 10*time.Second)
 }

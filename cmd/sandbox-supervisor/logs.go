@@ -42,17 +42,9 @@ func logsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	asJSON := fs.Bool("json", false, "print the events as JSON lines")
 	denied := fs.Bool("denied", false, "only denials (network, HTTP, filesystem), one human line each")
 	dir := fs.String("state-dir", state.DefaultRoot, "state root")
-	pos, err := parseInterspersed(fs, args)
+	name, err := parseName(fs, "logs", args)
 	if err != nil {
 		return err
-	}
-	if len(pos) != 1 {
-		fs.Usage()
-		return cli.Usagef("logs: want exactly one sandbox NAME")
-	}
-	name := pos[0]
-	if err := state.ValidateName(name); err != nil {
-		return cli.Usagef("logs: %v", err)
 	}
 	if *since < 0 {
 		return cli.Usagef("--since %v: must not be negative", *since)

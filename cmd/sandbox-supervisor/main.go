@@ -47,6 +47,7 @@ Commands:
   run --detach [flags] [-- CMD] create the sandbox, start CMD (or keep it up for exec), print NAME ID, return
   exec [flags] NAME -- CMD      run CMD inside the running sandbox NAME with its confinement
   delete [--expect-id ID] NAME  stop and remove a sandbox (exit 3, nothing changed, if its id is not ID)
+  attach NAME                   follow a detached sandbox's main process: replay (1 MiB), output, stdin lease
   logs [--since DUR] [--follow] [--json] [--denied] NAME
                                 the sandbox's events, newest last; --denied: one DENY line per denial
   spec [run flags] -- CMD       print the OCI config.json run would use, without running
@@ -88,6 +89,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return execCmd(ctx, args[1:], stdin, stdout, stderr)
 	case "delete":
 		return deleteCmd(args[1:], stdout, stderr)
+	case "attach":
+		return attachCmd(args[1:], stdin, stdout, stderr)
 	case "logs":
 		return logsCmd(ctx, args[1:], stdout, stderr)
 	case "list":

@@ -43,7 +43,7 @@ func runCLI(t *testing.T, args ...string) (string, string, error) {
 }
 
 func TestHelpHasExamples(t *testing.T) {
-	for _, args := range [][]string{{"--help"}, {"run", "--help"}, {"list", "--help"}, {"status", "--help"}, {"gc", "--help"}, {"preflight", "--help"}, {"exec", "--help"}, {"delete", "--help"}, {"logs", "--help"}} {
+	for _, args := range [][]string{{"--help"}, {"run", "--help"}, {"list", "--help"}, {"status", "--help"}, {"gc", "--help"}, {"preflight", "--help"}, {"exec", "--help"}, {"delete", "--help"}, {"logs", "--help"}, {"attach", "--help"}} {
 		out, errs, err := runCLI(t, args...)
 		if cli.Code(err) != 0 {
 			t.Errorf("%v: exit %d", args, cli.Code(err))
@@ -80,6 +80,7 @@ func TestUsageErrors(t *testing.T) {
 		{"delete"},
 		{"delete", "a", "b"},
 		{"logs"},
+		{"attach"},
 		{"logs", "--since", "-1m", "x"},
 	} {
 		_, errs, err := runCLI(t, args...)

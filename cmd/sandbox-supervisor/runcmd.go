@@ -233,6 +233,18 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if f.detach && !specOnly && own == nil {
 		return detach(args, f.json, stdout)
 	}
+	// The sandbox's stdio: the caller's, or for a detached sandbox's
+	// owner the pipes its attach multiplexer holds.
+	var sbIn io.Reader = stdin
+	var sbOut, sbErr io.Writer = stdout, stderr
+	var main *mainSession
+	if own != nil {
+		if main, err = newMainSession(); err != nil {
+			return cli.WithCode(sandbox.ExitSandboxFailed, fmt.Errorf("sandbox not created: %w", err))
+		}
+		defer main.close()
+		sbIn, sbOut, sbErr = main.inR, main.outW, main.outW
+	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
 		return cli.Usagef("--log-level %q: want debug, info, warn or error", f.logLevel)
@@ -276,7 +288,7 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		mem, _ := parseSize(f.memory)
 		pre = sandbox.Prestart(sandbox.PrestartOptions{
 			Name: f.name, StateRoot: f.stateDir, Profile: f.profile, PidsLimit: f.pids, Memory: mem, CPUs: f.cpus,
-			TTY: f.tty, Stdin: stdin, Stdout: stdout, Stderr: stderr,
+			TTY: f.tty, Stdin: sbIn, Stdout: sbOut, Stderr: sbErr,
 		})
 		defer pre.Abort()
 	}
@@ -371,7 +383,7 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		Profile: f.profile, PidsLimit: f.pids, Memory: mem, CPUs: f.cpus,
 		AllowDegraded: f.allowDegraded, Required: cli.Truthy(os.Getenv("MAC_OPENSHELL_REQUIRED")),
 		Probe: probe, Events: events, Logger: logger, Network: network, Prestarted: pre, Signals: sigs,
-		Stdin: stdin, Stdout: stdout, Stderr: stderr,
+		Stdin: sbIn, Stdout: sbOut, Stderr: sbErr,
 	}
 	if _, isFD := ocsf.FDDest(f.events); f.events != "" && f.events != "-" && !isFD {
 		opts.EventsFile, _ = filepath.Abs(f.events)
@@ -380,7 +392,7 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if own != nil {
 		// A detached sandbox keeps its final state until delete.
 		opts.KeepAlive = len(cmdArgs) == 0
-		res, err = runOwned(ctx, opts, own)
+		res, err = runOwned(ctx, opts, own, main)
 	} else {
 		res, err = sandbox.Run(ctx, opts)
 	}
