@@ -34,8 +34,10 @@ func (s *testSandbox) sleepers(n int) {
 // covers every process (a socket held by several must be seen), so the
 // owner's position does not change the cost. p50/p99 are per-lookup
 // latencies in microseconds, cpu-us/op the CPU time (user and system) one
-// lookup costs. Each size runs with the sock_diag fast path and with the
-// /proc/<pid>/net/tcp tables only.
+// lookup costs. Each size runs with the sock_diag fast path, with the
+// /proc/<pid>/net/tcp tables only, and with the eBPF backend (a client
+// connected after its programs were attached, answered from its record:
+// the fast path).
 //
 //	go test -run '^$' -bench ProcLookup -benchtime 200x ./pkg/attribution/
 func BenchmarkProcLookup(b *testing.B) {
@@ -43,13 +45,11 @@ func BenchmarkProcLookup(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, n := range []int{0, 500, 5000} {
+	for _, n := range []int{70, 500, 5000} {
 		b.Run(fmt.Sprintf("procs=%d", n), func(b *testing.B) {
 			s := newTestSandbox(b, int64(n)+64)
 			start := time.Now()
-			if n > 0 {
-				s.sleepers(n)
-			}
+			s.sleepers(n)
 			b.Logf("started %d sleepers in %v", n, time.Since(start).Round(time.Millisecond))
 			c := s.spawn(self, "client", "4")
 			for _, mode := range []struct {
@@ -57,17 +57,21 @@ func BenchmarkProcLookup(b *testing.B) {
 				noSockDiag bool
 			}{{"sock_diag", false}, {"proc_tables", true}} {
 				b.Run(mode.name, func(b *testing.B) {
-					benchLookup(b, s, c, self, mode.noSockDiag)
+					benchLookup(b, s.orderedBackend(b, c, mode.noSockDiag), c, self, "")
 				})
 			}
+			b.Run("bpf", func(b *testing.B) {
+				be := s.bpfBackend(b)
+				bc := s.spawn(self, "client", "4")
+				benchLookup(b, be, bc, self, BackendBPFFast)
+			})
 		})
 	}
 }
 
-// benchLookup measures Lookup of c's connection, with the owner listed
-// last by Procs.
-func benchLookup(b *testing.B, s *testSandbox, c *client, self string, noSockDiag bool) {
-	be := s.backend(b, func(cfg *ProcConfig) {
+// orderedBackend is a /proc backend whose Procs lists c's owner last.
+func (s *testSandbox) orderedBackend(b *testing.B, c *client, noSockDiag bool) *ProcBackend {
+	return s.backend(b, func(cfg *ProcConfig) {
 		cfg.NoSockDiag = noSockDiag
 		cfg.Procs = func() ([]int, error) {
 			pids, err := s.cg.Procs()
@@ -77,6 +81,11 @@ func benchLookup(b *testing.B, s *testSandbox, c *client, self string, noSockDia
 			return pids, err
 		}
 	})
+}
+
+// benchLookup measures Lookup of c's connection through be; wantBackend,
+// when set, is the Identity.Backend every answer must name.
+func benchLookup(b *testing.B, be Backend, c *client, self, wantBackend string) {
 	ctx := context.Background()
 	cold := time.Now()
 	if _, err := be.Lookup(ctx, c.client, c.proxy); err != nil {
@@ -90,7 +99,7 @@ func benchLookup(b *testing.B, s *testSandbox, c *client, self string, noSockDia
 		t0 := time.Now()
 		id, err := be.Lookup(ctx, c.client, c.proxy)
 		lat = append(lat, time.Since(t0))
-		if err != nil || id.PID != c.pid {
+		if err != nil || id.PID != c.pid || (wantBackend != "" && id.Backend != wantBackend) {
 			b.Fatalf("lookup: %+v, %v", id, err)
 		}
 	}
@@ -100,11 +109,14 @@ func benchLookup(b *testing.B, s *testSandbox, c *client, self string, noSockDia
 	pct := func(p float64) float64 {
 		return float64(lat[int(p*float64(len(lat)-1))].Microseconds())
 	}
-	st := be.Stats()
-	if noSockDiag != (st.SockDiag == 0) {
-		b.Fatalf("NoSockDiag=%v but stats %+v", noSockDiag, st)
+	if pb, ok := be.(*ProcBackend); ok {
+		st := pb.Stats()
+		noSockDiag := pb.cfg.NoSockDiag
+		if noSockDiag != (st.SockDiag == 0) {
+			b.Fatalf("NoSockDiag=%v but stats %+v", noSockDiag, st)
+		}
+		b.ReportMetric(float64(st.Scanned)/float64(st.Lookups), "procs/op")
 	}
-	b.ReportMetric(float64(st.Scanned)/float64(st.Lookups), "procs/op")
 	b.ReportMetric(pct(0.5), "p50-us")
 	b.ReportMetric(pct(0.99), "p99-us")
 	// CPU time (user+system, all threads) per lookup: less sensitive than

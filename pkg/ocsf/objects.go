@@ -99,6 +99,8 @@ type Actor struct {
 // NetworkEndpoint is the OCSF network_endpoint object (src_endpoint,
 // dst_endpoint).
 type NetworkEndpoint struct {
+	// Domain is a DNS query's name (policy DNS events).
+	Domain   string `json:"domain,omitempty"`
 	Hostname string `json:"hostname,omitempty"`
 	IP       string `json:"ip,omitempty"`
 	Port     int    `json:"port,omitempty"`

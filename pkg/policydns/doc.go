@@ -1,0 +1,29 @@
+// Package policydns is a sandbox's policy DNS: the resolver the sandbox's
+// /etc/resolv.conf points at, on the host side of its veth. It answers
+// only names that are eligible through `protocol: tcp` endpoints of the
+// policy in force, and answers them with synthetic IPv4 addresses from
+// 198.18.0.0/15 (RFC 2544's benchmarking range, never routed) that the
+// transparent TCP listener maps back to the validated real addresses.
+// Every other name is refused locally and never forwarded: a denied
+// lookup cannot carry data out in its labels, and the real addresses are
+// resolved by the proxy (through the SSRF guard), never by the sandbox.
+//
+// A Table holds the mappings of one sandbox for one boot epoch: each
+// start of the proxy draws a random epoch and a random starting offset in
+// the range, so an address learnt before a restart maps to nothing after
+// it. At most MaxMappings are live; a mapping lives for its TTL (1 to 30
+// seconds) and is then refused as expired, so a client must ask again
+// (and the policy is applied again). A mapping is only good for the
+// ports its name was eligible on.
+//
+// Limits (seed 004): an exchange is answered within ExchangeTimeout,
+// messages are at most MaxMessage bytes, at most MaxAddrs real addresses
+// are kept per name, CNAME chains are followed by the proxy's resolver
+// (at most MaxCNAMEHops, enforced by Go's resolver's own bound of 10 and
+// the hosts file having none), and at most MaxConcurrent queries are in
+// flight; more are answered SERVFAIL at once. AAAA queries for an
+// eligible name get NOERROR with no data (the synthetic range is IPv4
+// only; IPv6 stays fenced), other types likewise.
+//
+// DNS messages are parsed by github.com/miekg/dns, never by hand.
+package policydns

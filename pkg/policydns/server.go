@@ -1,0 +1,205 @@
+package policydns
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/palisade-sandbox/palisade/pkg/ocsf"
+)
+
+// Eligibility says whether name may be resolved: the ports of the
+// `protocol: tcp` endpoints naming it exactly in the policy generation
+// gen. ok false: refused.
+type Eligibility func(name string) (ports []int, gen int64, ok bool)
+
+// Resolver resolves an eligible name to real addresses that already
+// passed the SSRF guard (for example ssrf.Dialer.Resolve).
+type Resolver func(ctx context.Context, name string) ([]netip.Addr, error)
+
+// Config configures a Server.
+type Config struct {
+	Table    *Table
+	Eligible Eligibility
+	Resolve  Resolver
+	// Source and Events receive one Network Activity (4001) event per
+	// query answered or refused. Events nil: none.
+	Source *ocsf.Source
+	Events ocsf.Emitter
+}
+
+// Server answers DNS queries from the sandbox. It implements dns.Handler.
+type Server struct {
+	cfg Config
+	sem chan struct{}
+}
+
+// NewServer checks cfg. Errors name the missing field.
+func NewServer(cfg Config) (*Server, error) {
+	switch {
+	case cfg.Table == nil:
+		return nil, errors.New("policydns: Config.Table: required")
+	case cfg.Eligible == nil:
+		return nil, errors.New("policydns: Config.Eligible: required")
+	case cfg.Resolve == nil:
+		return nil, errors.New("policydns: Config.Resolve: required")
+	case cfg.Events != nil && cfg.Source == nil:
+		return nil, errors.New("policydns: Config.Source: required with Events")
+	}
+	return &Server{cfg: cfg, sem: make(chan struct{}, MaxConcurrent)}, nil
+}
+
+// Serve answers on pc (UDP) and ln (TCP) until ctx ends; either may be
+// nil. It returns the first serving error.
+func (s *Server) Serve(ctx context.Context, pc net.PacketConn, ln net.Listener) error {
+	var servers []*dns.Server
+	if pc != nil {
+		servers = append(servers, &dns.Server{PacketConn: pc, Handler: s, UDPSize: MaxMessage,
+			ReadTimeout: ExchangeTimeout, WriteTimeout: ExchangeTimeout})
+	}
+	if ln != nil {
+		servers = append(servers, &dns.Server{Listener: ln, Handler: s, ReadTimeout: ExchangeTimeout,
+			WriteTimeout: ExchangeTimeout, IdleTimeout: func() time.Duration { return ExchangeTimeout }})
+	}
+	errc := make(chan error, len(servers))
+	for _, srv := range servers {
+		go func() { errc <- srv.ActivateAndServe() }()
+	}
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	for _, srv := range servers {
+		srv.Shutdown()
+	}
+	return err
+}
+
+// Answer describes one query's outcome (the event's fields).
+type Answer struct {
+	Name    string
+	Type    string
+	Rcode   string
+	Reason  string
+	Mapping *Mapping
+}
+
+// ServeDNS implements dns.Handler.
+func (s *Server) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
+	resp, ans := s.answer(req)
+	if resp == nil {
+		return
+	}
+	w.WriteMsg(resp)
+	s.emit(w.RemoteAddr(), w.LocalAddr(), ans)
+}
+
+// answer builds the response to req; nil for a message that is not a
+// query at all (dropped).
+func (s *Server) answer(req *dns.Msg) (*dns.Msg, Answer) {
+	if req.Response {
+		return nil, Answer{}
+	}
+	resp := new(dns.Msg)
+	resp.SetReply(req)
+	resp.RecursionAvailable = false
+	ans := Answer{}
+	refuse := func(rcode int, reason string) (*dns.Msg, Answer) {
+		resp.Rcode = rcode
+		resp.Answer = nil
+		ans.Rcode, ans.Reason = dns.RcodeToString[rcode], reason
+		return resp, ans
+	}
+	if req.Opcode != dns.OpcodeQuery || len(req.Question) != 1 {
+		return refuse(dns.RcodeFormatError, "not_one_query")
+	}
+	q := req.Question[0]
+	ans.Name = strings.ToLower(strings.TrimSuffix(q.Name, "."))
+	ans.Type = dns.TypeToString[q.Qtype]
+	if req.Len() > MaxMessage {
+		return refuse(dns.RcodeFormatError, "message_too_large")
+	}
+	if q.Qclass != dns.ClassINET {
+		return refuse(dns.RcodeRefused, "class_not_in")
+	}
+	ports, gen, ok := s.cfg.Eligible(ans.Name)
+	if !ok {
+		return refuse(dns.RcodeRefused, "not_eligible")
+	}
+	if q.Qtype != dns.TypeA {
+		// NODATA: the name exists, only IPv4 synthetic addresses do.
+		ans.Rcode, ans.Reason = dns.RcodeToString[dns.RcodeSuccess], "no_data"
+		return resp, ans
+	}
+	select {
+	case s.sem <- struct{}{}:
+		defer func() { <-s.sem }()
+	default:
+		return refuse(dns.RcodeServerFailure, "too_many_queries")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), ExchangeTimeout)
+	real, err := s.cfg.Resolve(ctx, ans.Name)
+	cancel()
+	if err != nil || len(real) == 0 {
+		return refuse(dns.RcodeServerFailure, "resolve_failed")
+	}
+	m, err := s.cfg.Table.Map(ans.Name, real, ports, gen)
+	if err != nil {
+		return refuse(dns.RcodeServerFailure, "mappings_full")
+	}
+	ans.Mapping = &m
+	ttl := uint32(s.cfg.Table.TTL() / time.Second)
+	resp.Answer = []dns.RR{&dns.A{
+		Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: ttl},
+		A:   m.Synthetic.AsSlice(),
+	}}
+	ans.Rcode = dns.RcodeToString[dns.RcodeSuccess]
+	return resp, ans
+}
+
+// emit reports one answer as a Network Activity (4001) event: query name
+// in dst_endpoint.domain, the mapping under unmapped.policy_dns.
+func (s *Server) emit(client, local net.Addr, a Answer) {
+	if s.cfg.Events == nil {
+		return
+	}
+	c := ocsf.Conn{Protocol: "udp", Dst: &ocsf.NetworkEndpoint{Domain: a.Name}}
+	if _, ok := local.(*net.TCPAddr); ok {
+		c.Protocol = "tcp"
+	}
+	if ap, err := netip.ParseAddrPort(local.String()); err == nil {
+		c.Dst.IP, c.Dst.Port = ap.Addr().Unmap().String(), int(ap.Port())
+	}
+	if ap, err := netip.ParseAddrPort(client.String()); err == nil {
+		c.Src = &ocsf.NetworkEndpoint{IP: ap.Addr().Unmap().String(), Port: int(ap.Port())}
+	}
+	allowed := a.Mapping != nil || a.Reason == "no_data"
+	code := "dns_answered"
+	if !allowed {
+		code = "dns_refused"
+	}
+	reason := a.Reason
+	if reason == "" {
+		reason = "answered"
+	}
+	e := s.cfg.Source.NetworkOpen(c, ocsf.Decision{Allowed: allowed, Code: code, Reason: reason,
+		Rule: &ocsf.FirewallRule{Name: "policy-dns", Type: "policy_dns"}})
+	e.Message = fmt.Sprintf("policy DNS %s %s: %s (%s)", a.Type, a.Name, a.Rcode, reason)
+	u := map[string]any{"query_type": a.Type, "rcode": a.Rcode, "epoch": fmt.Sprintf("%016x", s.cfg.Table.Epoch())}
+	if m := a.Mapping; m != nil {
+		real := make([]string, len(m.Real))
+		for i, r := range m.Real {
+			real[i] = r.String()
+		}
+		u["mapping_id"], u["synthetic"], u["real"], u["generation"], u["ttl"] = m.ID, m.Synthetic.String(), real, m.Generation, int(s.cfg.Table.TTL()/time.Second)
+	}
+	e.Unmapped = map[string]any{"policy_dns": u}
+	s.cfg.Events.Emit(e)
+}

@@ -1,0 +1,189 @@
+package policydns
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/palisade-sandbox/palisade/pkg/ocsf"
+	"github.com/palisade-sandbox/palisade/pkg/ocsf/ocsftest"
+)
+
+type testServer struct {
+	addr     string
+	resolved atomic.Int64 // names the upstream resolver was asked for
+	rec      *ocsftest.Recorder
+	table    *Table
+}
+
+func startServer(t *testing.T) *testServer {
+	t.Helper()
+	ts := &testServer{rec: ocsftest.NewRecorder(t)}
+	tb, err := NewTable(5*time.Second, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts.table = tb
+	s, err := NewServer(Config{
+		Table: tb,
+		Eligible: func(name string) ([]int, int64, bool) {
+			if name == "echo.test" {
+				return []int{7007}, 2, true
+			}
+			return nil, 0, false
+		},
+		Resolve: func(_ context.Context, name string) ([]netip.Addr, error) {
+			ts.resolved.Add(1)
+			if name != "echo.test" {
+				return nil, errors.New("asked to resolve an ineligible name")
+			}
+			return []netip.Addr{netip.MustParseAddr("198.51.100.9")}, nil
+		},
+		Source: ocsf.NewSource("dnstest", "policy-dns", "test"),
+		Events: ts.rec,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", pc.LocalAddr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx, pc, ln) }()
+	t.Cleanup(func() { cancel(); <-done; pc.Close(); ln.Close() })
+	ts.addr = pc.LocalAddr().String()
+	return ts
+}
+
+func (ts *testServer) query(t *testing.T, netw, name string, qtype uint16) *dns.Msg {
+	t.Helper()
+	m := new(dns.Msg)
+	m.SetQuestion(dns.Fqdn(name), qtype)
+	c := &dns.Client{Net: netw, Timeout: 3 * time.Second}
+	var resp *dns.Msg
+	var err error
+	for i := 0; i < 20; i++ { // the servers start in the background
+		if resp, _, err = c.Exchange(m, ts.addr); err == nil {
+			return resp
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("%s %s over %s: %v", dns.TypeToString[qtype], name, netw, err)
+	return nil
+}
+
+func TestServerAnswersOnlyEligibleNames(t *testing.T) {
+	ts := startServer(t)
+	for _, netw := range []string{"udp", "tcp"} {
+		r := ts.query(t, netw, "Echo.Test", dns.TypeA)
+		if r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 {
+			t.Fatalf("%s: eligible A: %v", netw, r)
+		}
+		a := r.Answer[0].(*dns.A)
+		addr, _ := netip.AddrFromSlice(a.A)
+		if !SyntheticRange.Contains(addr) || a.Hdr.Ttl != 5 {
+			t.Errorf("%s: answer %v ttl %d, want a synthetic address with TTL 5", netw, addr, a.Hdr.Ttl)
+		}
+		if m, err := ts.table.Lookup(netip.AddrPortFrom(addr, 7007)); err != nil || m.Real[0].String() != "198.51.100.9" {
+			t.Errorf("%s: mapping %+v, %v", netw, m, err)
+		}
+		if r := ts.query(t, netw, "echo.test", dns.TypeAAAA); r.Rcode != dns.RcodeSuccess || len(r.Answer) != 0 {
+			t.Errorf("%s: AAAA: %v, want NOERROR with no data", netw, r)
+		}
+	}
+	before := ts.resolved.Load()
+	for _, name := range []string{"denied.test", "exfil-c2VjcmV0.attacker.test", "echo.test.evil.test"} {
+		if r := ts.query(t, "udp", name, dns.TypeA); r.Rcode != dns.RcodeRefused || len(r.Answer) != 0 {
+			t.Errorf("%s: %v, want REFUSED", name, r)
+		}
+	}
+	if n := ts.resolved.Load(); n != before {
+		t.Errorf("refused names reached the resolver %d times", n-before)
+	}
+	// Other classes and message shapes.
+	m := new(dns.Msg)
+	m.SetQuestion("echo.test.", dns.TypeA)
+	m.Question[0].Qclass = dns.ClassCHAOS
+	if r, _, err := (&dns.Client{}).Exchange(m, ts.addr); err != nil || r.Rcode != dns.RcodeRefused {
+		t.Errorf("class CH: %v %v, want REFUSED", r, err)
+	}
+	m = new(dns.Msg)
+	m.SetQuestion("echo.test.", dns.TypeA)
+	m.Question = append(m.Question, m.Question[0])
+	// (miekg/dns answers this FORMERR itself, before the handler: no event.)
+	if r, _, err := (&dns.Client{}).Exchange(m, ts.addr); err != nil || r.Rcode != dns.RcodeFormatError {
+		t.Errorf("two questions: %v %v, want FORMERR", r, err)
+	}
+
+	// Events: one per query, valid OCSF, the name in dst_endpoint.domain.
+	deadline := time.Now().Add(3 * time.Second)
+	for len(ts.rec.ByClass(ocsf.ClassNetworkActivity)) < 8 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	evs := ts.rec.ByClass(ocsf.ClassNetworkActivity)
+	var answered, refused int
+	for _, ev := range evs {
+		dst, _ := ev["dst_endpoint"].(map[string]any)
+		u, _ := ev["unmapped"].(map[string]any)
+		pd, _ := u["policy_dns"].(map[string]any)
+		switch ev["status_code"] {
+		case "dns_answered":
+			answered++
+			if dst["domain"] != "echo.test" {
+				t.Errorf("answer event domain %v", dst["domain"])
+			}
+			if pd["query_type"] == "A" && (pd["mapping_id"] == nil || pd["synthetic"] == nil || pd["real"] == nil || pd["generation"] != float64(2)) {
+				t.Errorf("answer event lacks the mapping: %v", pd)
+			}
+		case "dns_refused":
+			refused++
+		}
+	}
+	if answered != 4 || refused != 4 {
+		t.Errorf("events: %d answered, %d refused; want 4 and 4 (%d events)", answered, refused, len(evs))
+	}
+}
+
+// FuzzAnswer feeds arbitrary messages to the handler: it never panics,
+// and never answers an ineligible name with an address.
+func FuzzAnswer(f *testing.F) {
+	for _, name := range []string{"echo.test.", "denied.test.", "."} {
+		m := new(dns.Msg)
+		m.SetQuestion(name, dns.TypeA)
+		b, _ := m.Pack()
+		f.Add(b)
+	}
+	tb, _ := NewTable(5*time.Second, nil)
+	s, _ := NewServer(Config{
+		Table:    tb,
+		Eligible: func(name string) ([]int, int64, bool) { return []int{1}, 1, name == "echo.test" },
+		Resolve: func(context.Context, string) ([]netip.Addr, error) {
+			return []netip.Addr{netip.MustParseAddr("198.51.100.1")}, nil
+		},
+	})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		req := new(dns.Msg)
+		if req.Unpack(b) != nil {
+			return
+		}
+		resp, ans := s.answer(req)
+		if resp == nil {
+			return
+		}
+		if len(resp.Answer) > 0 && ans.Name != "echo.test" {
+			t.Fatalf("answered %q with %v", ans.Name, resp.Answer)
+		}
+	})
+}

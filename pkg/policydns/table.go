@@ -1,0 +1,216 @@
+package policydns
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Limits of seed 004.
+const (
+	MaxMappings     = 1024
+	MaxAddrs        = 16
+	MaxMessage      = 8192
+	MaxCNAMEHops    = 8
+	MaxConcurrent   = 64
+	ExchangeTimeout = 2 * time.Second
+	MinTTL          = time.Second
+	MaxTTL          = 30 * time.Second
+)
+
+// SyntheticRange is where synthetic addresses come from.
+var SyntheticRange = netip.MustParsePrefix("198.18.0.0/15")
+
+// rangeSize is the number of usable addresses: the /15 less its first
+// and last.
+const rangeSize = 1<<17 - 2
+
+// Mapping ties a synthetic address to a name and its validated real
+// addresses.
+type Mapping struct {
+	// ID is "<epoch hex>-<n>", unique per proxy start.
+	ID        string
+	Name      string
+	Synthetic netip.Addr
+	// Real are the validated addresses the transparent listener may
+	// dial, at most MaxAddrs.
+	Real []netip.Addr
+	// Ports are the ports the name is eligible on.
+	Ports []int
+	// Generation is the policy generation that made the name eligible.
+	Generation int64
+	Expires    time.Time
+}
+
+// Errors of Table.Lookup, for the refusal's reason.
+var (
+	ErrNoMapping = errors.New("policydns: no mapping for this address")
+	ErrExpired   = errors.New("policydns: mapping expired")
+	ErrWrongPort = errors.New("policydns: port not eligible for this name")
+	ErrFull      = errors.New("policydns: too many live mappings")
+)
+
+// Table is one sandbox's mappings for one boot epoch. Safe for
+// concurrent use.
+type Table struct {
+	epoch  uint64
+	offset uint32
+	ttl    time.Duration
+	now    func() time.Time
+
+	mu     sync.Mutex
+	next   uint32
+	byAddr map[netip.Addr]*Mapping
+	byName map[string]*Mapping
+}
+
+// NewTable returns an empty table with a random epoch. ttl must be within
+// MinTTL..MaxTTL. now is the clock (nil: time.Now).
+func NewTable(ttl time.Duration, now func() time.Time) (*Table, error) {
+	if ttl < MinTTL || ttl > MaxTTL {
+		return nil, fmt.Errorf("policydns: TTL %v: want %v to %v", ttl, MinTTL, MaxTTL)
+	}
+	if now == nil {
+		now = time.Now
+	}
+	var b [12]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return nil, fmt.Errorf("policydns: epoch: %w", err)
+	}
+	return &Table{
+		epoch:  binary.LittleEndian.Uint64(b[:8]),
+		offset: binary.LittleEndian.Uint32(b[8:]) % rangeSize,
+		ttl:    ttl,
+		now:    now,
+		byAddr: map[netip.Addr]*Mapping{},
+		byName: map[string]*Mapping{},
+	}, nil
+}
+
+// Epoch identifies this table's boot epoch.
+func (t *Table) Epoch() uint64 { return t.epoch }
+
+// TTL is the lifetime of a mapping and the TTL of its DNS answer.
+func (t *Table) TTL() time.Duration { return t.ttl }
+
+// Map returns a live mapping for name with real addresses and ports,
+// renewing the name's mapping if it has one (same synthetic address, new
+// addresses and expiry) and allocating one otherwise. ErrFull when
+// MaxMappings are live.
+func (t *Table) Map(name string, real []netip.Addr, ports []int, gen int64) (Mapping, error) {
+	if len(real) == 0 {
+		return Mapping{}, fmt.Errorf("policydns: %s: no real address", name)
+	}
+	real = slices.Clone(real[:min(len(real), MaxAddrs)])
+	now := t.now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if m, ok := t.byName[name]; ok && now.Before(m.Expires) {
+		m.Real, m.Ports, m.Generation, m.Expires = real, slices.Clone(ports), gen, now.Add(t.ttl)
+		return t.copyOf(m), nil
+	}
+	if len(t.byAddr) >= MaxMappings {
+		t.purge(now, t.ttl)
+		if len(t.byAddr) >= MaxMappings {
+			t.purge(now, 0) // make room from the expired, never the live
+		}
+		if len(t.byAddr) >= MaxMappings {
+			return Mapping{}, ErrFull
+		}
+	}
+	var addr netip.Addr
+	for {
+		n := (t.offset + t.next) % rangeSize
+		t.next++
+		addr = synthetic(n)
+		if _, used := t.byAddr[addr]; !used {
+			break
+		}
+	}
+	if old, ok := t.byName[name]; ok {
+		delete(t.byAddr, old.Synthetic) // expired: its address is retired
+	}
+	m := &Mapping{
+		ID:         fmt.Sprintf("%016x-%d", t.epoch, t.next),
+		Name:       name,
+		Synthetic:  addr,
+		Real:       real,
+		Ports:      slices.Clone(ports),
+		Generation: gen,
+		Expires:    now.Add(t.ttl),
+	}
+	t.byAddr[addr] = m
+	t.byName[name] = m
+	return t.copyOf(m), nil
+}
+
+// purge drops mappings expired for longer than keep (expired ones are
+// normally kept a TTL long so a late connection is refused as expired,
+// not as unknown).
+func (t *Table) purge(now time.Time, keep time.Duration) {
+	for a, m := range t.byAddr {
+		if now.Sub(m.Expires) >= keep {
+			delete(t.byAddr, a)
+			if t.byName[m.Name] == m {
+				delete(t.byName, m.Name)
+			}
+		}
+	}
+}
+
+// Lookup returns the mapping of a connection to dst (a synthetic address
+// and port): ErrNoMapping when the address was never handed out in this
+// epoch, ErrExpired after its TTL, ErrWrongPort when the name is not
+// eligible on the port. The mapping comes back with the errors but the
+// first, for the refusal's event.
+func (t *Table) Lookup(dst netip.AddrPort) (Mapping, error) {
+	now := t.now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	m, ok := t.byAddr[dst.Addr().Unmap()]
+	if !ok {
+		return Mapping{}, ErrNoMapping
+	}
+	c := t.copyOf(m)
+	if !now.Before(m.Expires) {
+		return c, ErrExpired
+	}
+	if !slices.Contains(m.Ports, int(dst.Port())) {
+		return c, ErrWrongPort
+	}
+	return c, nil
+}
+
+// Live counts mappings not yet expired.
+func (t *Table) Live() int {
+	now := t.now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for _, m := range t.byAddr {
+		if now.Before(m.Expires) {
+			n++
+		}
+	}
+	return n
+}
+
+func (t *Table) copyOf(m *Mapping) Mapping {
+	c := *m
+	c.Real, c.Ports = slices.Clone(m.Real), slices.Clone(m.Ports)
+	return c
+}
+
+// synthetic is the n-th usable address of SyntheticRange (n < rangeSize).
+func synthetic(n uint32) netip.Addr {
+	base := SyntheticRange.Addr().As4()
+	v := binary.BigEndian.Uint32(base[:]) + 1 + n
+	var b [4]byte
+	binary.BigEndian.PutUint32(b[:], v)
+	return netip.AddrFrom4(b)
+}
