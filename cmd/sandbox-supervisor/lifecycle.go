@@ -17,6 +17,7 @@ import (
 
 	"github.com/palisade-sandbox/palisade/pkg/attach"
 	"github.com/palisade-sandbox/palisade/pkg/cli"
+	"github.com/palisade-sandbox/palisade/pkg/ocsf"
 	"github.com/palisade-sandbox/palisade/pkg/sandbox"
 	"github.com/palisade-sandbox/palisade/pkg/state"
 )
@@ -337,10 +338,21 @@ func execCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	if err := requireRoot("exec"); err != nil {
 		return cli.WithCode(sandbox.ExitSandboxFailed, err)
 	}
-	res, err := sandbox.Exec(ctx, sandbox.ExecOptions{
+	o := sandbox.ExecOptions{
 		StateRoot: *dir, Name: name, Args: cmd, Env: env, Workdir: *workdir, TTY: *tty, NoLoginShell: *noLogin,
 		Stdin: stdin, Stdout: stdout, Stderr: stderr,
-	})
+	}
+	// The exec'd command's launch and end go to the sandbox's events
+	// file, as the main command's do.
+	if store, err := state.Open(*dir); err == nil {
+		if l, err := store.Get(name); err == nil && l.EventsFile != "" {
+			if w, err := ocsf.OpenDest(l.EventsFile, nil); err == nil {
+				defer w.Close()
+				o.Events = newEventSink(w, l.AgentID, nil)
+			}
+		}
+	}
+	res, err := sandbox.Exec(ctx, o)
 	if err != nil {
 		return cli.WithCode(sandbox.ExitSandboxFailed, err)
 	}

@@ -277,8 +277,17 @@ func TestDetachedFinalState(t *testing.T) {
 		{"exit 0", "completed", "main_process_completed", 0},
 		{"exit 7", "failed", "main_process_failed", 7},
 		{"kill -KILL $$", "failed", "main_process_failed", 137},
+		{"init", "error", "infrastructure_failure: init ended unexpectedly", 125},
 	} {
-		name, _ := detached(t, bin, st, wd, "--", "sh", "-c", c.script)
+		var name string
+		if c.script == "init" {
+			// The sandbox's init dies under it: an infrastructure failure,
+			// not the main process's result.
+			name, _ = detached(t, bin, st, wd)
+			syscall.Kill(labelsOf(t, st, name).InitPID, syscall.SIGKILL)
+		} else {
+			name, _ = detached(t, bin, st, wd, "--", "sh", "-c", c.script)
+		}
 		var l state.Labels
 		deadline := time.Now().Add(5 * time.Second)
 		for {

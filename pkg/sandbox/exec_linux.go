@@ -152,7 +152,8 @@ func handleExec(conn *net.UnixConn, cfg *InitConfig, sp *spawner, rp *reaper) {
 		refuse(fail("verify", ExitSandboxFailed, err))
 		return
 	}
-	if err := c.send(Message{Type: MsgStarted, PID: pid}, -1); err != nil {
+	// Msg names the executable, for the client's launch event.
+	if err := c.send(Message{Type: MsgStarted, PID: pid, Msg: path}, -1); err != nil {
 		unix.Kill(-pid, unix.SIGKILL)
 	}
 	var mu sync.Mutex
@@ -268,6 +269,9 @@ type ExecOptions struct {
 	// Signals, when set, are the forwarded signals the caller caught
 	// (CatchSignals); nil: Exec catches them itself.
 	Signals *Signals
+	// Events, when set, receives the exec'd command's Launched and
+	// Exited, after Created with the sandbox's name and kind.
+	Events Events
 
 	Stdin          io.Reader
 	Stdout, Stderr io.Writer
@@ -308,6 +312,16 @@ func Exec(ctx context.Context, o ExecOptions) (Result, error) {
 	if err != nil {
 		return res, err
 	}
+	uid, gid := uint32(0), uint32(0)
+	if o.Events != nil {
+		o.Events.Created(l.Name, string(l.Kind))
+		if b, err := os.ReadFile(filepath.Join(dir, ConfigFile)); err == nil {
+			if cfg, err := DecodeConfig(b); err == nil && cfg.Spec.Process != nil {
+				uid, gid = cfg.Spec.Process.User.UID, cfg.Spec.Process.User.GID
+			}
+		}
+	}
+	var cmdPID int
 	if l.Status == state.StatusExited {
 		return res, fmt.Errorf("sandbox %s: %w (its main process ended%s)", o.Name, ErrSandboxGone, exitPhrase(l))
 	}
@@ -382,8 +396,18 @@ func Exec(ctx context.Context, o ExecOptions) (Result, error) {
 			if err != nil {
 				return res, fmt.Errorf("exec: %w", err)
 			}
+		case MsgStarted:
+			cmdPID = m.PID
+			if o.Events != nil {
+				// The event names the executable the init ran (bash for
+				// a login shell), never the arguments.
+				o.Events.Launched(m.PID, []string{m.Msg}, uid, gid)
+			}
 		case MsgError:
 			res.ExitCode = m.Code
+			if o.Events != nil {
+				o.Events.Failed(m.Stage, m.Msg, m.Code)
+			}
 			if m.Code == ExitNotFound || m.Code == ExitNotExecutable {
 				fmt.Fprintf(writerOr(o.Stderr), "sandbox-supervisor: %s\n", m.Msg)
 				return res, nil
@@ -394,6 +418,9 @@ func Exec(ctx context.Context, o ExecOptions) (Result, error) {
 			res.ExitCode = m.Code
 			if m.Signal != 0 {
 				res.ExitCode = 128 + m.Signal
+			}
+			if o.Events != nil {
+				o.Events.Exited(cmdPID, m.Code, m.Signal)
 			}
 			if pty != nil {
 				relay.Wait()

@@ -138,6 +138,9 @@ func (e *OCSFEvents) actor() ocsf.Actor {
 // Launched implements Events.
 func (e *OCSFEvents) Launched(pid int, args []string, uid, gid uint32) {
 	e.uid = uid
+	if e.args == nil {
+		e.args = args // an exec's: the terminate event names it too
+	}
 	e.send(e.src.ProcessLaunch(e.proc(pid, args, uid), e.actor()))
 }
 

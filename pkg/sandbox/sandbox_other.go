@@ -76,6 +76,7 @@ type ExecOptions struct {
 	Args, Env                []string
 	TTY, NoLoginShell        bool
 	Signals                  *Signals
+	Events                   Events
 	Stdin                    io.Reader
 	Stdout, Stderr           io.Writer
 }

@@ -84,6 +84,23 @@ func TestExecEgressAndReload(t *testing.T) {
 		t.Errorf("logs --denied a second after the exec:\n%s", logs)
 	}
 	t.Logf("logs --denied:\n%s", logs)
+	// The exec'd command's launch and end are events too, valid OCSF,
+	// naming the shell the init ran.
+	launches, ends := 0, 0
+	for _, e := range l.eventLines() {
+		p, _ := e["process"].(map[string]any)
+		if e["class_uid"] == float64(1007) && p != nil && (p["name"] == "bash" || p["name"] == "sh") {
+			switch e["activity_name"] {
+			case "Launch":
+				launches++
+			case "Terminate":
+				ends++
+			}
+		}
+	}
+	if launches != 1 || ends != 1 {
+		t.Errorf("events of the exec'd shell: %d launches, %d terminations, want 1 each", launches, ends)
+	}
 	out, _ := exec.Command(l.sup, "logs", "--json", "--state-dir", l.state, name).Output()
 	for _, line := range bytes.Split(bytes.TrimSpace(out), []byte("\n")) {
 		var m map[string]any
