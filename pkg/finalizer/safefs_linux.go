@@ -60,16 +60,20 @@ func (d *safeDir) openDir(rel string) (*safeDir, error) {
 		p := filepath.Join(cur.path, c)
 		nfd, err := unix.Openat(cur.fd, c, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 		if err != nil {
-			cur.close()
+			defer cur.close()
 			switch {
-			case errors.Is(err, unix.ELOOP):
-				return nil, &SpecialFileError{Path: p, What: "a symbolic link, not a directory"}
-			case errors.Is(err, unix.ENOTDIR):
-				return nil, &SpecialFileError{Path: p, What: "not a directory"}
+			case errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR):
+				// O_NOFOLLOW|O_DIRECTORY on a symlink fails with ENOTDIR.
+				what := "not a directory"
+				var st unix.Stat_t
+				if unix.Fstatat(cur.fd, c, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && fileKind(st) != "" {
+					what = fileKind(st) + ", not a directory"
+				}
+				return nil, &SpecialFileError{Path: p, What: what}
 			case errors.Is(err, unix.ENOENT):
-				return nil, fmt.Errorf("%q: %w", p, os.ErrNotExist)
+				return nil, fmt.Errorf("%s: %w", quotePath(p), os.ErrNotExist)
 			}
-			return nil, fmt.Errorf("%q: %w", p, err)
+			return nil, fmt.Errorf("%s: %w", quotePath(p), err)
 		}
 		cur.close()
 		cur = &safeDir{fd: nfd, path: p}
@@ -95,13 +99,13 @@ func (d *safeDir) stat() (unix.Stat_t, error) {
 func (d *safeDir) names() ([]string, error) {
 	fd, err := unix.Openat(d.fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("%q: %w", d.path, err)
+		return nil, fmt.Errorf("%s: %w", quotePath(d.path), err)
 	}
 	f := os.NewFile(uintptr(fd), d.path)
 	defer f.Close()
 	names, err := f.Readdirnames(-1)
 	if err != nil {
-		return nil, fmt.Errorf("%q: %w", d.path, err)
+		return nil, fmt.Errorf("%s: %w", quotePath(d.path), err)
 	}
 	return names, nil
 }
@@ -118,14 +122,14 @@ func (d *safeDir) openRegular(name string, max int64) (*os.File, int64, error) {
 			return nil, 0, &SpecialFileError{Path: p, What: "a symbolic link"}
 		}
 		if errors.Is(err, unix.ENOENT) {
-			return nil, 0, fmt.Errorf("%q: %w", p, os.ErrNotExist)
+			return nil, 0, fmt.Errorf("%s: %w", quotePath(p), os.ErrNotExist)
 		}
-		return nil, 0, fmt.Errorf("%q: %w", p, err)
+		return nil, 0, fmt.Errorf("%s: %w", quotePath(p), err)
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		unix.Close(fd)
-		return nil, 0, fmt.Errorf("%q: %w", p, err)
+		return nil, 0, fmt.Errorf("%s: %w", quotePath(p), err)
 	}
 	if what := fileKind(st); what != "" {
 		unix.Close(fd)
@@ -156,7 +160,7 @@ func (d *safeDir) readFile(name string, max int64) ([]byte, error) {
 	defer f.Close()
 	data, err := io.ReadAll(io.LimitReader(f, max+1))
 	if err != nil {
-		return nil, fmt.Errorf("%q: %w", f.Name(), err)
+		return nil, fmt.Errorf("%s: %w", quotePath(f.Name()), err)
 	}
 	if int64(len(data)) > max {
 		return nil, &SpecialFileError{Path: f.Name(), What: fmt.Sprintf("grew beyond the %d bytes allowed", max)}
@@ -184,7 +188,7 @@ func (d *safeDir) copyFile(ctx context.Context, name, dst string, max int64) (in
 		err = cerr
 	}
 	if err != nil {
-		return n, fmt.Errorf("copying %q: %w", f.Name(), err)
+		return n, fmt.Errorf("copying %s: %w", quotePath(f.Name()), err)
 	}
 	if n > max {
 		return n, &SpecialFileError{Path: f.Name(), What: fmt.Sprintf("grew beyond the %d bytes allowed", max)}

@@ -2,9 +2,11 @@ package finalizer
 
 import (
 	"context"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -134,5 +136,74 @@ func TestLocalRemoteHooksNeverRun(t *testing.T) {
 	}
 	if data, err := os.ReadFile(marker); err == nil {
 		t.Fatalf("a hook of the local remote ran: %s", data)
+	}
+}
+
+// TestSpecialFilesRefused plants each kind of special file the scans
+// refuse (directly, without a sandbox: the attack tests plant them as the
+// agent) and checks that inspection refuses naming the path before any
+// git command could touch it.
+func TestSpecialFilesRefused(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name, path, want string
+		plant            func(f *fixture, p string) error
+	}{
+		{"symlink in .git", ".git/ORIG_HEAD", "a symbolic link", func(f *fixture, p string) error { return os.Symlink("/etc/passwd", p) }},
+		{"FIFO in .git", ".git/MERGE_MSG", "a FIFO", func(f *fixture, p string) error { return syscall.Mkfifo(p, 0o644) }},
+		{"socket in .git", ".git/sock", "a socket", func(f *fixture, p string) error {
+			l, err := net.Listen("unix", p)
+			if err == nil {
+				l.(*net.UnixListener).SetUnlinkOnClose(false)
+				l.Close()
+			}
+			return err
+		}},
+		{"hard link in .git", ".git/description2", "a hard link (2 names", func(f *fixture, p string) error {
+			return os.Link(filepath.Join(f.repo, ".git", "description"), p)
+		}},
+		{"commondir", ".git/commondir", "commondir points git at another repository", func(f *fixture, p string) error {
+			return os.WriteFile(p, []byte(f.remote+"\n"), 0o644)
+		}},
+		{"http-alternates", ".git/objects/info/http-alternates", "alternates borrow objects", func(f *fixture, p string) error {
+			return os.WriteFile(p, []byte("https://example.invalid/\n"), 0o644)
+		}},
+		{"worktrees", ".git/worktrees", "linked worktrees", func(f *fixture, p string) error { return os.MkdirAll(filepath.Join(p, "x"), 0o755) }},
+		{"FIFO in the working tree", "build/fifo", "a FIFO", func(f *fixture, p string) error {
+			os.MkdirAll(filepath.Dir(p), 0o755)
+			return syscall.Mkfifo(p, 0o644)
+		}},
+		{"nested .git", "vendor/x/.git", "a nested repository or gitfile", func(f *fixture, p string) error {
+			os.MkdirAll(filepath.Dir(p), 0o755)
+			return os.WriteFile(p, []byte("gitdir: /root/.git\n"), 0o644)
+		}},
+		{"symlinked .gitignore", "src/.gitignore", "a symbolic link git would read", func(f *fixture, p string) error { return os.Symlink("/etc/shadow", p) }},
+		{".git is a symlink", ".git", "a symbolic link, not a directory", func(f *fixture, p string) error {
+			if err := os.Rename(p, p+".real"); err != nil {
+				return err
+			}
+			return os.Symlink(".git.real", p)
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t, fixtureOpts{})
+			p := filepath.Join(f.repo, c.path)
+			if err := c.plant(f, p); err != nil {
+				t.Fatal(err)
+			}
+			plan, err := Inspect(context.Background(), f.ws, Options{Env: f.env})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := strings.Join(plan.Refusals, "\n")
+			if plan.Recoverable || !strings.Contains(got, quotePath(p)) || !strings.Contains(got, c.want) {
+				t.Fatalf("refusals %q, want %s: %s", plan.Refusals, quotePath(p), c.want)
+			}
+			if plan.Head != "" || len(plan.NewFiles)+len(plan.ModifiedFiles) > 0 {
+				t.Errorf("git looked at the repository anyway: head %q, files %q %q", plan.Head, plan.NewFiles, plan.ModifiedFiles)
+			}
+		})
 	}
 }
