@@ -5,7 +5,7 @@
 #    (targets: egress-proxy >= 0.9x direct, faster than both others); the
 #    sandbox-path ratio again over ROUNDS rounds (default 5) and its median;
 #  - the policy decision with 10,000 endpoints (go test -bench);
-#  - /proc attribution latency at 500 and 5,000 sandbox processes;
+#  - attribution latency at 70, 500 and 5,000 sandbox processes, /proc vs eBPF;
 #  - sequential new connections per second from a sandbox (below).
 # Needs root; tinyproxy and squid from apt for their rows.
 set -euo pipefail
@@ -56,7 +56,7 @@ printf '%s\n' "${ratios[@]}" | sort -n | awk '{ v[NR] = $1 } END {
 echo "== decision with 10,000 endpoints"
 go test -run '^$' -bench 'Decide' -benchmem ./pkg/decision | grep -E '^Benchmark'
 
-echo "== /proc attribution latency at 500 and 5,000 sandbox processes"
+echo "== attribution latency at 70, 500 and 5,000 sandbox processes: /proc (sock_diag, tables) vs eBPF"
 go test -run '^$' -bench 'ProcLookup' -benchtime 50x ./pkg/attribution | grep -E '^Benchmark'
 
 # Sequential new connections from inside a sandbox-like namespace and
