@@ -95,7 +95,9 @@ func (sb *benchSandbox) sleepers(b *testing.B, n int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	sh := sb.start(b, io.Discard, "/bin/sh", "-c", fmt.Sprintf("i=0; while [ $i -lt %d ]; do sleep 3600 & i=$((i+1)); done; wait", n))
+	// Output to /dev/null, not a pipe: the sleepers inherit it, and Wait
+	// would wait for them to close it.
+	sh := sb.start(b, nil, "/bin/sh", "-c", fmt.Sprintf("i=0; while [ $i -lt %d ]; do sleep 3600 & i=$((i+1)); done; wait", n))
 	b.Cleanup(func() { sh.Process.Kill(); sh.Wait() })
 	deadline := time.Now().Add(3 * time.Minute)
 	for {

@@ -318,7 +318,8 @@ func newBenchSandbox(b *testing.B) *benchSandbox {
 	return sb
 }
 
-// start runs argv in the client namespace and cgroup.
+// start runs argv in the client namespace and cgroup, its stdout and
+// stderr to stdout (nil: /dev/null).
 func (sb *benchSandbox) start(b *testing.B, stdout io.Writer, argv ...string) *exec.Cmd {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = stdout, stdout
