@@ -415,19 +415,25 @@ func deleteCmd(args []string, stdout, stderr io.Writer) error {
 	if err := stopOwner(store, l, *timeout); err != nil {
 		return cli.Failf("delete %s: %v", name, err)
 	}
+	if afterOwnerStopped != nil {
+		afterOwnerStopped()
+	}
 	// The owner has ended (a foreground run removed its own state); what
-	// is left is collected as gc does.
-	if l2, err := store.Get(name); err == nil {
-		if err := sandbox.Collect(l2); err != nil {
-			return cli.Failf("delete %s: %v (state kept; rerun delete or gc)", name, err)
-		}
-		if err := store.Remove(name); err != nil {
-			return cli.Failf("delete %s: %v", name, err)
-		}
+	// is left is collected as gc does, but only while NAME still is the
+	// sandbox whose id was resolved: the lifecycle lock lives in the state
+	// directory the owner removes, so once it is gone a new sandbox may
+	// already have taken the name, and it is not this delete's to touch.
+	if _, err := store.RemoveID(name, l.ID, sandbox.Collect); err != nil {
+		return cli.Failf("delete %s: %v (state kept; rerun delete or gc)", name, err)
 	}
 	fmt.Fprintln(stdout, name)
 	return nil
 }
+
+// afterOwnerStopped, when set (by tests only), runs between the owner's
+// end and the collection of what it left: the moment another `run` may
+// take the freed name.
+var afterOwnerStopped func()
 
 // stopOwner ends a sandbox's owner (its supervisor) if it still runs:
 // SIGTERM, which it forwards so the main process ends and the sandbox is

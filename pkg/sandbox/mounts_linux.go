@@ -237,45 +237,69 @@ func readonlyPath(p string) error {
 }
 
 // checkStorage proves that path is a tmpfs the sandbox user can write:
-// Linux (we are), tmpfs magic, sticky world-writable mode, and a probe
-// file created and removed with the sandbox's filesystem identity.
+// Linux (we are), tmpfs magic, sticky world-writable mode, its
+// mac-test-pgdata directory owned by the sandbox user, and a probe file
+// created with the sandbox's filesystem identity.
+//
+// It runs as root in the init, for a run before the agent starts and
+// again for every exec, when the agent has had the storage to itself:
+// nothing below path is trusted. Everything is done relative to a
+// descriptor of path, without following a symlink, and what is created
+// is created by the sandbox user (fsuid/fsgid, which drops the
+// filesystem capabilities), never by root and then chowned.
 func checkStorage(path string, uid, gid uint32) error {
 	var u unix.Utsname
 	if err := unix.Uname(&u); err != nil || unix.ByteSliceToString(u.Sysname[:]) != "Linux" {
 		return fmt.Errorf("storage preflight: not running on Linux")
 	}
-	var st unix.Statfs_t
-	if err := unix.Statfs(path, &st); err != nil {
+	dfd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
 		return fmt.Errorf("storage preflight: %s: %w", path, err)
 	}
-	if st.Type != unix.TMPFS_MAGIC {
-		return fmt.Errorf("storage preflight: %s is not a tmpfs (magic %#x)", path, st.Type)
+	defer unix.Close(dfd)
+	var sfs unix.Statfs_t
+	if err := unix.Fstatfs(dfd, &sfs); err != nil {
+		return fmt.Errorf("storage preflight: %s: %w", path, err)
 	}
-	fi, err := os.Stat(path)
-	if err != nil || fi.Mode().Perm() != 0o777 || fi.Mode()&os.ModeSticky == 0 {
+	if sfs.Type != unix.TMPFS_MAGIC {
+		return fmt.Errorf("storage preflight: %s is not a tmpfs (magic %#x)", path, sfs.Type)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(dfd, &st); err != nil || st.Mode&0o7777 != 0o1777 {
 		return fmt.Errorf("storage preflight: %s must be mode 1777", path)
 	}
-	if err := os.MkdirAll(filepath.Join(path, "mac-test-pgdata"), 0o700); err != nil {
-		return fmt.Errorf("storage preflight: %w", err)
-	}
-	if err := os.Chown(filepath.Join(path, "mac-test-pgdata"), int(uid), int(gid)); err != nil {
-		return fmt.Errorf("storage preflight: %w", err)
-	}
-	// Write as the sandbox user: fsuid/fsgid are per-thread, so this runs
-	// on a locked thread that is thrown away afterwards.
+	// As the sandbox user: fsuid/fsgid are per-thread, so this runs on a
+	// locked thread that is thrown away afterwards.
 	errc := make(chan error, 1)
 	go func() {
 		lockThreadForever()
 		unix.Setfsgid(int(gid))
 		unix.Setfsuid(int(uid))
-		probe := filepath.Join(path, ".palisade-preflight")
-		f, err := os.OpenFile(probe, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-		if err != nil {
-			errc <- fmt.Errorf("storage preflight: %s not writable by uid %d: %w", path, uid, err)
-			return
-		}
-		f.Close()
-		errc <- os.Remove(probe)
+		errc <- prepareStorage(dfd, path, uid)
 	}()
 	return <-errc
+}
+
+// prepareStorage makes mac-test-pgdata in the storage directory dfd (if
+// missing) and checks it is a real directory of the sandbox user, then
+// proves the directory writable with an unnamed temporary file. It runs
+// with the sandbox user's filesystem identity.
+func prepareStorage(dfd int, path string, uid uint32) error {
+	const pgdata = "mac-test-pgdata"
+	if err := unix.Mkdirat(dfd, pgdata, 0o700); err != nil && err != unix.EEXIST {
+		return fmt.Errorf("storage preflight: %s not writable by uid %d: mkdir %s: %w", path, uid, pgdata, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstatat(dfd, pgdata, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return fmt.Errorf("storage preflight: %s/%s: %w", path, pgdata, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR || st.Uid != uid {
+		return fmt.Errorf("storage preflight: %s/%s is not a directory of uid %d (mode %#o, uid %d): refusing storage the sandbox has replaced",
+			path, pgdata, uid, st.Mode&unix.S_IFMT, st.Uid)
+	}
+	fd, err := unix.Openat(dfd, ".", unix.O_TMPFILE|unix.O_WRONLY|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return fmt.Errorf("storage preflight: %s not writable by uid %d: %w", path, uid, err)
+	}
+	return unix.Close(fd)
 }

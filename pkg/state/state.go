@@ -520,6 +520,46 @@ func (s *Store) Remove(name string) error {
 	return nil
 }
 
+// RemoveID deletes the sandbox's state directory only while NAME still
+// names the sandbox with id: under the directory's lock it reads the
+// labels, and when the id matches runs before (the teardown of what the
+// sandbox left outside its directory) and removes the directory. A name
+// that no longer exists, or that a new sandbox with another id has taken
+// since the caller resolved it, is left as it is: removed reports false.
+func (s *Store) RemoveID(name, id string, before func(Labels) error) (removed bool, err error) {
+	dir, err := s.Dir(name)
+	if err != nil {
+		return false, err
+	}
+	unlock, err := lockDir(dir)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return false, nil
+		}
+		return false, fmt.Errorf("sandbox %q: lock: %w", name, err)
+	}
+	defer unlock()
+	l, err := readLabels(dir, name)
+	if err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return false, nil
+		}
+		return false, err
+	}
+	if id == "" || l.ID != id {
+		return false, nil
+	}
+	if before != nil {
+		if err := before(l); err != nil {
+			return false, err
+		}
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return false, fmt.Errorf("remove sandbox state %s: %w", dir, err)
+	}
+	return true, nil
+}
+
 // Entry is one sandbox as List sees it. Err is set (and Labels holds only
 // Name) when labels.json is missing or unreadable.
 type Entry struct {
