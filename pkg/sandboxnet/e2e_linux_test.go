@@ -278,8 +278,26 @@ func TestEgressEndToEnd(t *testing.T) {
 	}
 
 	// Events: all valid OCSF; the bypass is a finding with pid and binary.
-	var bypass, denies, allows int
+	// Connections in a real sandbox are attributed through eBPF (the
+	// default, auto, on this kernel), most by their records alone.
+	var bypass, denies, allows, viaBPF, viaFast, viaOther int
+	var backendEvent bool
 	for _, e := range l.eventLines() {
+		if e["class_uid"].(float64) == 5019 && e["activity_name"] == "Attribution Backend" {
+			backendEvent = e["message"] == "connection attribution through bpf"
+		}
+		if u, ok := e["unmapped"].(map[string]any); ok {
+			if ep, ok := u["egress_proxy"].(map[string]any); ok && ep["listener"] == "proxy" {
+				switch ep["attribution"] {
+				case "bpf":
+					viaBPF++
+				case "bpf/fast":
+					viaFast++
+				default:
+					viaOther++
+				}
+			}
+		}
 		switch e["class_uid"].(float64) {
 		case 2004:
 			fi, _ := e["finding_info"].(map[string]any)
@@ -303,6 +321,10 @@ func TestEgressEndToEnd(t *testing.T) {
 	}
 	if denies < 5 || allows < 2 {
 		t.Errorf("network events: %d denied, %d allowed", denies, allows)
+	}
+	if !backendEvent || viaFast == 0 || viaOther != 0 {
+		t.Errorf("attribution: backend event for bpf %v; connections via bpf/fast %d, bpf %d, other %d; want all through eBPF",
+			backendEvent, viaFast, viaBPF, viaOther)
 	}
 }
 
