@@ -159,13 +159,14 @@ func resolvedPrefixes(p string) []string {
 		}
 		cand := filepath.Join(cur, name)
 		out = append(out, cand)
-		if real, err := filepath.EvalSymlinks(cand); err == nil {
-			if real != cand {
+		cur = cand
+		// cur's parent is resolved already: only a symlink at cand itself
+		// needs resolving (one lstat per name otherwise).
+		if fi, err := os.Lstat(cand); err == nil && fi.Mode()&os.ModeSymlink != 0 {
+			if real, err := filepath.EvalSymlinks(cand); err == nil {
 				out = append(out, real)
+				cur = real
 			}
-			cur = real
-		} else {
-			cur = cand
 		}
 	}
 	return out

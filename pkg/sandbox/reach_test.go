@@ -144,3 +144,30 @@ func TestCheckPolicyPaths(t *testing.T) {
 		}
 	}
 }
+
+// The policy-path check runs on every start. Baseline: one lstat per
+// entry, the least any check of the paths on disk costs. On the 2-CPU
+// development VM under a load average of about 30 (2026-12-01, three
+// runs of 2000): baseline 18-42 µs, check 61-165 µs per start (3-4x, the
+// symlinked /bin, /lib... being resolved), under 2% of a start there.
+func BenchmarkCheckPolicyPaths(b *testing.B) {
+	p := PolicyInfo{
+		ReadOnly:  []string{"/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc", "/dev/random", "/dev/urandom", "/dev/zero"},
+		ReadWrite: []string{"/tmp", "/dev/null"}, IncludeWorkdir: true,
+	}
+	wd := b.TempDir()
+	b.Run("lstat-baseline", func(b *testing.B) {
+		for b.Loop() {
+			for _, e := range append(append([]string{wd}, p.ReadOnly...), p.ReadWrite...) {
+				os.Lstat(e)
+			}
+		}
+	})
+	b.Run("check", func(b *testing.B) {
+		for b.Loop() {
+			if err := CheckPolicyPaths(p, wd, []string{"/tmp", "/dev/null"}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
