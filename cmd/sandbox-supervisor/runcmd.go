@@ -121,7 +121,7 @@ func parseRunFlags(args []string, stderr io.Writer, specOnly bool) (*runFlags, [
 	fs.BoolVar(&f.detach, "detach", false, "create the sandbox, start CMD (or nothing: the sandbox stays up for exec) and return, printing its name and id; an owner process stays with it until the main process ends or delete")
 	fs.BoolVar(&f.json, "json", false, "with --detach: print {\"name\",\"id\",\"owner_pid\"} as one JSON line")
 	fs.StringVar(&f.logFormat, "log-format", "text", "stderr log format: text or json")
-	fs.StringVar(&f.logLevel, "log-level", "info", "stderr log level: debug, info, warn or error (debug shows start-up timing)")
+	fs.StringVar(&f.logLevel, "log-level", "info", "stderr log level: debug, info, warn or error (debug shows start-up timing; the egress proxy gets the same level)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, nil, cli.Quiet(cli.ExitOK)
