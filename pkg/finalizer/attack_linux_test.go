@@ -707,3 +707,51 @@ git ls-files | grep -qx ../../outside/secret.txt
 	}
 	a.checkOutside(t, false)
 }
+
+// TestAttackWritableDirLetsLiveAgentSwap: the agent leaves a directory of
+// its repository writable by others (chmod 0777), or still its own, so
+// that after the workspace is handed to root a live agent process can
+// still rename entries in it. While git status or add reads the working
+// tree as root, the agent exchanges a modified tracked file with a
+// symlink to a root-only file (renameat2 RENAME_EXCHANGE in a loop);
+// whenever git's lstat sees the regular file and its open the symlink,
+// git hashes the root-only file and add commits it (reproduced with plain
+// git: 3 of 10 runs of add --update leaked the first bytes of /etc/shadow
+// into blobs). A directory root reads that anyone else can change is
+// refused before git runs, naming it.
+func TestAttackWritableDirLetsLiveAgentSwap(t *testing.T) {
+	for _, c := range []struct {
+		name, script, dir string
+		uid, gid          bool // the preservation left the agent's uid or gid on dir
+	}{
+		{name: "world-writable", script: `chmod 0777 repo/src`, dir: "src"},
+		{name: "world-writable .git subdir", script: `chmod 0777 repo/.git/refs`, dir: ".git/refs"},
+		{name: "group-writable, agent group", script: `chmod 0775 repo/docs`, dir: "docs", gid: true},
+		{name: "agent-owned", script: `true`, dir: "src", uid: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			a := newAttack(t)
+			a.plant(t, c.script)
+			// Preserved without a recursive chown: the agent's uid or gid is
+			// still on a directory below the root-owned repository.
+			uid, gid := -1, -1
+			if c.uid {
+				uid = a.uid
+			}
+			if c.gid {
+				gid = a.gid
+			}
+			if err := os.Lchown(filepath.Join(a.f.repo, c.dir), uid, gid); err != nil {
+				t.Fatal(err)
+			}
+			for _, args := range [][]string{{"inspect", a.f.ws}, a.recoverArgs()} {
+				r := a.run(t, 2*time.Minute, args...)
+				a.refusedNaming(t, r, a.repoPath(c.dir)+": a directory ")
+				if !strings.Contains(r.stdout+r.stderr, "could change it while root reads it") {
+					t.Errorf("the refusal does not say why")
+				}
+			}
+			a.checkOutside(t, false)
+		})
+	}
+}

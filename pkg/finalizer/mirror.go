@@ -84,6 +84,12 @@ func openRepository(ctx context.Context, p *Plan, w *wsHandles, opts Options) (m
 		p.refuse("repository %s is not owned by this user (uid %d); run finalizer-recover as the workspace owner", quotePath(p.Repository), euid)
 		return nil, true, nil
 	}
+	for _, d := range []*safeDir{repoD, gitD} {
+		if why := d.changeableByOthers(); why != "" {
+			p.refuse("refusing %s: %s", quotePath(d.path), why)
+			return nil, true, nil
+		}
+	}
 	for _, scan := range []struct {
 		d    *safeDir
 		scan func(context.Context, *safeDir) ([]string, error)

@@ -344,7 +344,7 @@ func gitDirRule(rel string, st unix.Stat_t) (string, bool) {
 		return "alternates borrow objects from another repository", false
 	}
 	if isDir(st) {
-		return "", true
+		return othersCanChange(st), true
 	}
 	if what := fileKind(st); what != "" {
 		return what, false
@@ -353,6 +353,27 @@ func gitDirRule(rel string, st unix.Stat_t) (string, bool) {
 		return fmt.Sprintf("a hard link (%d names share it; one may be outside the workspace)", nlink(st)), false
 	}
 	return "", false
+}
+
+// othersCanChange refuses a directory that someone other than this user
+// could still change: another owner, or write permission for the group
+// or others (group write is fine for this user's own group, as a umask
+// of 002 leaves it). A live agent process (the workspace is handed to root while
+// the agent may still run) could otherwise rename entries in it while
+// root reads the tree, e.g. exchange a checked regular file with a
+// symlink to a root-only file between git's lstat and its open, so that
+// root hashes and commits that file.
+func othersCanChange(st unix.Stat_t) string {
+	euid := os.Geteuid()
+	switch {
+	case int(st.Uid) != euid:
+		return fmt.Sprintf("a directory owned by uid %d, not by this user (uid %d): its owner could change it while root reads it", st.Uid, euid)
+	case st.Mode&0o002 != 0:
+		return fmt.Sprintf("a directory writable by others (mode %04o): they could change it while root reads it", st.Mode&0o7777)
+	case st.Mode&0o020 != 0 && int(st.Gid) != os.Getegid():
+		return fmt.Sprintf("a directory writable by group %d (mode %04o), not this user's group: its members could change it while root reads it", st.Gid, st.Mode&0o7777)
+	}
+	return ""
 }
 
 // workTreeRule refuses, in the working tree git will read as root, what
@@ -369,7 +390,7 @@ func workTreeRule(rel string, st unix.Stat_t) (string, bool) {
 	}
 	switch {
 	case isDir(st):
-		return "", true
+		return othersCanChange(st), true
 	case isLink(st):
 		switch base {
 		case ".gitignore", ".gitattributes", ".gitmodules", ".mailmap":
@@ -396,6 +417,16 @@ func (d *safeDir) exists(name string) bool {
 func (d *safeDir) ownedBy(uid int) bool {
 	st, err := d.stat()
 	return err == nil && ownerUID(st) == uid
+}
+
+// changeableByOthers returns why d itself could be changed by someone
+// other than this user (see othersCanChange), or "".
+func (d *safeDir) changeableByOthers() string {
+	st, err := d.stat()
+	if err != nil {
+		return err.Error()
+	}
+	return othersCanChange(st)
 }
 
 // scanGitDir checks a repository's .git directory with gitDirRule.
