@@ -47,6 +47,9 @@ func (*ProcBackend) Prepare() error {
 // Counters returns nil.
 func (*ProcBackend) Counters() map[string]uint64 { return nil }
 
+// Close does nothing.
+func (*ProcBackend) Close() error { return nil }
+
 // Lookup returns feature.ErrNotSupported.
 func (*ProcBackend) Lookup(context.Context, netip.AddrPort, netip.AddrPort) (*Identity, error) {
 	return nil, fmt.Errorf("attribution: /proc backend: %w", feature.ErrNotSupported)
