@@ -25,15 +25,16 @@ func jsonLine(v any) ([]byte, error) {
 }
 
 // serveH1 serves HTTP/1.1 requests on an inspected connection (TLS
-// terminated, or plaintext inside a tunnel) until the client closes, a
+// terminated, or plaintext inside a tunnel; responses go to out, which
+// writes to c) until the client closes, a
 // request asks to close, or one is malformed. Every head goes through the
 // proxy's strict parser and framing checks (obs-fold, invalid characters,
 // Content-Length with Transfer-Encoding: 400 and close), then the
 // inspector decides it on its own.
-func (p *Proxy) serveH1(c net.Conn, br *bufio.Reader, ix *inspector) {
+func (p *Proxy) serveH1(c net.Conn, br *bufio.Reader, ix *inspector, out io.Writer) {
 	lim := &p.cfg.Limits
 	ix.proto = "HTTP/1.1"
-	bw := bufio.NewWriterSize(c, 16<<10)
+	bw := bufio.NewWriterSize(out, 64<<10)
 	buf := make([]byte, 0, 1024)
 	for n := 0; ; n++ {
 		if n > 0 {

@@ -149,7 +149,7 @@ func (p *Proxy) inspect(c *net.TCPConn, br *bufio.Reader, up net.Conn, rec *Reco
 		t := ix.h1Transport(nil)
 		defer t.CloseIdleConnections()
 		ix.rt = newConnRT(up, t, p.cfg.Limits.IdleTimeout)
-		p.serveH1(c, br, ix)
+		p.serveH1(c, br, ix, c)
 	default:
 		rec.Outcome, rec.Reason = OutcomePolicyDenied, ReasonNotHTTP
 		c.SetLinger(0)
@@ -178,7 +178,8 @@ func (ix *inspector) serveTLS(c *net.TCPConn, br *bufio.Reader, up net.Conn) {
 		return
 	}
 	sniBad := false
-	tc := tls.Server(&bufConn{Conn: c, r: br}, &tls.Config{
+	bc := &batchConn{Conn: &bufConn{Conn: c, r: br}}
+	tc := tls.Server(bc, &tls.Config{
 		MinVersion: tls.VersionTLS12,
 		NextProtos: []string{"h2", "http/1.1"},
 		GetCertificate: func(hi *tls.ClientHelloInfo) (*tls.Certificate, error) {
@@ -237,7 +238,7 @@ func (ix *inspector) serveTLS(c *net.TCPConn, br *bufio.Reader, up net.Conn) {
 		srv.ServeConn(tc, &http2.ServeConnOpts{Handler: ix, BaseConfig: &http.Server{ErrorLog: log.New(io.Discard, "", 0)}})
 		return
 	}
-	p.serveH1(tc, bufio.NewReaderSize(tc, 4096), ix)
+	p.serveH1(tc, bufio.NewReaderSize(tc, 4096), ix, tlsBatchWriter{tc: tc, bc: bc})
 }
 
 // maxUpstreamConns bounds the extra upstream connections one inspected
@@ -631,7 +632,7 @@ func requestHeader(in http.Header) http.Header {
 	return out
 }
 
-var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
 
 // flushCopy copies src to w. A streamed response (no Content-Length:
 // gRPC, server-sent events, chunked downloads) is flushed after every
