@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httputil"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -217,11 +216,11 @@ func (p *Proxy) forward(c *net.TCPConn, br *bufio.Reader, up net.Conn, rec *Reco
 	var tb *trackedBody
 	switch {
 	case fr.chunked:
-		tb = newTrackedBody(httputil.NewChunkedReader(br), br)
+		tb = newChunkedBody(br)
 		body = &countingReader{r: tb}
 		out.Body, out.ContentLength = io.NopCloser(body), -1
 	case fr.length > 0:
-		tb = newTrackedBody(io.LimitReader(br, fr.length), nil)
+		tb = newSizedBody(br, fr.length)
 		body = &countingReader{r: tb}
 		out.Body, out.ContentLength = io.NopCloser(body), fr.length
 	default:

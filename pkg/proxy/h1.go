@@ -13,6 +13,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -174,10 +175,10 @@ func (ix *inspector) buildRequest(h *Head, br *bufio.Reader) (*http.Request, fra
 	}
 	switch {
 	case fr.chunked:
-		r.Body, r.ContentLength = newTrackedBody(httputil.NewChunkedReader(br), br), -1
+		r.Body, r.ContentLength = newChunkedBody(br), -1
 		r.TransferEncoding = []string{"chunked"}
 	case fr.length > 0:
-		r.Body, r.ContentLength = newTrackedBody(io.LimitReader(br, fr.length), nil), fr.length
+		r.Body, r.ContentLength = newSizedBody(br, fr.length), fr.length
 	default:
 		r.Body = http.NoBody
 	}
@@ -186,51 +187,70 @@ func (ix *inspector) buildRequest(h *Head, br *bufio.Reader) (*http.Request, fra
 }
 
 // trackedBody knows whether it was read to the end, so the connection
-// is reused only after a fully consumed request body. For a chunked body
-// (trailers set) the end includes the trailer section, which is read and
-// dropped (trailers are not forwarded), so the next head starts clean.
+// is reused only after a fully consumed request body. A sized body is
+// done when its last byte was read (a reader need not come back for the
+// EOF); a chunked one when its last chunk and trailer section were read
+// (trailers are dropped, not forwarded), so the next head starts clean.
 type trackedBody struct {
 	r        io.Reader
-	trailers *bufio.Reader
-	eof      bool
+	trailers *bufio.Reader // chunked: where the trailer section is read from
+	remain   int64         // sized: bytes still to come
+	sized    bool
+	// eof is read by the connection's goroutine while a transport's
+	// writer may still be returning from Read: atomic, so seeing it set
+	// orders every read of the connection's buffer before it.
+	eof atomic.Bool
 }
 
-func newTrackedBody(r io.Reader, trailers *bufio.Reader) *trackedBody {
-	return &trackedBody{r: r, trailers: trailers}
+func newChunkedBody(br *bufio.Reader) *trackedBody {
+	return &trackedBody{r: httputil.NewChunkedReader(br), trailers: br}
+}
+
+func newSizedBody(br *bufio.Reader, n int64) *trackedBody {
+	return &trackedBody{r: io.LimitReader(br, n), remain: n, sized: true}
 }
 
 // maxTrailerBytes bounds a chunked body's trailer section.
 const maxTrailerBytes = 8 << 10
 
 func (b *trackedBody) Read(p []byte) (int, error) {
-	if b.eof {
+	if b.eof.Load() {
 		return 0, io.EOF
 	}
 	n, err := b.r.Read(p)
+	if b.sized {
+		b.remain -= int64(n)
+		if b.remain <= 0 {
+			b.eof.Store(true)
+		}
+		if err == io.EOF && b.remain > 0 {
+			err = io.ErrUnexpectedEOF
+		}
+		return n, err
+	}
 	if err == io.EOF {
-		if b.trailers != nil {
-			total := 0
-			for {
-				line, lerr := b.trailers.ReadSlice('\n')
-				total += len(line)
-				if lerr != nil || total > maxTrailerBytes {
-					return n, errors.New("bad chunked trailer section")
-				}
-				if len(line) == 1 || len(line) == 2 && line[0] == '\r' {
-					break
-				}
+		total := 0
+		for {
+			line, lerr := b.trailers.ReadSlice('\n')
+			total += len(line)
+			if lerr != nil || total > maxTrailerBytes {
+				return n, errors.New("bad chunked trailer section")
+			}
+			if len(line) == 1 || len(line) == 2 && line[0] == '\r' {
+				break
 			}
 		}
-		b.eof = true
+		b.eof.Store(true)
 	}
 	return n, err
 }
+
 func (b *trackedBody) Close() error { return nil }
 
 func bodyDone(b io.ReadCloser) bool {
 	switch t := b.(type) {
 	case *trackedBody:
-		return t.eof
+		return t.eof.Load()
 	case *continueReader:
 		return bodyDone(t.r)
 	}
