@@ -260,9 +260,6 @@ func (p *proxyProc) start() error {
 	case <-time.After(p.cfg.ReadyTimeout):
 		err = fmt.Errorf("egress-proxy not ready after %s", p.cfg.ReadyTimeout)
 	}
-	if err == nil {
-		err = p.writeBundle()
-	}
 	if err != nil {
 		cmd.Process.Kill()
 		<-exited
@@ -271,6 +268,11 @@ func (p *proxyProc) start() error {
 	p.mu.Lock()
 	p.cmd, p.exited = cmd, exited
 	p.mu.Unlock()
+	if err := p.writeBundle(); err != nil {
+		cmd.Process.Kill()
+		<-exited
+		return err
+	}
 	p.cfg.Logger.Debug("egress-proxy ready", "sandbox", p.name, "pid", cmd.Process.Pid)
 	return nil
 }

@@ -173,6 +173,7 @@ func TestAttachStartsProxyAndRestartsIt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { cleanup() }) // a failure below must not leave the proxy running
 	var proxyURL string
 	for _, kv := range env {
 		if v, ok := strings.CutPrefix(kv, "HTTPS_PROXY="); ok {
@@ -220,7 +221,15 @@ func TestAttachStartsProxyAndRestartsIt(t *testing.T) {
 	t.Logf("restart observed after %v (saw the closed window: %v)", time.Since(start), sawClosed)
 	// The restarted proxy's new CA is in the same file (a bind mount of
 	// it shows the change), replacing the old one.
-	after, _ := os.ReadFile(bundle)
+	// (The supervisor rewrites it once the new proxy reported ready,
+	// which may be just after the proxy began answering.)
+	var after []byte
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		after, _ = os.ReadFile(bundle)
+		if !bytes.Equal(before, after) && tlsca.CountCerts(after) == tlsca.CountCerts(before) {
+			break // rewritten (a read during the rewrite can see it partly written)
+		}
+	}
 	fiAfter, _ := os.Stat(bundle)
 	if bytes.Equal(before, after) || !os.SameFile(fiBefore, fiAfter) || tlsca.CountCerts(after) != tlsca.CountCerts(before) {
 		t.Fatalf("bundle not rewritten in place with the new CA (same contents %v, same file %v)", bytes.Equal(before, after), os.SameFile(fiBefore, fiAfter))
