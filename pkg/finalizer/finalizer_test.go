@@ -550,6 +550,19 @@ func TestEvidenceValidation(t *testing.T) {
 			t.Errorf("error %q does not name %s", err, want)
 		}
 	}
+	// Control characters could forge lines of the text plan.
+	g := newFixture(t, fixtureOpts{})
+	g.ev.CanonicalBranch = "main\rrecoverable: true"
+	g.ev.RemoteURL = g.remote + "\x1b[2K"
+	g.ev.Repository = "repo\nx"
+	g.saveEvidence()
+	_, err = Inspect(context.Background(), g.ws, Options{Env: g.env})
+	for _, want := range []string{"canonical_branch", "remote_url", "repository:"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("control characters: error %v does not name %s", err, want)
+		}
+	}
+
 	f.write(f.ws, EvidenceFile, "{", 0o644)
 	if _, err := Inspect(context.Background(), f.ws, Options{Env: f.env}); err == nil || !strings.Contains(err.Error(), "not valid JSON") {
 		t.Errorf("truncated evidence: %v", err)
