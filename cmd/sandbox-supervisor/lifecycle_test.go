@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -375,4 +376,51 @@ func TestAttachReplayAndStdinLease(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	b.Write([]byte("second\n"))
 	readUntil(t, b, "got-second\n", 10*time.Second)
+}
+
+// Signals sent to an exec client reach the exec'd command; a client that
+// dies takes its command's process group with it.
+func TestExecSignalsAndHangup(t *testing.T) {
+	bin, wd, st := lifecycleSetup(t)
+	name, _ := detached(t, bin, st, wd)
+	start := func(script string) (*exec.Cmd, *bufio.Reader) {
+		cmd := exec.Command(bin, "exec", "--state-dir", st, "--no-login-shell", name, "--", "/bin/sh", "-c", script)
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		r := bufio.NewReader(out)
+		if l, err := r.ReadString('\n'); l != "ready\n" {
+			t.Fatalf("exec: %q %v", l, err)
+		}
+		return cmd, r
+	}
+	cmd, r := start(`trap 'echo got-term; exit 3' TERM; echo ready; while :; do sleep 0.05; done`)
+	cmd.Process.Signal(syscall.SIGTERM)
+	if l, _ := r.ReadString('\n'); l != "got-term\n" {
+		t.Errorf("after SIGTERM to the client the command printed %q", l)
+	}
+	cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); code != 3 {
+		t.Errorf("exec client exit %d, want the command's 3", code)
+	}
+
+	cmd, _ = start(`sleep 30 & echo $! > /tmp/hang.pids; echo $$ >> /tmp/hang.pids; echo ready; wait`)
+	cmd.Process.Kill()
+	cmd.Wait()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		out, code := execIn(t, bin, st, name, "--", `for p in $(cat /tmp/hang.pids); do kill -0 $p 2>/dev/null && echo alive $p; done; true`)
+		if code == 0 && !strings.Contains(out, "alive") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the dead client's command and its child still run: %s", out)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

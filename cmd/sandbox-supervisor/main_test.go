@@ -72,6 +72,8 @@ func TestUsageErrors(t *testing.T) {
 		{"gc", "--stale-after", "-1h"},
 		{"run", "--detach", "--tty"},
 		{"run", "--json", "--", "true"},
+		{"run", "--detach", "--events", "/dev/fd/3"},
+		{"run", "--detach", "--events", "-"},
 		{"exec"},
 		{"exec", "sbx-1"},
 		{"exec", "sbx-1", "--"},

@@ -139,6 +139,9 @@ func parseRunFlags(args []string, stderr io.Writer, specOnly bool) (*runFlags, [
 	if f.json && !f.detach {
 		return nil, nil, cli.Usagef("--json goes with --detach")
 	}
+	if _, isFD := ocsf.FDDest(f.events); f.detach && (isFD || f.events == "-") {
+		return nil, nil, cli.Usagef("--events %s: a detached sandbox outlives this process and its descriptors; give --events a file", f.events)
+	}
 	if f.tty && f.noTTY {
 		return nil, nil, cli.Usagef("--tty and --no-tty are mutually exclusive")
 	}
