@@ -15,8 +15,9 @@ const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 var DefaultPassthrough = []string{"MAC_HUB_URL", "MAC_GATEWAY_URL", "MAC_AGENT_ID", "MAC_TASK_ID"}
 
 // ReservedEnv are variables the supervisor owns. Neither --env nor the
-// passthrough list can set them: a later layer points the proxy variables
-// at the sandbox's egress proxy, and the agent must not redirect them.
+// passthrough list can set them, in any case (isReserved): a later layer
+// points the proxy variables at the sandbox's egress proxy, and the agent
+// must not redirect them.
 var ReservedEnv = map[string]bool{
 	"HTTP_PROXY": true, "HTTPS_PROXY": true, "ALL_PROXY": true, "NO_PROXY": true,
 	"http_proxy": true, "https_proxy": true, "all_proxy": true, "no_proxy": true,
@@ -77,7 +78,7 @@ func BuildEnv(in EnvInput) ([]string, error) {
 		if !validEnvName(k) {
 			return nil, fmt.Errorf("--env-passthrough: %q is not a valid variable name", k)
 		}
-		if ReservedEnv[k] {
+		if isReserved(k) {
 			return nil, fmt.Errorf("--env-passthrough: %s is reserved by the supervisor", k)
 		}
 		if v, ok := host[k]; ok {
@@ -110,7 +111,7 @@ func parseSetVar(kv string) (string, string, error) {
 	if !ok || !validEnvName(k) {
 		return "", "", fmt.Errorf("--env %q: want NAME=VALUE with a valid NAME", kv)
 	}
-	if ReservedEnv[k] {
+	if isReserved(k) {
 		return "", "", fmt.Errorf("--env %s: reserved by the supervisor and cannot be overridden", k)
 	}
 	if strings.ContainsRune(v, 0) {
@@ -137,6 +138,12 @@ func ExecEnv(base, set []string) ([]string, error) {
 	}
 	return mergeEnv(slices.Clone(base), extra), nil
 }
+
+// isReserved reports whether k names a reserved variable in any case:
+// clients differ in which case of a proxy variable they read (Python's
+// urllib lowercases every *_proxy name), so Http_Proxy is refused like
+// HTTP_PROXY.
+func isReserved(k string) bool { return ReservedEnv[strings.ToUpper(k)] }
 
 func validEnvName(k string) bool {
 	if k == "" {
