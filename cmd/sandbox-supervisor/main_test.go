@@ -450,8 +450,8 @@ func TestTaskEgressExpansion(t *testing.T) {
 	}
 }
 
-// A policy, hosts file or events file the sandbox could change is
-// refused before anything is created: an agent able to edit the policy
+// A policy, hosts file, events file or state root the sandbox could
+// change is refused before anything is created: an agent able to edit the policy
 // the proxy hot-reloads would widen its own egress.
 func TestTrustedFilesOutOfReach(t *testing.T) {
 	dir := t.TempDir()
@@ -465,6 +465,7 @@ func TestTrustedFilesOutOfReach(t *testing.T) {
 		{"--policy", inWD},
 		{"--policy", safe, "--hosts-file", filepath.Join(wd, "hosts")},
 		{"--policy", safe, "--events", filepath.Join(wd, "events.jsonl")},
+		{"--policy", safe, "--state-dir", filepath.Join(wd, ".palisade-state")},
 	} {
 		full := append(append([]string{"spec", "--workdir", wd}, args...), "--", "/bin/true")
 		if err := run(context.Background(), full, strings.NewReader(""), io.Discard, io.Discard); cli.Code(err) != 125 || !strings.Contains(err.Error(), "can write") {

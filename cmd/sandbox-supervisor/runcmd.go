@@ -529,5 +529,13 @@ func outOfReach(r *policy.Resolved, f *runFlags, p sandbox.PolicyInfo, workdir s
 			return err
 		}
 	}
+	// The state root holds every sandbox's labels and its exec and attach
+	// sockets. Under the workdir, the tmpfs that hides it would lie under
+	// the workdir's bind mount, so the sandbox would see it, and the agent
+	// could rename it away (delete and gc would no longer find the
+	// sandbox) or put another directory in its place.
+	if _, err := sandbox.OutsideWritable("--state-dir", f.stateDir, workdir, rw, privateRW); err != nil {
+		return err
+	}
 	return nil
 }

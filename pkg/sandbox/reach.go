@@ -21,29 +21,9 @@ import (
 // private lists read-write paths that are fresh filesystems inside the
 // sandbox (/tmp, /dev/shm): the host's copies are invisible there.
 func OutOfReach(label, path string, uid, gid uint32, workdir string, readWrite, private []string) error {
-	abs, err := filepath.Abs(path)
+	abs, err := OutsideWritable(label, path, workdir, readWrite, private)
 	if err != nil {
-		return fmt.Errorf("%s %s: %w", label, path, err)
-	}
-	if real, err := filepath.EvalSymlinks(filepath.Dir(abs)); err == nil {
-		abs = filepath.Join(real, filepath.Base(abs))
-	}
-	roots := []string{workdir}
-	for _, p := range readWrite {
-		isPrivate := false
-		for _, q := range private {
-			if filepath.Clean(p) == q {
-				isPrivate = true
-			}
-		}
-		if !isPrivate {
-			roots = append(roots, p)
-		}
-	}
-	for _, r := range roots {
-		if r != "" && under(abs, r) {
-			return fmt.Errorf("%s %s lies in %s, which the sandbox can write: keep it outside the sandbox's read-write paths", label, path, r)
-		}
+		return err
 	}
 	for _, p := range []string{abs, filepath.Dir(abs)} {
 		fi, err := os.Stat(p)
@@ -170,4 +150,36 @@ func resolvedPrefixes(p string) []string {
 		}
 	}
 	return out
+}
+
+// OutsideWritable refuses a path that lies in the working directory or in
+// a read-write path the sandbox gets from the host (private lists those
+// that are fresh filesystems inside it), as named and with its directory
+// resolved now. It returns the absolute path it checked. OutOfReach adds
+// the ownership and mode checks; a directory the supervisor creates
+// itself (its state root) needs only this one.
+func OutsideWritable(label, path, workdir string, readWrite, private []string) (string, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", fmt.Errorf("%s %s: %w", label, path, err)
+	}
+	forms := []string{abs}
+	if real, err := filepath.EvalSymlinks(filepath.Dir(abs)); err == nil {
+		abs = filepath.Join(real, filepath.Base(abs))
+		forms = append(forms, abs)
+	}
+	roots := []string{workdir}
+	for _, p := range readWrite {
+		if !isPrivatePath(p, private) {
+			roots = append(roots, p)
+		}
+	}
+	for _, r := range roots {
+		for _, f := range forms {
+			if r != "" && under(f, r) {
+				return "", fmt.Errorf("%s %s lies in %s, which the sandbox can write: keep it outside the sandbox's read-write paths", label, path, r)
+			}
+		}
+	}
+	return abs, nil
 }
