@@ -141,7 +141,7 @@ func TestHardRequirementAbortExit125(t *testing.T) {
 	}
 	defer func() { probe = nil }()
 	dir := t.TempDir()
-	_, _, err := runCLI(t, "run", "--state-dir", dir, "--workdir", dir, "--", "/bin/true")
+	_, _, err := runCLI(t, "run", "--state-dir", filepath.Join(t.TempDir(), "state"), "--workdir", dir, "--", "/bin/true")
 	if cli.Code(err) != 125 || !strings.Contains(err.Error(), "landlock") || !strings.Contains(err.Error(), "hard_requirement") {
 		t.Fatalf("exit %d: %v", cli.Code(err), err)
 	}
