@@ -424,3 +424,33 @@ func TestExecSignalsAndHangup(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// A sandbox whose supervisor runs in the foreground (as a systemd unit
+// runs it) takes execs too.
+func TestExecIntoForegroundRun(t *testing.T) {
+	bin, wd, st := lifecycleSetup(t)
+	name := testutil.UniqueName("fg-")
+	run := exec.Command(bin, "run", "--state-dir", st, "--workdir", wd, "--name", name, "--", "/bin/sh", "-c", "echo main > /tmp/who; sleep 30")
+	if err := run.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { run.Process.Kill(); run.Wait() })
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, code := execIn(t, bin, st, name, "--", "cat /tmp/who")
+		if code == 0 && strings.TrimSpace(out) == "main" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("exec into the foreground run: %d %s", code, out)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if out, err := exec.Command(bin, "delete", "--state-dir", st, name).CombinedOutput(); err != nil {
+		t.Fatalf("delete: %v %s", err, out)
+	}
+	run.Wait()
+	if code := run.ProcessState.ExitCode(); code != 128+15 {
+		t.Errorf("the foreground run ended %d after delete, want 143 (its command got SIGTERM)", code)
+	}
+}
