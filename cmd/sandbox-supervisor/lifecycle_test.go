@@ -454,3 +454,67 @@ func TestExecIntoForegroundRun(t *testing.T) {
 		t.Errorf("the foreground run ended %d after delete, want 143 (its command got SIGTERM)", code)
 	}
 }
+
+// logs prints a sandbox's own events from its events file; --follow
+// prints new ones as they come (here an exec's launch) and ends when the
+// sandbox does.
+func TestLogsFollow(t *testing.T) {
+	bin, wd, st := lifecycleSetup(t)
+	events := filepath.Join(t.TempDir(), "events.jsonl")
+	// Another sandbox's line in the same file is not this one's.
+	os.WriteFile(events, []byte(`{"class_uid":1007,"activity_name":"Launch","type_name":"Process Activity: Launch","time":1,"metadata":{"uid":"other"},"message":"not mine"}`+"\n"), 0o600)
+	name, _ := detached(t, bin, st, wd, "--events", events)
+	follow := exec.Command(bin, "logs", "--follow", "--state-dir", st, name)
+	out, err := follow.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := follow.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { follow.Process.Kill(); follow.Wait() })
+	lines := make(chan string, 64)
+	go func() {
+		r := bufio.NewReader(out)
+		for {
+			l, err := r.ReadString('\n')
+			if err != nil {
+				close(lines)
+				return
+			}
+			lines <- l
+		}
+	}()
+	if _, code := execIn(t, bin, st, "--no-login-shell", name, "--", "/bin/true"); code != 0 {
+		t.Fatalf("exec: %d", code)
+	}
+	var got []string
+	deadline := time.After(5 * time.Second)
+wait:
+	for {
+		select {
+		case l := <-lines:
+			got = append(got, l)
+			if strings.Contains(l, "Process Activity: Launch") && strings.Contains(l, "true") {
+				break wait
+			}
+		case <-deadline:
+			t.Fatalf("logs --follow did not show the exec's launch: %q", got)
+		}
+	}
+	for _, l := range got {
+		if strings.Contains(l, "not mine") {
+			t.Errorf("logs showed another sandbox's event: %q", l)
+		}
+	}
+	if out, err := exec.Command(bin, "delete", "--state-dir", st, name).CombinedOutput(); err != nil {
+		t.Fatalf("delete: %v %s", err, out)
+	}
+	done := make(chan error, 1)
+	go func() { done <- follow.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Error("logs --follow still runs after the sandbox was deleted")
+	}
+}
