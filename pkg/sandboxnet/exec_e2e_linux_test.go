@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containerd/console"
+
 	"github.com/palisade-sandbox/palisade/pkg/testutil"
 )
 
@@ -52,8 +54,49 @@ func TestExecEgressAndReload(t *testing.T) {
 		return results(out)
 	}
 
+	// A second exec, on a terminal, at the same time: the same rules.
+	m, slavePath, err := console.NewPty()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	slave, err := os.OpenFile(slavePath, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slave.Close()
+	ttyExec := exec.Command(l.sup, "exec", "--tty", "--state-dir", l.state, name, "--",
+		`sleep 0.2; a=$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 http://allowed.test/); d=$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 http://denied.test/); echo "tty_allowed=$a tty_denied=$d tty=$(tty)"`)
+	ttyExec.Stdin, ttyExec.Stdout, ttyExec.Stderr = slave, slave, slave
+	if err := ttyExec.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ttyOut := make(chan string, 1)
+	go func() {
+		var b []byte
+		buf := make([]byte, 1024)
+		for !bytes.Contains(b, []byte("tty=")) || !bytes.Contains(b, []byte("\n")) {
+			n, err := m.Read(buf)
+			b = append(b, buf[:n]...)
+			if err != nil {
+				break
+			}
+		}
+		ttyOut <- string(b)
+	}()
 	r := execScript(execEgressScript)
 	execEnded := time.Now()
+	if err := ttyExec.Wait(); err != nil {
+		t.Errorf("tty exec: %v", err)
+	}
+	select {
+	case got := <-ttyOut:
+		if !strings.Contains(got, "tty_allowed=200 tty_denied=403 tty=/dev/pts/") {
+			t.Errorf("the concurrent tty exec saw other network rules: %q", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("no output from the tty exec")
+	}
 	if !strings.HasPrefix(r["http_allowed"], "200 ") {
 		t.Errorf("http_allowed: %q, want 200", r["http_allowed"])
 	}
@@ -98,8 +141,8 @@ func TestExecEgressAndReload(t *testing.T) {
 			}
 		}
 	}
-	if launches != 1 || ends != 1 {
-		t.Errorf("events of the exec'd shell: %d launches, %d terminations, want 1 each", launches, ends)
+	if launches != 2 || ends != 2 {
+		t.Errorf("events of the exec'd shells: %d launches, %d terminations, want 2 each", launches, ends)
 	}
 	out, _ := exec.Command(l.sup, "logs", "--json", "--state-dir", l.state, name).Output()
 	for _, line := range bytes.Split(bytes.TrimSpace(out), []byte("\n")) {
