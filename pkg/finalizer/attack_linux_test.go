@@ -755,3 +755,38 @@ func TestAttackWritableDirLetsLiveAgentSwap(t *testing.T) {
 		})
 	}
 }
+
+// TestAttackBranchNameSpoofsPlan: the agent rewrites canonical_branch in
+// its evidence with a terminal escape (ESC c resets the terminal,
+// clearing the plan printed so far), a carriage return or a bidi
+// override. The evidence is refused, naming the field, and no raw
+// control or format character reaches the operator's terminal.
+func TestAttackBranchNameSpoofsPlan(t *testing.T) {
+	for _, c := range []struct{ name, branch string }{
+		{"ESC", `main\\u001bc`},
+		{"CR", `main\\r`},
+		{"bidi", `niam\\u202e`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			a := newAttack(t)
+			a.plant(t, `perl -0pi -e 's/"canonical_branch": "main"/"canonical_branch": "`+c.branch+`"/ or die "no branch"' `+EvidenceFile)
+			if data, _ := os.ReadFile(filepath.Join(a.f.ws, EvidenceFile)); !strings.Contains(string(data), `"canonical_branch": "`+strings.ReplaceAll(c.branch, `\\`, `\`)+`"`) {
+				t.Fatalf("the agent's edit did not land: %s", data)
+			}
+			for _, args := range [][]string{{"inspect", a.f.ws}, a.recoverArgs()} {
+				r := a.run(t, 2*time.Minute, args...)
+				if r.code == 0 {
+					t.Errorf("exit 0: the spoofed evidence was accepted")
+				}
+				out := r.stdout + r.stderr
+				if !strings.Contains(out, "canonical_branch") {
+					t.Errorf("the refusal does not name canonical_branch")
+				}
+				if strings.ContainsAny(out, "\x1b\r\u202e") {
+					t.Errorf("a raw control or bidi character reached the output: %q", out)
+				}
+			}
+			a.checkOutside(t, false)
+		})
+	}
+}

@@ -204,7 +204,7 @@ func (ev *Evidence) validate() error {
 	if !objectIDRE.MatchString(ev.PreservedHeadSHA) {
 		bad("preserved_head_sha: %q is not a full lowercase object id", ev.PreservedHeadSHA)
 	}
-	if ev.CanonicalBranch == "" || hasControl(ev.CanonicalBranch) || strings.HasPrefix(ev.CanonicalBranch, "-") || strings.HasPrefix(ev.CanonicalBranch, "refs/") || strings.ContainsAny(ev.CanonicalBranch, " \t\n\x00~^:?*[\\") || strings.Contains(ev.CanonicalBranch, "..") {
+	if ev.CanonicalBranch == "" || hasControl(ev.CanonicalBranch) || strings.HasPrefix(ev.CanonicalBranch, "-") || strings.HasPrefix(ev.CanonicalBranch, "refs/") || strings.ContainsAny(ev.CanonicalBranch, " \t\n\x00~^:?*[\\") || strings.Contains(ev.CanonicalBranch, "..") || quotePath(ev.CanonicalBranch) != ev.CanonicalBranch {
 		bad("canonical_branch: %q is not a branch name (give it without refs/heads/)", ev.CanonicalBranch)
 	}
 	if !remoteRE.MatchString(ev.Remote) {
