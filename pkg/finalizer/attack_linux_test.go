@@ -4,10 +4,12 @@ package finalizer
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -789,4 +791,56 @@ func TestAttackBranchNameSpoofsPlan(t *testing.T) {
 			a.checkOutside(t, false)
 		})
 	}
+}
+
+// TestAttackRepositorySwappedBeforeAdd: the agent, still running and
+// owning the workspace directory, lets inspection check its repository
+// and then renames it away, putting a symlink to a root-only directory
+// in its place before the commit step (here deterministically, between
+// inspect and execute). The repository lists keep.txt as modified, a
+// name that also exists in that directory. git add reached the working
+// tree by name, so it read (and hashed into the mirror) the root-only
+// keep.txt; the commit step must read only through the descriptors
+// inspection checked, and then refuse because the repository changed.
+func TestAttackRepositorySwappedBeforeAdd(t *testing.T) {
+	a := newAttack(t)
+	a.plant(t, `cd repo
+echo agent > keep.txt
+git -c user.name=agent -c user.email=agent@example.invalid add keep.txt
+git -c user.name=agent -c user.email=agent@example.invalid commit -qm keep -- keep.txt
+echo changed > keep.txt
+head=$(git rev-parse HEAD)
+perl -pi -e "s/\"preserved_head_sha\": \"[0-9a-f]+\"/\"preserved_head_sha\": \"$head\"/" ../`+EvidenceFile)
+	if err := os.Lchown(a.f.ws, a.uid, a.gid); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TMPDIR", a.f.dir)
+	opts := a.f.opts()
+	opts.Recovery, opts.Execute = true, true
+	ctx := context.Background()
+	w := &wsHandles{}
+	defer w.close()
+	plan, m, err := inspect(ctx, a.f.ws, opts, w)
+	defer m.remove()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !plan.Recoverable || !strings.Contains(strings.Join(plan.ModifiedFiles, " "), "keep.txt") {
+		t.Fatalf("the plan does not list keep.txt or is refused: %q %q", plan.ModifiedFiles, plan.Refusals)
+	}
+	// The agent swaps its repository for a symlink to the root directory.
+	out, err := a.sandboxCmd(`mv repo repo.real && ln -s OUTSIDE/victim repo`).CombinedOutput()
+	if err != nil {
+		t.Fatalf("swapping in the sandbox: %v\n%s", err, out)
+	}
+	rec := &Record{}
+	step, err := execute(ctx, plan, opts, rec, io.Discard, m, w)
+	t.Logf("execute: step %q, %v", step, err)
+	if err == nil || step != StepCommit || !strings.Contains(err.Error(), "changed while it was being committed") {
+		t.Errorf("execute: step %q, %v; want a refusal at the commit step because the repository changed", step, err)
+	}
+	if objs, err := exec.Command("git", "--git-dir", m.gitDir, "cat-file", "--batch-all-objects", "--batch").Output(); err == nil && strings.Contains(string(objs), a.secret) {
+		t.Errorf("root-only content was hashed into the mirror")
+	}
+	a.checkOutside(t, false)
 }

@@ -36,7 +36,13 @@ func (m *mirror) remove() {
 // work returns a runner for the agent's working tree with the mirror as
 // repository and index as the index.
 func (m *mirror) work(index string) *gitRunner {
-	g := m.git.withArgs("--work-tree=" + m.repo)
+	return m.workTree(m.repo, index)
+}
+
+// workTree returns a runner for the working tree dir with the mirror as
+// repository and index as the index.
+func (m *mirror) workTree(dir, index string) *gitRunner {
+	g := m.git.withArgs("--work-tree=" + dir)
 	if index != "" {
 		g = g.withEnv("GIT_INDEX_FILE=" + index)
 	}

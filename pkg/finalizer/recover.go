@@ -195,7 +195,7 @@ func execute(ctx context.Context, plan *Plan, opts Options, rec *Record, gateOut
 	// checkout is written.
 	commit := plan.Head
 	if len(plan.ModifiedFiles)+len(plan.ApprovedNewFiles) > 0 {
-		c, err := commitPending(ctx, m, plan)
+		c, err := commitPending(ctx, m, w.repo, plan)
 		if err != nil {
 			return StepCommit, err
 		}
@@ -275,8 +275,12 @@ func execute(ctx context.Context, plan *Plan, opts Options, rec *Record, gateOut
 
 // commitPending builds the recovery commit on HEAD from a copy of the
 // preserved index plus the tracked changes and the approved new files,
-// and checks that it adds exactly the approved paths.
-func commitPending(ctx context.Context, m *mirror, plan *Plan) (string, error) {
+// and checks that it adds exactly the approved paths. git add reads a
+// private snapshot of exactly those paths, copied through the checked
+// repository descriptor (see snapshotPath), never the agent's working
+// tree: a live agent could swap the repository directory by name, or
+// entries in it, between git's lstat and open.
+func commitPending(ctx context.Context, m *mirror, repo *safeDir, plan *Plan) (string, error) {
 	tmpIdx := filepath.Join(m.tmp, "index-commit")
 	if data, err := os.ReadFile(m.index); err == nil {
 		if err := os.WriteFile(tmpIdx, data, 0o600); err != nil {
@@ -285,15 +289,23 @@ func commitPending(ctx context.Context, m *mirror, plan *Plan) (string, error) {
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return "", err
 	}
-	gi := m.work(tmpIdx)
-	if _, err := gi.run(ctx, nil, "add", "--update"); err != nil {
+	snap := filepath.Join(m.tmp, "snapshot")
+	if err := os.Mkdir(snap, 0o700); err != nil {
 		return "", err
 	}
-	if len(plan.ApprovedNewFiles) > 0 {
-		args := append([]string{"add", "--"}, plan.ApprovedNewFiles...)
-		if _, err := gi.run(ctx, nil, args...); err != nil {
+	paths := append(append([]string{}, plan.ModifiedFiles...), plan.ApprovedNewFiles...)
+	budget := MaxObjectBytes
+	for _, p := range paths {
+		n, err := repo.snapshotPath(ctx, p, snap, budget)
+		if err != nil {
 			return "", err
 		}
+		budget -= n
+	}
+	// --all: a listed tracked path missing from the snapshot is a removal.
+	gi := m.workTree(snap, tmpIdx)
+	if _, err := gi.run(ctx, nil, append([]string{"add", "--all", "--"}, paths...)...); err != nil {
+		return "", err
 	}
 	tree, err := gi.line(ctx, "write-tree")
 	if err != nil {

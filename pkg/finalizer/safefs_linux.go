@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 
@@ -437,4 +439,83 @@ func scanGitDir(ctx context.Context, git *safeDir) ([]string, error) {
 // scanWorkTree checks a repository's working tree with workTreeRule.
 func scanWorkTree(ctx context.Context, repo *safeDir) ([]string, error) {
 	return scanTree(ctx, repo, workTreeRule)
+}
+
+// snapshotPath copies rel (a clean slash-separated path below d) to the
+// same relative path below dst, as git add would record it, without
+// following anything: a regular file (mode 0700 when its owner may
+// execute it, else 0600; at most max bytes), a symlink (recreated with
+// its target), or nothing when rel is absent, a directory, or below a
+// symlink or a file (git records a removal). Any other type, a hard link
+// or an oversized file is refused. It returns the bytes copied.
+//
+// git add then reads the snapshot, never the agent's working tree: the
+// tree is reached through the descriptors inspection checked, so a
+// repository directory swapped by name after the checks is not read.
+func (d *safeDir) snapshotPath(ctx context.Context, rel, dst string, max int64) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	dir, base := path.Split(rel)
+	parent, err := d.openDir(strings.TrimSuffix(dir, "/"))
+	if err != nil {
+		var sfe *SpecialFileError
+		if errors.Is(err, fs.ErrNotExist) || errors.As(err, &sfe) {
+			return 0, nil // git sees no file there
+		}
+		return 0, err
+	}
+	defer parent.close()
+	st, err := parent.lstat(base)
+	switch {
+	case errors.Is(err, unix.ENOENT):
+		return 0, nil
+	case err != nil:
+		return 0, fmt.Errorf("%s: %w", quotePath(parent.join(base)), err)
+	case isDir(st):
+		return 0, nil
+	}
+	target := filepath.Join(dst, filepath.FromSlash(rel))
+	if err := os.MkdirAll(filepath.Dir(target), 0o700); err != nil {
+		return 0, err
+	}
+	if isLink(st) {
+		buf := make([]byte, 4096)
+		n, err := unix.Readlinkat(parent.fd, base, buf)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", quotePath(parent.join(base)), err)
+		}
+		if n >= len(buf) {
+			return 0, &SpecialFileError{Path: parent.join(base), What: "a symbolic link with an over-long target"}
+		}
+		return 0, os.Symlink(string(buf[:n]), target)
+	}
+	f, _, err := parent.openRegular(base, max)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	var fst unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &fst); err != nil {
+		return 0, err
+	}
+	perm := os.FileMode(0o600)
+	if fst.Mode&0o100 != 0 {
+		perm = 0o700
+	}
+	out, err := os.OpenFile(target, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, perm)
+	if err != nil {
+		return 0, err
+	}
+	n, err := io.Copy(out, io.LimitReader(f, max+1))
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return n, fmt.Errorf("copying %s: %w", quotePath(f.Name()), err)
+	}
+	if n > max {
+		return n, &SpecialFileError{Path: f.Name(), What: fmt.Sprintf("grew beyond the %d bytes allowed", max)}
+	}
+	return n, nil
 }

@@ -26,6 +26,9 @@ func (d *safeDir) exists(string) bool                                 { return f
 func (d *safeDir) copyFile(context.Context, string, string, int64) (int64, error) {
 	return 0, errNoSafeFS
 }
+func (d *safeDir) snapshotPath(context.Context, string, string, int64) (int64, error) {
+	return 0, errNoSafeFS
+}
 func (d *safeDir) names() ([]string, error)                    { return nil, errNoSafeFS }
 func (d *safeDir) sameDir(string, *safeDir) bool               { return false }
 func (d *safeDir) ownedBy(int) bool                            { return false }
