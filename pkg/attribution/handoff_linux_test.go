@@ -48,6 +48,22 @@ func (s *testSandbox) bpfBackend(t testing.TB) *BPFBackend {
 	return b
 }
 
+// selfAndOther returns the test binary and a copy of it under another
+// name, standing in for an unlisted program.
+func selfAndOther(t *testing.T) (self, other string) {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	other = filepath.Join(t.TempDir(), "other-binary")
+	copyFile(t, self, other, nil)
+	if err := os.Chmod(other, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return self, other
+}
+
 // waitExe waits until pid runs exe (after an exec).
 func waitExe(t *testing.T, pid int, exe string) {
 	t.Helper()
@@ -72,14 +88,7 @@ func waitExe(t *testing.T, pid int, exe string) {
 // receiver of SCM_RIGHTS still hold is refused.
 func TestHandOffsAttributeTheSender(t *testing.T) {
 	s := newTestSandbox(t, 128)
-	self, _ := os.Executable()
-	// The second binary: a copy of the test binary under another name,
-	// standing in for an unlisted program.
-	other := filepath.Join(t.TempDir(), "other-binary")
-	copyFile(t, self, other, nil)
-	if err := os.Chmod(other, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	self, other := selfAndOther(t)
 	backends := handOffBackends(t, s)
 	ctx := context.Background()
 	// check also wants the eBPF backend to name the recorded connector
@@ -170,12 +179,7 @@ func waitGone(t *testing.T, pid int) {
 // after connecting (nobody holds the socket: both refuse).
 func TestBPFAndProcAgree(t *testing.T) {
 	s := newTestSandbox(t, 128)
-	self, _ := os.Executable()
-	other := filepath.Join(t.TempDir(), "other-binary")
-	copyFile(t, self, other, nil)
-	if err := os.Chmod(other, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	self, other := selfAndOther(t)
 	pb, bb := s.backend(t, nil), s.bpfBackend(t)
 	ctx := context.Background()
 	agree := func(what string, c *client, wantPID int, wantBackend string) {
