@@ -5,6 +5,7 @@ package sandbox
 import (
 	"bytes"
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -98,5 +99,68 @@ func TestExecStoragePreflightFollowsNoSymlink(t *testing.T) {
 		if _, err := os.Lstat(missing); err == nil {
 			t.Fatalf("the exec's preflight created %s as root through the agent's symlink", missing)
 		}
+	}
+}
+
+// An exec's caller hands it stdin, stdout and stderr: often the
+// operator's terminal, or a CI job's log. A process the exec started and
+// detached (setsid, in the background) outlives the exec in a long-lived
+// sandbox; it must not keep those descriptors: after Exec returns it can
+// neither read what is typed to the caller next (the operator's next
+// password) nor write into the caller's output (forging a later
+// command's result).
+func TestExecLeavesNoCallerDescriptorBehind(t *testing.T) {
+	f := newFixture(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	env, err := BuildEnv(EnvInput{Workdir: f.workdir, Name: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := f.keptAlive(ctx, f.options(nil, env))
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inR.Close()
+	defer inW.Close()
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer outR.Close()
+	stolen := filepath.Join(f.workdir, "stolen")
+	script := `exec 3<&0 4>&1; setsid sh -c 'sleep 2; read l <&3; echo "$l" > ` + stolen + `; echo LATE >&4' </dev/null >/dev/null 2>&1 & echo done`
+	res, err := Exec(ctx, ExecOptions{StateRoot: f.stateDir, Name: s.Name(), Args: []string{"/bin/sh", "-c", script},
+		NoLoginShell: true, Stdin: inR, Stdout: outW, Stderr: outW})
+	outW.Close()
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("exec: exit %d, %v", res.ExitCode, err)
+	}
+	// What the caller's terminal gets after the exec returned.
+	if _, err := inW.Write([]byte("typed-after-the-exec\n")); err != nil {
+		t.Fatal(err)
+	}
+	outR.SetReadDeadline(time.Now().Add(5 * time.Second))
+	out, _ := io.ReadAll(outR)
+	if strings.Contains(string(out), "LATE") {
+		t.Errorf("a process the exec left behind wrote to the caller's stdout after Exec returned: %q", out)
+	}
+	// The process left behind reads its stdin 2 s after starting and
+	// records what it got.
+	var b []byte
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if b, err = os.ReadFile(stolen); err == nil && len(b) > 0 {
+			break
+		}
+	}
+	if len(b) == 0 {
+		t.Fatalf("the process left behind never recorded its read of stdin (%v)", err)
+	}
+	if strings.Contains(string(b), "typed-after-the-exec") {
+		t.Errorf("a process the exec left behind read the caller's stdin after Exec returned: %q", b)
+	}
+	if !strings.HasPrefix(string(out), "done") {
+		t.Errorf("the exec's own output: %q", out)
 	}
 }

@@ -429,6 +429,7 @@ func Exec(ctx context.Context, o ExecOptions) (Result, error) {
 				pty = nil
 				ptyMu.Unlock()
 			}
+			sio.endInput()
 			sio.wait()
 			return res, nil
 		}
@@ -450,11 +451,18 @@ func writerOr(w io.Writer) io.Writer {
 }
 
 // execStdio is the stdin, stdout and stderr an exec hands to the init:
-// the caller's files as they are, /dev/null for nil, and pipes copied in
-// the background for any other reader or writer.
+// /dev/null for nil (or the caller's own /dev/null), and otherwise pipes
+// this process copies through — never the caller's descriptors
+// themselves. The command may leave a process behind in the sandbox
+// (setsid, in the background) that outlives the exec; with the caller's
+// terminal or log it could read what the operator types next or write
+// into a later command's output. Through the pipes it gets end of file on
+// stdin once the command has exited, and a broken pipe on output once the
+// exec has returned.
 type execStdio struct {
 	mine   []*os.File // ends that go to the init; closed once sent
 	keep   []*os.File // ends this process copies through
+	stdin  *os.File   // the write end feeding the command's stdin
 	copies sync.WaitGroup
 }
 
@@ -475,8 +483,22 @@ func (s *execStdio) open(stdin io.Reader, stdout, stderr io.Writer) ([3]int, err
 	return fds, nil
 }
 
+// isDevNull reports whether v is an *os.File open on /dev/null, which
+// carries nothing and can be handed on as it is.
+func isDevNull(v any) (*os.File, bool) {
+	f, ok := v.(*os.File)
+	if !ok || f == nil {
+		return nil, false
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return nil, false
+	}
+	return f, st.Mode&unix.S_IFMT == unix.S_IFCHR && st.Rdev == unix.Mkdev(1, 3)
+}
+
 func (s *execStdio) input(r io.Reader) (*os.File, error) {
-	if f, ok := r.(*os.File); ok {
+	if f, ok := isDevNull(r); ok {
 		return f, nil
 	}
 	if r == nil {
@@ -489,7 +511,10 @@ func (s *execStdio) input(r io.Reader) (*os.File, error) {
 		return nil, err
 	}
 	s.mine = append(s.mine, pr)
+	s.stdin = pw
 	go func() {
+		// A read that returns after the command exited finds pw
+		// closed (endInput): its bytes are dropped, not passed on.
 		io.Copy(pw, r)
 		pw.Close()
 	}()
@@ -497,7 +522,7 @@ func (s *execStdio) input(r io.Reader) (*os.File, error) {
 }
 
 func (s *execStdio) output(w io.Writer) (*os.File, error) {
-	if f, ok := w.(*os.File); ok {
+	if f, ok := isDevNull(w); ok {
 		return f, nil
 	}
 	if w == nil {
@@ -517,6 +542,14 @@ func (s *execStdio) output(w io.Writer) (*os.File, error) {
 		io.Copy(w, pr)
 	}()
 	return pw, nil
+}
+
+// endInput closes the command's stdin once it has exited: nothing the
+// caller sends afterwards reaches a process it left behind.
+func (s *execStdio) endInput() {
+	if s.stdin != nil {
+		s.stdin.Close()
+	}
 }
 
 // sent closes this process's copies of the ends the init now holds.
@@ -546,6 +579,7 @@ func (s *execStdio) wait() {
 
 func (s *execStdio) close() {
 	s.sent()
+	s.endInput()
 	for _, f := range s.keep {
 		f.Close()
 	}
