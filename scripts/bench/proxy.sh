@@ -68,7 +68,7 @@ go test -run '^$' -bench 'ProcLookup' -benchtime 50x ./pkg/attribution | grep -E
 CONNS=${CONNS:-2000}
 echo "== sequential connections per second from a sandbox (${CONNS} each, at most 20 s)"
 go test -run '^$' -bench 'SandboxConnectRate' -benchtime "${CONNS}x" -timeout 20m ./cmd/egress-proxy | tee "$out" | grep -E '^Benchmark'
-awk '/SandboxConnectRate\// { split($1, a, "/"); sub(/-[0-9]+$/, "", a[3]); r[a[2] "/" a[3]] = $3 }
+awk '/SandboxConnectRate\// { split($1, a, "/"); sub(/-[0-9]+$/, "", a[3]); for (i = 2; i <= NF; i++) if ($i == "conns/s") r[a[2] "/" a[3]] = $(i - 1) }
 END {
   for (p = 0; p <= 1; p++) {
     k = p ? "procs=2000" : "procs=0"; d = r[k "/direct"]; e = r[k "/egress-proxy"]
