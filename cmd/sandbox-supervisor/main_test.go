@@ -66,6 +66,7 @@ func TestUsageErrors(t *testing.T) {
 		{"run", "--memory", "lots", "--", "true"},
 		{"run", "--pids", "0", "--", "true"},
 		{"run", "--kind", "weird", "--", "true"},
+		{"run", "--attribution", "ebpf", "--", "true"},
 		{"run", "--name", "../etc", "--", "true"},
 		{"run", "--env", "HTTP_PROXY=http://evil", "--", "true"},
 		{"status"},
@@ -88,6 +89,20 @@ func TestUsageErrors(t *testing.T) {
 		_, errs, err := runCLI(t, args...)
 		if cli.Code(err) != cli.ExitUsage {
 			t.Errorf("%v: exit %d (%v), want 2; stderr %s", args, cli.Code(err), err, errs)
+		}
+	}
+}
+
+// --allow-degraded may run without seccomp, which the eBPF fast path
+// relies on: auto becomes proc; a named backend is kept.
+func TestProxyAttributionUnderAllowDegraded(t *testing.T) {
+	for _, tc := range []struct {
+		degraded bool
+		flag     string
+		want     string
+	}{{false, "auto", "auto"}, {true, "auto", "proc"}, {true, "bpf", "bpf"}, {false, "proc", "proc"}} {
+		if got := proxyAttribution(&runFlags{allowDegraded: tc.degraded, attribution: tc.flag}); got != tc.want {
+			t.Errorf("allow-degraded=%v --attribution %s: proxy gets %s, want %s", tc.degraded, tc.flag, got, tc.want)
 		}
 	}
 }

@@ -25,6 +25,18 @@ import (
 	"github.com/palisade-sandbox/palisade/pkg/tlsca"
 )
 
+// proxyAttribution is the proxy's --attribution. The eBPF fast path
+// relies on the sandbox's seccomp profile (it refuses io_uring and
+// foreign ABIs, which would pass descriptors unseen), so a run that may
+// go without seccomp (--allow-degraded) attributes through /proc unless
+// the operator named a backend.
+func proxyAttribution(f *runFlags) string {
+	if f.allowDegraded && f.attribution == "auto" {
+		return "proc"
+	}
+	return f.attribution
+}
+
 // probe is the preflight seam: tests replace it to simulate a missing
 // kernel feature without breaking the kernel.
 var probe sandbox.Prober
@@ -368,7 +380,7 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		}
 		a, err := sandboxnet.New(sandboxnet.Config{
 			ProxyBin: f.proxyBin, PolicyPath: resolved.Path, HostsFile: f.hostsFile, UpstreamCABundle: f.upstreamCA,
-			Attribution: f.attribution,
+			Attribution: proxyAttribution(f),
 			Events:      f.events, StateRoot: f.stateDir, LogFormat: f.logFormat, LogLevel: f.logLevel,
 			Stdout: stdout, Stderr: stderr, Logger: logger, Incidents: events,
 		})
