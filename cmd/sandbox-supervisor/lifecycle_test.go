@@ -188,6 +188,12 @@ func TestDetachedSandboxConcurrentExecs(t *testing.T) {
 	if _, code := execIn(t, bin, st, "--no-login-shell", name, "--", "/nonexistent"); code != 127 {
 		t.Errorf("missing command: got %d, want 127", code)
 	}
+	if out, code := execIn(t, bin, st, "--workdir", "/nonexistent", name, "--", "true"); code != 125 || !strings.Contains(out, "--workdir /nonexistent") {
+		t.Errorf("missing --workdir: exit %d (%s), want 125 naming it", code, out)
+	}
+	if out, code := execIn(t, bin, st, "--workdir", "/tmp", name, "--", "pwd"); code != 0 || strings.TrimSpace(out) != "/tmp" {
+		t.Errorf("--workdir /tmp: exit %d, pwd %q", code, out)
+	}
 	for _, kv := range []string{"HTTPS_PROXY=http://evil.example:1", "SSL_CERT_FILE=/tmp/ca.pem", "PALISADE_SANDBOX=other"} {
 		if out, code := execIn(t, bin, st, "--env", kv, name, "--", "true"); code != 2 || !strings.Contains(out, "reserved") {
 			t.Errorf("--env %s: exit %d (%s), want a usage error", kv, code, out)

@@ -223,6 +223,12 @@ func execProcess(cfg *InitConfig, req *ExecRequest) (*specs.Process, string, err
 		}
 		cwd = req.Workdir
 	}
+	// Checked here, in the sandbox's view, so that a missing directory
+	// is not reported as a missing command (the fork's chdir fails with
+	// the same ENOENT).
+	if fi, err := os.Stat(cwd); err != nil || !fi.IsDir() {
+		return nil, "", fail("workdir", ExitSandboxFailed, fmt.Errorf("--workdir %s: not a directory in the sandbox", cwd))
+	}
 	if cfg.StorageCheck != "" {
 		if err := checkStorage(cfg.StorageCheck, main.User.UID, main.User.GID); err != nil {
 			return nil, "", fail("storage-preflight", ExitSandboxFailed, err)
