@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -127,12 +128,21 @@ func (l *sandboxLab) inSandbox(argv ...string) (string, error) {
 	return out.String(), err
 }
 
-func TestSandboxModeWithFence(t *testing.T) {
-	curlBin := testutil.RequireCommand(t, "curl")
-	l := newSandboxLab(t)
+// labProxy is an egress-proxy running for a sandboxLab.
+type labProxy struct {
+	sock, events string
+	stderr       *syncBuffer
+	stop         func() // SIGTERM and wait (events are complete after it)
+}
+
+// startProxy runs egress-proxy in the lab's "host" namespace, as
+// sandbox-supervisor starts it (the same flags, readiness on fd 3), with a
+// policy letting bin reach allowed.test:80; prefix runs before it (for
+// example setpriv). It waits until the proxy is ready.
+func (l *sandboxLab) startProxy(t *testing.T, bin string, prefix []string) *labProxy {
+	t.Helper()
 	hosts := l.internet.HostsFile(map[string]string{"allowed.test": l.internet.V4[0].String(), "denied.test": l.internet.V4[0].String()})
-	dir := t.TempDir()
-	policyPath := filepath.Join(dir, "policy.yaml")
+	policyPath := filepath.Join(t.TempDir(), "policy.yaml")
 	os.WriteFile(policyPath, []byte(`version: 1
 network_policies:
   web:
@@ -140,50 +150,96 @@ network_policies:
       - host: allowed.test
         port: 80
     binaries:
-      - path: `+curlBin+`
+      - path: `+bin+`
 `), 0o600)
 	stateDir := t.TempDir()
-	events := filepath.Join(stateDir, "events.jsonl")
-	sock := filepath.Join(stateDir, "proxy.sock")
-
-	// The proxy runs in the "host" namespace, as sandbox-supervisor
-	// starts it: the same flags, readiness on fd 3.
-	bin := testutil.Binary(t, "egress-proxy")
+	lp := &labProxy{sock: filepath.Join(stateDir, "proxy.sock"), events: filepath.Join(stateDir, "events.jsonl"), stderr: &syncBuffer{}}
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	var stderr syncBuffer
-	px := exec.Command("nsenter", "--net="+l.hostNs, "--", bin,
+	args := append([]string{"--net=" + l.hostNs, "--"}, prefix...)
+	args = append(args, testutil.Binary(t, "egress-proxy"),
 		"--policy", policyPath,
 		"--listen", l.fence.ProxyAddr().String(),
 		"--fence-listen", l.fence.FenceAddr().String(),
 		"--sandbox", l.name, "--cgroup", l.name, "--init-pid", strconv.Itoa(l.initPID),
-		"--control", sock, "--events", events, "--hosts-file", hosts,
+		"--control", lp.sock, "--events", lp.events, "--hosts-file", hosts,
 		"--ready-fd", "3", "--log-format", "json")
+	px := exec.Command("nsenter", args...)
 	px.ExtraFiles = []*os.File{w}
-	px.Stderr = &stderr
+	px.Stderr = lp.stderr
 	if err := px.Start(); err != nil {
 		t.Fatal(err)
 	}
 	w.Close()
-	t.Cleanup(func() { px.Process.Kill(); px.Wait() })
+	var once sync.Once
+	lp.stop = func() { once.Do(func() { px.Process.Signal(syscall.SIGTERM); px.Wait() }) }
+	t.Cleanup(lp.stop)
 	ready := make(chan string, 1)
 	go func() { line, _ := bufio.NewReader(r).ReadString('\n'); ready <- line }()
 	select {
 	case line := <-ready:
 		if line != "ready\n" {
-			t.Fatalf("ready: %q\n%s", line, &stderr)
+			t.Fatalf("ready: %q\n%s", line, lp.stderr)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatalf("not ready\n%s", &stderr)
+		t.Fatalf("not ready\n%s", lp.stderr)
 	}
+	return lp
+}
+
+// A proxy that may not load eBPF programs (no CAP_BPF or CAP_SYS_ADMIN in
+// its bounding set) falls back to /proc under the default --attribution
+// auto: a Device Config State Change says so with the reason, attribution
+// still works, and each connection event names proc.
+func TestSandboxModeFallsBackToProc(t *testing.T) {
+	curlBin := testutil.RequireCommand(t, "curl")
+	setpriv := testutil.RequireCommand(t, "setpriv")
+	l := newSandboxLab(t)
+	lp := l.startProxy(t, curlBin, []string{setpriv, "--bounding-set", "-bpf,-sys_admin,-perfmon", "--"})
+	out, err := l.inSandbox(curlBin, "-sS", "--max-time", "5", "-x", "http://"+l.fence.ProxyAddr().String(), "http://allowed.test/fallback")
+	if err != nil || !strings.Contains(out, `"server":"http"`) {
+		t.Fatalf("allowed from the sandbox: %v %s\n%s", err, out, lp.stderr)
+	}
+	st := controlStatus(t, lp.sock)
+	if st.Attribution["lookups"] != 1 || st.Attribution["bpf_fast"] != 0 {
+		t.Errorf("attribution counters %v: want one /proc lookup and no eBPF", st.Attribution)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	var fallback, viaProc bool
+	for !(fallback && viaProc) && time.Now().Before(deadline) {
+		data, _ := os.ReadFile(lp.events)
+		for _, line := range bytes.Split(bytes.TrimSpace(data), []byte("\n")) {
+			var ev map[string]any
+			json.Unmarshal(line, &ev)
+			if get(ev, "class_uid") == float64(5019) && get(ev, "activity_name") == "Attribution Backend" {
+				detail, _ := get(ev, "status_detail").(string)
+				fallback = get(ev, "severity_id") == float64(2) && get(ev, "status_id") == float64(2) && strings.Contains(detail, "bpf")
+			}
+			if get(ev, "unmapped", "egress_proxy", "listener") == "proxy" {
+				viaProc = get(ev, "unmapped", "egress_proxy", "attribution") == "proc"
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !fallback || !viaProc {
+		data, _ := os.ReadFile(lp.events)
+		t.Errorf("want a Low 5019 fallback event naming the eBPF failure (%v) and a connection attributed by proc (%v)\n%s", fallback, viaProc, data)
+	}
+}
+
+func TestSandboxModeWithFence(t *testing.T) {
+	curlBin := testutil.RequireCommand(t, "curl")
+	l := newSandboxLab(t)
+	lp := l.startProxy(t, curlBin, nil)
+	sock, events, stderr := lp.sock, lp.events, lp.stderr
 
 	proxyURL := "http://" + l.fence.ProxyAddr().String()
 	out, err := l.inSandbox(curlBin, "-sS", "--max-time", "5", "-x", proxyURL, "http://allowed.test/in-sandbox")
 	if err != nil || !strings.Contains(out, `"server":"http"`) {
-		t.Fatalf("allowed from the sandbox: %v %s\n%s", err, out, &stderr)
+		t.Fatalf("allowed from the sandbox: %v %s\n%s", err, out, stderr)
 	}
 	out, _ = l.inSandbox(curlBin, "-sS", "--max-time", "5", "-x", proxyURL, "http://denied.test/")
 	var d proxy.DenialBody
@@ -198,10 +254,10 @@ network_policies:
 	// plain curl's record is trusted alone (the fast path).
 	st := controlStatus(t, sock)
 	if st.Attribution["sock_diag"] < 2 || st.Attribution["proc_tables"] != 0 {
-		t.Errorf("attribution counters %v: want every socket found by sock_diag (>= 2) and no /proc table read\n%s", st.Attribution, &stderr)
+		t.Errorf("attribution counters %v: want every socket found by sock_diag (>= 2) and no /proc table read\n%s", st.Attribution, stderr)
 	}
 	if st.Attribution["bpf_fast"] < 2 || st.Attribution["bpf_exhaustive"] != 0 {
-		t.Errorf("attribution counters %v: want both curls attributed by their eBPF records alone\n%s", st.Attribution, &stderr)
+		t.Errorf("attribution counters %v: want both curls attributed by their eBPF records alone\n%s", st.Attribution, stderr)
 	}
 	// A direct connection around the proxy fails fast and is reported.
 	start := time.Now()
@@ -218,8 +274,7 @@ network_policies:
 		}
 	}
 
-	px.Process.Signal(syscall.SIGTERM)
-	px.Wait()
+	lp.stop()
 	data, err := os.ReadFile(events)
 	if err != nil {
 		t.Fatal(err)

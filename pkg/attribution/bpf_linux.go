@@ -69,7 +69,7 @@ const (
 // cgroup and the tracepoints, and seeds the process tree with the
 // cgroup's current processes. Errors name what failed to load or attach;
 // callers that may fall back to NewProcBackend do so on any error.
-func NewBPFBackend(cfg BPFConfig) (b *BPFBackend, err error) {
+func NewBPFBackend(cfg BPFConfig) (_ *BPFBackend, err error) {
 	if cfg.CgroupPath == "" {
 		return nil, errors.New("attribution: BPFConfig.CgroupPath: required")
 	}
@@ -77,10 +77,10 @@ func NewBPFBackend(cfg BPFConfig) (b *BPFBackend, err error) {
 	if err != nil {
 		return nil, err
 	}
-	b = &BPFBackend{proc: proc}
+	b := &BPFBackend{proc: proc}
 	defer func() {
 		if err != nil {
-			b.Close()
+			b.Close() // what was loaded and attached so far
 		}
 	}()
 	if err := rlimit.RemoveMemlock(); err != nil {

@@ -252,3 +252,21 @@ func mapLen(t *testing.T, m *ebpf.Map) int {
 	}
 	return n
 }
+
+// A backend that cannot attach fails with an error naming what failed,
+// and releases what it had loaded (no panic on the way out).
+func TestBPFBackendAttachFailure(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.RequireFeature(t, "bpf:cgroup_sock_addr")
+	missing := filepath.Join(t.TempDir(), "no-such-cgroup")
+	_, err := NewBPFBackend(BPFConfig{CgroupPath: missing, Proc: ProcConfig{
+		NetnsPID: os.Getpid,
+		Procs:    func() ([]int, error) { return nil, nil },
+	}})
+	if err == nil || !strings.Contains(err.Error(), missing) {
+		t.Errorf("attach to %s: %v, want an error naming it", missing, err)
+	}
+	if _, err := NewBPFBackend(BPFConfig{}); err == nil || !strings.Contains(err.Error(), "CgroupPath") {
+		t.Errorf("no cgroup: %v, want an error naming CgroupPath", err)
+	}
+}
