@@ -5,7 +5,10 @@ package sandboxnet
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
+	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -14,6 +17,8 @@ import (
 
 	"github.com/containerd/console"
 
+	"github.com/palisade-sandbox/palisade/pkg/fence"
+	"github.com/palisade-sandbox/palisade/pkg/state"
 	"github.com/palisade-sandbox/palisade/pkg/testutil"
 )
 
@@ -166,4 +171,33 @@ func TestExecEgressAndReload(t *testing.T) {
 		t.Errorf("after the reload an exec wrote /var/tmp: static rules must stay those of the sandbox's creation")
 	}
 	os.Remove("/var/tmp/palisade-exec-probe")
+
+	// delete --expect-id tears down what a finished run does: the owner,
+	// the init, the proxy, the host side of the fence, the state.
+	store, err := state.Open(l.state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb, err := store.Get(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxyPID := childByExe(t, lb.CreatorPID, "egress-proxy")
+	if _, err := net.InterfaceByName(fence.HostIfName(name)); err != nil {
+		t.Fatalf("host veth %s missing while the sandbox runs: %v", fence.HostIfName(name), err)
+	}
+	if out, err := exec.Command(l.sup, "delete", "--expect-id", lb.ID, "--state-dir", l.state, name).CombinedOutput(); err != nil {
+		t.Fatalf("delete: %v %s", err, out)
+	}
+	for _, pid := range []int{lb.CreatorPID, lb.InitPID, proxyPID} {
+		if _, err := state.ProcStartTime(pid); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("pid %d still runs after delete", pid)
+		}
+	}
+	if _, err := net.InterfaceByName(fence.HostIfName(name)); err == nil {
+		t.Errorf("host veth %s left after delete", fence.HostIfName(name))
+	}
+	if _, err := store.Get(name); err == nil {
+		t.Error("state left after delete")
+	}
 }
