@@ -844,3 +844,119 @@ perl -pi -e "s/\"preserved_head_sha\": \"[0-9a-f]+\"/\"preserved_head_sha\": \"$
 	}
 	a.checkOutside(t, false)
 }
+
+// TestAttackForgedPackIndexFoolsGates: git trusts a pack's .idx for which
+// object lives where and does not rehash what it reads. The agent packs a
+// tree of its own (scripts/ whose contract.sh just exits 0) next to the
+// real scripts/ tree of the base, and swaps their offsets in the .idx. In
+// the mirror the base's scripts/ tree now has the agent's content; the
+// remote already has that tree id, so its real content is what the push
+// publishes. The agent's pending change breaks the real contract
+// (feature.txt loses "agent"), the gates pass on the forged tree, and the
+// push published a tree the contract gate never passed. Objects whose
+// content does not match their id are refused before anything uses them.
+func TestAttackForgedPackIndexFoolsGates(t *testing.T) {
+	a := newAttack(t)
+	a.plant(t, `cd repo
+printf 'base\n' > feature.txt
+blob=$(printf '#!/bin/sh\nexit 0\n' | git hash-object -w --stdin)
+fake=$(printf '100755 blob %s\tcontract.sh\n' $blob | git mktree)
+real=$(git rev-parse HEAD:scripts)
+git update-ref refs/fake $fake
+git repack -q -a -d
+git update-ref -d refs/fake
+idx=$(ls .git/objects/pack/*.idx)
+test $(ls .git/objects/pack/*.idx | wc -l) = 1
+perl -MDigest::SHA=sha1 -e '
+  my ($idx, $x, $y) = @ARGV;
+  open(my $f, "<:raw", $idx) or die; local $/; my $d = <$f>; close $f;
+  my $n = unpack("N", substr($d, 8 + 255*4, 4));
+  my %pos;
+  for my $i (0 .. $n-1) { $pos{unpack("H*", substr($d, 8 + 1024 + 20*$i, 20))} = $i; }
+  defined $pos{$x} && defined $pos{$y} or die "objects not in the pack";
+  my $off = 8 + 1024 + 24*$n;
+  my ($ox, $oy) = (substr($d, $off + 4*$pos{$x}, 4), substr($d, $off + 4*$pos{$y}, 4));
+  substr($d, $off + 4*$pos{$x}, 4) = $oy; substr($d, $off + 4*$pos{$y}, 4) = $ox;
+  $d = substr($d, 0, -20); $d .= sha1($d);
+  chmod(0644, $idx); open(my $o, ">:raw", $idx) or die; print $o $d; close $o;' $idx $real $fake
+git cat-file -p HEAD:scripts/contract.sh | grep -qx 'exit 0'
+`)
+	r := a.run(t, 3*time.Minute, a.recoverArgs()...)
+	a.refusedNaming(t, r, "do not match their object ids")
+	if !strings.Contains(r.stdout+r.stderr, a.repoPath(".git/objects")) {
+		t.Errorf("the refusal does not name the objects directory")
+	}
+	if a.f.remoteMain() != a.remote {
+		if feature := a.f.git(a.f.dir, "--git-dir", a.f.remote, "show", "main:feature.txt"); !strings.Contains(feature, "agent") {
+			t.Errorf("the remote got a commit whose real tree fails the contract gate (feature.txt %q)", feature)
+		}
+	}
+	a.checkOutside(t, false)
+}
+
+// TestSnapshotPathNeverFollows: the commit snapshot copies a regular file
+// with its executable bit and a symlink as a link, records nothing for a
+// directory, a path below a symlink or a missing one, refuses a FIFO,
+// and never creates anything through a symlink it recorded earlier.
+func TestSnapshotPathNeverFollows(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	repo, snap, outside := filepath.Join(dir, "repo"), filepath.Join(dir, "snap"), filepath.Join(dir, "outside")
+	for _, d := range []string{repo, snap, outside, filepath.Join(repo, "d"), filepath.Join(repo, "real")} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.WriteFile(filepath.Join(repo, "run.sh"), []byte("#!/bin/sh\n"), 0o755)
+	os.WriteFile(filepath.Join(repo, "real", "x"), []byte("x\n"), 0o644)
+	os.WriteFile(filepath.Join(outside, "x"), []byte("outside\n"), 0o644)
+	os.Symlink(outside, filepath.Join(repo, "lnk"))
+	syscall.Mkfifo(filepath.Join(repo, "fifo"), 0o644)
+	rd, err := openWorkspaceDir(repo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.close()
+	ctx := context.Background()
+	for _, c := range []struct {
+		rel     string
+		want    string // "file", "exec", "link", "" (nothing)
+		refused bool
+	}{
+		{"run.sh", "exec", false}, {"real/x", "file", false}, {"lnk", "link", false},
+		{"lnk/x", "", false}, {"d", "", false}, {"gone", "", false}, {"gone/x", "", false},
+		{"fifo", "", true},
+	} {
+		_, err := rd.snapshotPath(ctx, c.rel, snap, 1<<20)
+		if (err != nil) != c.refused {
+			t.Errorf("%s: error %v, refused want %v", c.rel, err, c.refused)
+		}
+		st, lerr := os.Lstat(filepath.Join(snap, c.rel))
+		if pst, err := os.Lstat(filepath.Dir(filepath.Join(snap, c.rel))); err == nil && pst.Mode()&os.ModeSymlink != 0 {
+			lerr = os.ErrNotExist // below a recorded symlink: not in the snapshot
+		}
+		got := ""
+		switch {
+		case lerr != nil:
+		case st.Mode()&os.ModeSymlink != 0:
+			got = "link"
+		case st.Mode().IsRegular() && st.Mode()&0o100 != 0:
+			got = "exec"
+		case st.Mode().IsRegular():
+			got = "file"
+		default:
+			got = st.Mode().String()
+		}
+		if got != c.want {
+			t.Errorf("%s: snapshot holds %q, want %q", c.rel, got, c.want)
+		}
+	}
+	// The snapshot recorded lnk as a symlink: no later path may create
+	// anything through it.
+	if err := mkdirNoFollow(snap, "lnk/sub"); err == nil {
+		t.Errorf("mkdirNoFollow went through a symlink")
+	}
+	if entries, _ := os.ReadDir(outside); len(entries) != 1 {
+		t.Errorf("something was created outside: %v", entries)
+	}
+}

@@ -189,6 +189,18 @@ func openRepository(ctx context.Context, p *Plan, w *wsHandles, opts Options) (m
 	if _, err := m.git.run(ctx, nil, "update-ref", "--no-deref", "HEAD", head); err != nil {
 		return m, true, fmt.Errorf("private mirror: %w", err)
 	}
+	// git trusts a pack's .idx (and a loose object's name) for which
+	// content an object id has, and does not rehash what it reads: a forged
+	// index could give an object the remote already has other content in
+	// the mirror, so that the gates test a tree that is not the one the
+	// push publishes. fsck --full rehashes every object.
+	if _, err := m.git.run(ctx, nil, "fsck", "--full", "--no-dangling", "--no-reflogs", "--no-progress"); err != nil {
+		if ctx.Err() != nil {
+			return m, true, err
+		}
+		p.refuse("objects in %s do not match their object ids, or HEAD's history is incomplete (git fsck --full failed); they could make the gates test another tree than the one pushed", quotePath(gitD.join("objects")))
+		return m, true, nil
+	}
 	m.head = head
 	return m, false, nil
 }

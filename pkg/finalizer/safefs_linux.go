@@ -476,7 +476,7 @@ func (d *safeDir) snapshotPath(ctx context.Context, rel, dst string, max int64) 
 		return 0, nil
 	}
 	target := filepath.Join(dst, filepath.FromSlash(rel))
-	if err := os.MkdirAll(filepath.Dir(target), 0o700); err != nil {
+	if err := mkdirNoFollow(dst, strings.TrimSuffix(dir, "/")); err != nil {
 		return 0, err
 	}
 	if isLink(st) {
@@ -518,4 +518,32 @@ func (d *safeDir) snapshotPath(ctx context.Context, rel, dst string, max int64) 
 		return n, &SpecialFileError{Path: f.Name(), What: fmt.Sprintf("grew beyond the %d bytes allowed", max)}
 	}
 	return n, nil
+}
+
+// mkdirNoFollow creates the directories of rel below root, refusing any
+// existing component that is not a directory (a symlink the snapshot
+// recorded for an earlier path is never followed).
+func mkdirNoFollow(root, rel string) error {
+	cur := root
+	for _, c := range strings.Split(rel, "/") {
+		if c == "" {
+			continue
+		}
+		cur = filepath.Join(cur, c)
+		err := os.Mkdir(cur, 0o700)
+		if err == nil {
+			continue
+		}
+		if !errors.Is(err, fs.ErrExist) {
+			return err
+		}
+		st, err := os.Lstat(cur)
+		if err != nil {
+			return err
+		}
+		if !st.IsDir() {
+			return fmt.Errorf("snapshot: %s is not a directory", quotePath(cur))
+		}
+	}
+	return nil
 }
