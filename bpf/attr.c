@@ -73,6 +73,8 @@ struct conn_info {
 	struct proc_info proc;
 	__u32 pid;      // the connecting thread
 	__u32 family;   // AF_INET or AF_INET6
+	__u32 fd_plus1; // the connecting descriptor + 1; 0 when unknown
+	__u32 pad;
 	__u64 cgroup_id;
 	__u64 passes;   // value of the pass counter at connect time
 };
@@ -93,6 +95,17 @@ struct {
 	__type(key, __u32); // tgid
 	__type(value, struct proc_info);
 } procs SEC(".maps");
+
+// The descriptor each sandbox thread is connecting (from
+// syscalls:sys_enter_connect), read and removed by the connect hooks: it
+// lets userspace check that the connector still holds the socket with
+// one readlink instead of reading its whole fd table.
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u64); // tgid << 32 | pid
+	__type(value, __u32);
+} connect_fds SEC(".maps");
 
 // The sandbox's cgroup (v2), for the tracepoints' filter.
 struct {
@@ -137,7 +150,8 @@ static __always_inline int record_connect(struct bpf_sock_addr *ctx)
 {
 	struct task_struct *task;
 	struct conn_info c = {};
-	__u64 cookie;
+	__u64 cookie, thread;
+	__u32 *fd;
 
 	if (ctx->type != 1 /* SOCK_STREAM */)
 		return 1;
@@ -148,6 +162,12 @@ static __always_inline int record_connect(struct bpf_sock_addr *ctx)
 	fill_proc(task, &c.proc);
 	c.pid = BPF_CORE_READ(task, pid);
 	c.family = ctx->user_family;
+	thread = (__u64)c.proc.tgid << 32 | c.pid;
+	fd = bpf_map_lookup_elem(&connect_fds, &thread);
+	if (fd) {
+		c.fd_plus1 = *fd + 1;
+		bpf_map_delete_elem(&connect_fds, &thread);
+	}
 	c.cgroup_id = bpf_get_current_cgroup_id();
 	cookie = bpf_get_socket_cookie(ctx);
 	bpf_map_update_elem(&conns, &cookie, &c, BPF_ANY);
@@ -301,6 +321,20 @@ int pass_sendmmsg(struct sys_enter *ctx)
 			break;
 		}
 	}
+	return 0;
+}
+
+SEC("tracepoint/syscalls/sys_enter_connect")
+int connect_fd(struct sys_enter *ctx)
+{
+	__u64 thread;
+	__u32 fd;
+
+	if (!in_sandbox())
+		return 0;
+	thread = bpf_get_current_pid_tgid();
+	fd = (__u32)ctx->args[0];
+	bpf_map_update_elem(&connect_fds, &thread, &fd, BPF_ANY);
 	return 0;
 }
 

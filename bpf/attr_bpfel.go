@@ -18,6 +18,8 @@ type AttrConnInfo struct {
 	Proc     AttrProcInfo
 	Pid      uint32
 	Family   uint32
+	FdPlus1  uint32
+	Pad      uint32
 	CgroupId uint64
 	Passes   uint64
 }
@@ -37,12 +39,14 @@ type AttrProcInfo struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	AttrMapConnectFds      = "connect_fds"
 	AttrMapConns           = "conns"
 	AttrMapPasses          = "passes"
 	AttrMapProcs           = "procs"
 	AttrMapSandboxCgroup   = "sandbox_cgroup"
 	AttrProgConnect4       = "connect4"
 	AttrProgConnect6       = "connect6"
+	AttrProgConnectFd      = "connect_fd"
 	AttrProgPassPidfdGetfd = "pass_pidfd_getfd"
 	AttrProgPassSendmmsg   = "pass_sendmmsg"
 	AttrProgPassSendmsg    = "pass_sendmsg"
@@ -96,6 +100,7 @@ type AttrSpecs struct {
 type AttrProgramSpecs struct {
 	Connect4       *ebpf.ProgramSpec `ebpf:"connect4"`
 	Connect6       *ebpf.ProgramSpec `ebpf:"connect6"`
+	ConnectFd      *ebpf.ProgramSpec `ebpf:"connect_fd"`
 	PassPidfdGetfd *ebpf.ProgramSpec `ebpf:"pass_pidfd_getfd"`
 	PassSendmmsg   *ebpf.ProgramSpec `ebpf:"pass_sendmmsg"`
 	PassSendmsg    *ebpf.ProgramSpec `ebpf:"pass_sendmsg"`
@@ -109,6 +114,7 @@ type AttrProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type AttrMapSpecs struct {
+	ConnectFds    *ebpf.MapSpec `ebpf:"connect_fds"`
 	Conns         *ebpf.MapSpec `ebpf:"conns"`
 	Passes        *ebpf.MapSpec `ebpf:"passes"`
 	Procs         *ebpf.MapSpec `ebpf:"procs"`
@@ -141,6 +147,7 @@ func (o *AttrObjects) Close() error {
 //
 // It can be passed to LoadAttrObjects or ebpf.CollectionSpec.LoadAndAssign.
 type AttrMaps struct {
+	ConnectFds    *ebpf.Map `ebpf:"connect_fds"`
 	Conns         *ebpf.Map `ebpf:"conns"`
 	Passes        *ebpf.Map `ebpf:"passes"`
 	Procs         *ebpf.Map `ebpf:"procs"`
@@ -149,6 +156,7 @@ type AttrMaps struct {
 
 func (m *AttrMaps) Close() error {
 	return _AttrClose(
+		m.ConnectFds,
 		m.Conns,
 		m.Passes,
 		m.Procs,
@@ -168,6 +176,7 @@ type AttrVariables struct {
 type AttrPrograms struct {
 	Connect4       *ebpf.Program `ebpf:"connect4"`
 	Connect6       *ebpf.Program `ebpf:"connect6"`
+	ConnectFd      *ebpf.Program `ebpf:"connect_fd"`
 	PassPidfdGetfd *ebpf.Program `ebpf:"pass_pidfd_getfd"`
 	PassSendmmsg   *ebpf.Program `ebpf:"pass_sendmmsg"`
 	PassSendmsg    *ebpf.Program `ebpf:"pass_sendmsg"`
@@ -181,6 +190,7 @@ func (p *AttrPrograms) Close() error {
 	return _AttrClose(
 		p.Connect4,
 		p.Connect6,
+		p.ConnectFd,
 		p.PassPidfdGetfd,
 		p.PassSendmmsg,
 		p.PassSendmsg,

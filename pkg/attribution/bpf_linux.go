@@ -115,7 +115,8 @@ func NewBPFBackend(cfg BPFConfig) (_ *BPFBackend, err error) {
 	for _, tp := range []struct {
 		name string
 		prog *ebpf.Program
-	}{{"sys_enter_sendmsg", b.objs.PassSendmsg}, {"sys_enter_sendmmsg", b.objs.PassSendmmsg}, {"sys_enter_pidfd_getfd", b.objs.PassPidfdGetfd}} {
+	}{{"sys_enter_sendmsg", b.objs.PassSendmsg}, {"sys_enter_sendmmsg", b.objs.PassSendmmsg},
+		{"sys_enter_pidfd_getfd", b.objs.PassPidfdGetfd}, {"sys_enter_connect", b.objs.ConnectFd}} {
 		l, err := link.Tracepoint("syscalls", tp.name, tp.prog, nil)
 		if err != nil {
 			return nil, fmt.Errorf("attribution: bpf: tracepoint syscalls/%s: %w", tp.name, err)
@@ -272,10 +273,8 @@ func (b *BPFBackend) fastPath(ctx context.Context, rec *palisadebpf.AttrConnInfo
 		return nil // exec'd (or exited, or the pid was reused)
 	}
 	want := socketLink(inode)
-	s := scanners.Get().(*scanner)
-	held := s.scanPid(b.proc.cfg.ProcRoot, tgid, want, nil)
-	scanners.Put(s)
-	if len(held) == 0 {
+	fd := b.holdingFD(tgid, rec, want)
+	if fd < 0 {
 		return nil // handed to a descendant and closed here
 	}
 	exe, err := os.Readlink(b.procPath(tgid, "exe"))
@@ -289,10 +288,29 @@ func (b *BPFBackend) fastPath(ctx context.Context, rec *palisadebpf.AttrConnInfo
 	id := &Identity{PID: tgid, Exe: exe, SHA256: sum, Backend: BackendBPFFast, Ancestors: b.ancestors(tgid)}
 	// Still the holder after the reads (the fd was not closed and its
 	// number reused meanwhile).
-	if link, err := os.Readlink(b.procPath(tgid, "fd/"+strconv.Itoa(held[0].fd))); err != nil || link != string(want) {
+	if link, err := os.Readlink(b.procPath(tgid, "fd/"+strconv.Itoa(fd))); err != nil || link != string(want) {
 		return nil
 	}
 	return id
+}
+
+// holdingFD returns a descriptor of pid that is the socket (want), or -1:
+// the one it connected with when that still is (one readlink), else the
+// first found by reading its fd table.
+func (b *BPFBackend) holdingFD(pid int, rec *palisadebpf.AttrConnInfo, want []byte) int {
+	if rec.FdPlus1 > 0 {
+		fd := int(rec.FdPlus1 - 1)
+		if link, err := os.Readlink(b.procPath(pid, "fd/"+strconv.Itoa(fd))); err == nil && link == string(want) {
+			return fd
+		}
+	}
+	s := scanners.Get().(*scanner)
+	held := s.scanPid(b.proc.cfg.ProcRoot, pid, want, nil)
+	scanners.Put(s)
+	if len(held) == 0 {
+		return -1
+	}
+	return held[0].fd
 }
 
 // sameExe reports whether pid runs the executable p recorded.

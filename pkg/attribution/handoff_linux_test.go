@@ -200,6 +200,15 @@ func TestBPFAndProcAgree(t *testing.T) {
 	for _, fam := range []string{"4", "6"} {
 		c := s.spawn(self, "client", fam)
 		agree("plain client over IPv"+fam, c, c.pid, BackendBPFFast)
+		// The record names the connecting thread and descriptor.
+		_, cookie, err := bb.proc.socketID(normAddr(c.client), normAddr(c.proxy))
+		var rec palisadebpf.AttrConnInfo
+		if err != nil || bb.objs.Conns.Lookup(cookie, &rec) != nil {
+			t.Fatalf("IPv%s: no record for cookie %d: %v", fam, cookie, err)
+		}
+		if int(rec.Proc.Tgid) != c.pid || rec.FdPlus1 == 0 || rec.Proc.ExeIno == 0 {
+			t.Errorf("IPv%s record %+v: want tgid %d, the connecting fd and the executable's inode", fam, rec, c.pid)
+		}
 	}
 	sh := s.spawn(self, "share", "4")
 	agree("client sharing with its child", sh, sh.pid, BackendBPFFast)
