@@ -155,6 +155,8 @@ func runOwned(ctx context.Context, o sandbox.Options, own *owner, main *mainSess
 	if err := s.Start(ctx); err != nil {
 		return failed(err)
 	}
+	// From now on the sandbox has been reported: its final state stays.
+	s.Retain()
 	l, err := store.Get(s.Name())
 	if err != nil {
 		return failed(err)

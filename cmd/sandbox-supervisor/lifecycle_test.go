@@ -285,9 +285,12 @@ func TestDetachedFinalState(t *testing.T) {
 		{"exit 7", "failed", "main_process_failed", 7},
 		{"kill -KILL $$", "failed", "main_process_failed", 137},
 		{"init", "error", "infrastructure_failure: init ended unexpectedly", 125},
+		{"notfound", "failed", "main_process_failed", 127},
 	} {
 		var name string
-		if c.script == "init" {
+		if c.script == "notfound" {
+			name, _ = detached(t, bin, st, wd, "--", "/nonexistent")
+		} else if c.script == "init" {
 			// The sandbox's init dies under it: an infrastructure failure,
 			// not the main process's result.
 			name, _ = detached(t, bin, st, wd)

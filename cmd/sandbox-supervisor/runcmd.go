@@ -394,7 +394,7 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	logger.Debug("startup", "phase", "cli", "since_main_us", time.Since(mainStart).Microseconds())
 	opts := sandbox.Options{
 		Name: f.name, Kind: state.Kind(f.kind), AgentID: f.agentID, Args: cmdArgs, Env: env,
-		Workdir: workdir, TTY: f.tty, Keep: f.keep, Detached: own != nil, StateRoot: f.stateDir, Policy: pinfo,
+		Workdir: workdir, TTY: f.tty, Keep: f.keep, StateRoot: f.stateDir, Policy: pinfo,
 		Profile: f.profile, PidsLimit: f.pids, Memory: mem, CPUs: f.cpus,
 		AllowDegraded: f.allowDegraded, Required: cli.Truthy(os.Getenv("MAC_OPENSHELL_REQUIRED")),
 		Probe: probe, Events: events, Logger: logger, Network: network, Prestarted: pre, Signals: sigs,

@@ -28,11 +28,6 @@ type Options struct {
 	// KeepAlive starts no main command (Args empty): the sandbox runs,
 	// for execs, until it is signalled (delete) and then ends with 0.
 	KeepAlive bool
-	// Detached: the sandbox was created by run --detach. Its state
-	// directory outlives the main process with the final state recorded
-	// (as with Keep, but gc collects it once its owner is gone), until
-	// delete or gc removes it.
-	Detached bool
 	// EventsFile, recorded in the labels for `logs`, is the file the
 	// events go to ("" when they go elsewhere).
 	EventsFile string

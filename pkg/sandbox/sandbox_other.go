@@ -85,3 +85,6 @@ type ExecOptions struct {
 func Exec(ctx context.Context, o ExecOptions) (Result, error) {
 	return Result{ExitCode: ExitSandboxFailed}, fmt.Errorf("sandbox: %w", feature.ErrNotSupported)
 }
+
+// Retain does nothing on this platform.
+func (s *Sandbox) Retain() {}

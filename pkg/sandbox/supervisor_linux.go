@@ -69,6 +69,7 @@ type Sandbox struct {
 	// set, the stage whose failure ended the sandbox.
 	code      int
 	infra     string
+	retain    bool // see Retain
 	waited    bool
 	destroyed bool
 
@@ -372,6 +373,13 @@ func (s *Sandbox) Start(ctx context.Context) error {
 	return nil
 }
 
+// Retain makes the state directory outlive the main process, with its
+// final state recorded (as --keep does, but without the keep label, so
+// gc collects it once the owner is gone), until delete or gc removes it.
+// run --detach calls it once the sandbox has started and before it
+// reports it: a sandbox that failed to start leaves nothing behind.
+func (s *Sandbox) Retain() { s.retain = true }
+
 // Wait relays the init's messages until the main command ends and
 // returns how it ended. The error is non-nil only when the sandbox
 // itself failed.
@@ -491,7 +499,7 @@ func (s *Sandbox) finishState(exitCode int) {
 	s.stateOnce.Do(func() {
 		go func() {
 			defer close(s.stateDone)
-			if s.o.Keep || s.o.Detached {
+			if s.o.Keep || s.retain {
 				if dir, err := s.store.Dir(s.name); err == nil {
 					os.Remove(filepath.Join(dir, ExecSocketFile))
 				}
