@@ -50,7 +50,8 @@ const weakenInitEnv = "PALISADE_TEST_WEAKEN_DROP"
 // and the start fails with 125. The init is this test binary started
 // through a wrapper that sets weakenInitEnv (the supervisor gives the init
 // a fixed environment). Deleting the init's verifyConfined call fails
-// this test: the command would run, unconfined, and exit 0.
+// this test: the command would run, unconfined, and exit 0. The same
+// holds for a command exec'd into a running sandbox.
 func TestInitKillsACommandTheDropMissed(t *testing.T) {
 	f := newFixture(t)
 	for _, step := range []string{"seccomp", "identity"} {
@@ -79,6 +80,23 @@ func TestInitKillsACommandTheDropMissed(t *testing.T) {
 			}
 			if !strings.Contains(err.Error(), "verify") {
 				t.Errorf("error %q does not say the after-the-fact check refused", err)
+			}
+			// The same command exec'd into a kept-alive sandbox whose
+			// init has the same weakness is refused the same way.
+			args := o.Args
+			o.Args, o.KeepAlive = nil, true
+			s, err := Create(ctx, o)
+			defer s.Destroy()
+			if err == nil {
+				err = s.Start(ctx)
+			}
+			if err != nil {
+				t.Fatalf("kept-alive sandbox: %v (stderr %s)", err, errb.String())
+			}
+			res, err = Exec(ctx, ExecOptions{StateRoot: o.StateRoot, Name: s.Name(), Args: args, NoLoginShell: true,
+				Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb})
+			if err == nil || res.ExitCode != ExitSandboxFailed || !strings.Contains(err.Error(), "verify") {
+				t.Errorf("Exec = %+v, %v; want exit %d from the after-the-fact check", res, err, ExitSandboxFailed)
 			}
 			time.Sleep(1500 * time.Millisecond)
 			if _, err := os.Stat(filepath.Join(f.workdir, marker)); err == nil {
