@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -51,20 +52,40 @@ func startServer(t *testing.T) *testServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", pc.LocalAddr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	pc, ln := listenPair(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(ctx, pc, ln) }()
 	t.Cleanup(func() { cancel(); <-done; pc.Close(); ln.Close() })
 	ts.addr = pc.LocalAddr().String()
 	return ts
+}
+
+// listenPair binds UDP and TCP on one loopback port, as the server is
+// deployed (port 53 for both). The kernel picks a free UDP port; the same
+// TCP port may meanwhile belong to another socket on a busy machine (an
+// outgoing connection's ephemeral port, another test's listener), so a
+// taken TCP half means trying another port, a bounded number of times.
+func listenPair(t *testing.T) (net.PacketConn, net.Listener) {
+	t.Helper()
+	var lastErr error
+	for i := 0; i < 20; i++ {
+		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln, err := net.Listen("tcp", pc.LocalAddr().String())
+		if err == nil {
+			return pc, ln
+		}
+		pc.Close()
+		if !errors.Is(err, syscall.EADDRINUSE) {
+			t.Fatal(err)
+		}
+		lastErr = err
+	}
+	t.Fatalf("no loopback port free for both UDP and TCP after 20 tries: %v", lastErr)
+	return nil, nil
 }
 
 func (ts *testServer) query(t *testing.T, netw, name string, qtype uint16) *dns.Msg {
