@@ -181,7 +181,13 @@ func (d *safeDir) copyFile(ctx context.Context, name, dst string, max int64) (in
 		return 0, err
 	}
 	defer f.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
+	return copyOpened(f, dst, 0o600, max)
+}
+
+// copyOpened copies the checked file f to dst (created exclusively, never
+// through a symlink, with perm) and returns the bytes copied, at most max.
+func copyOpened(f *os.File, dst string, perm os.FileMode, max int64) (int64, error) {
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, perm)
 	if err != nil {
 		return 0, err
 	}
@@ -503,21 +509,7 @@ func (d *safeDir) snapshotPath(ctx context.Context, rel, dst string, max int64) 
 	if fst.Mode&0o100 != 0 {
 		perm = 0o700
 	}
-	out, err := os.OpenFile(target, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, perm)
-	if err != nil {
-		return 0, err
-	}
-	n, err := io.Copy(out, io.LimitReader(f, max+1))
-	if cerr := out.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return n, fmt.Errorf("copying %s: %w", quotePath(f.Name()), err)
-	}
-	if n > max {
-		return n, &SpecialFileError{Path: f.Name(), What: fmt.Sprintf("grew beyond the %d bytes allowed", max)}
-	}
-	return n, nil
+	return copyOpened(f, target, perm, max)
 }
 
 // mkdirNoFollow creates the directories of rel below root, refusing any
