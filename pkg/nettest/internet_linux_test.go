@@ -55,7 +55,11 @@ func getJSON(t *testing.T, c *http.Client, url string) map[string]string {
 	return m
 }
 
-func routeExists(t *testing.T, ns netns.NsHandle, p netip.Prefix) bool {
+// routeVia reports whether ns routes p through the link with index
+// ifIndex. Other Internets (other tests, other packages' test binaries
+// running at once) claim blocks in the same host namespace, so a route
+// to a block is ours only if it goes through our link.
+func routeVia(t *testing.T, ns netns.NsHandle, p netip.Prefix, ifIndex int) bool {
 	t.Helper()
 	h, err := netlink.NewHandleAt(ns)
 	if err != nil {
@@ -71,11 +75,31 @@ func routeExists(t *testing.T, ns netns.NsHandle, p netip.Prefix) bool {
 		t.Fatal(err)
 	}
 	for _, r := range routes {
-		if r.Dst != nil && r.Dst.String() == p.String() {
+		if r.Dst != nil && r.Dst.String() == p.String() && r.LinkIndex == ifIndex {
 			return true
 		}
 	}
 	return false
+}
+
+// linkIndex is the index of the link named name in ns, or 0 when ns has
+// no such link.
+func linkIndex(t *testing.T, ns netns.NsHandle, name string) int {
+	t.Helper()
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Delete()
+	l, err := h.LinkByName(name)
+	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if !errors.As(err, &nf) {
+			t.Fatalf("link %s: %v", name, err)
+		}
+		return 0
+	}
+	return l.Attrs().Index
 }
 
 // The servers answer from the host namespace over the veth: HTTP, HTTPS
@@ -90,13 +114,17 @@ func TestInternetServers(t *testing.T) {
 	}
 	defer host.Close()
 	var in *Internet
+	var hostIdx int
 	t.Run("live", func(t *testing.T) {
 		in = NewInternet(t)
 		if !in.Block4.Contains(in.V4[0]) || !netip.MustParsePrefix("198.51.100.0/24").Overlaps(in.Block4) || in.Block4.Bits() != 28 {
 			t.Fatalf("block %s, addresses %v", in.Block4, in.V4)
 		}
-		if !routeExists(t, host, in.Block4) {
-			t.Fatalf("no host route for %s", in.Block4)
+		if hostIdx = linkIndex(t, host, in.HostIf); hostIdx == 0 {
+			t.Fatalf("no link %s in the host namespace", in.HostIf)
+		}
+		if !routeVia(t, host, in.Block4, hostIdx) {
+			t.Fatalf("no host route for %s via %s", in.Block4, in.HostIf)
 		}
 
 		m := getJSON(t, client(netip.AddrPortFrom(in.V4[0], HTTPPort), nil), "http://example.test/hello")
@@ -198,10 +226,12 @@ func TestInternetServers(t *testing.T) {
 	if _, err := h.LinkByName(in.HostIf); err == nil {
 		t.Errorf("link %s survived cleanup", in.HostIf)
 	}
-	if routeExists(t, host, in.Block4) {
+	// The block itself may be claimed again at once by another test:
+	// what must be gone is the route through this Internet's link.
+	if routeVia(t, host, in.Block4, hostIdx) {
 		t.Errorf("route %s survived cleanup", in.Block4)
 	}
-	if in.Block6.IsValid() && routeExists(t, host, in.Block6) {
+	if in.Block6.IsValid() && routeVia(t, host, in.Block6, hostIdx) {
 		t.Errorf("route %s survived cleanup", in.Block6)
 	}
 }
@@ -234,16 +264,16 @@ func TestInternetWithHostNetns(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer self.Close()
-	// Its veth (a unique name) is not in the test's own namespace. (A
-	// route for the same block there may belong to another process's
-	// internet: blocks are claimed per host namespace.)
-	var ownLink error
-	Do(self, func() error { _, ownLink = netlink.LinkByName(in.HostIf); return nil })
-	if ownLink == nil {
-		t.Fatalf("veth %s added to the test's own namespace", in.HostIf)
+	// Another Internet (another test or package running at once) may
+	// route the same block in the test's own namespace through its own
+	// link: nothing of this one may be there, neither its link nor a
+	// route through it.
+	if idx := linkIndex(t, self, in.HostIf); idx != 0 {
+		t.Fatalf("link %s (routing %s) added to the test's own namespace", in.HostIf, in.Block4)
 	}
-	if !routeExists(t, hostNs, in.Block4) {
-		t.Fatalf("route %s missing in the host namespace", in.Block4)
+	idx := linkIndex(t, hostNs, in.HostIf)
+	if idx == 0 || !routeVia(t, hostNs, in.Block4, idx) {
+		t.Fatalf("route %s via %s missing in the host namespace", in.Block4, in.HostIf)
 	}
 	err = Do(hostNs, func() error {
 		c, err := net.DialTimeout("tcp", netip.AddrPortFrom(in.V4[0], EchoPort).String(), 3*time.Second)
