@@ -687,3 +687,56 @@ func FuzzJudgeWrapper(f *testing.F) {
 		}
 	})
 }
+
+// TestRecoverCommitsWhatTheWorkingTreeHolds: the recovery commit, built
+// from a snapshot of the listed paths, records what git add --update
+// would: a deleted tracked file as removed, a new executable bit, a
+// tracked file replaced by a symlink as a link, a tracked file replaced
+// by a directory as removed (its new content an approved new file), and
+// the content of modified and approved files byte for byte.
+func TestRecoverCommitsWhatTheWorkingTreeHolds(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, fixtureOpts{})
+	f.write(f.repo, "gone.txt", "gone\n", 0o644)
+	f.write(f.repo, "tool.sh", "#!/bin/sh\n", 0o644)
+	f.write(f.repo, "link.txt", "was a file\n", 0o644)
+	f.write(f.repo, "dir.txt", "was a file\n", 0o644)
+	f.git(f.repo, "add", "gone.txt", "tool.sh", "link.txt", "dir.txt")
+	f.git(f.repo, "commit", "-q", "-m", "agent: more files", "--", "gone.txt", "tool.sh", "link.txt", "dir.txt")
+	f.ev.PreservedHeadSHA = f.git(f.repo, "rev-parse", "HEAD")
+	f.saveEvidence()
+	os.Remove(filepath.Join(f.repo, "gone.txt"))
+	os.Chmod(filepath.Join(f.repo, "tool.sh"), 0o755)
+	os.Remove(filepath.Join(f.repo, "link.txt"))
+	os.Symlink("README.md", filepath.Join(f.repo, "link.txt"))
+	os.Remove(filepath.Join(f.repo, "dir.txt"))
+	f.write(f.repo, "dir.txt/inner.md", "inner\n", 0o644)
+	o := f.opts()
+	o.Approve = append(o.Approve, "dir.txt/inner.md")
+	o.Execute = true
+	_, rec, err := Recover(context.Background(), f.ws, o, nil)
+	if err != nil {
+		t.Fatalf("Recover: %v", err)
+	}
+	f.git(f.other, "fetch", "-q", "origin")
+	got := f.git(f.other, "ls-tree", "-r", rec.PushedCommit)
+	for _, want := range []string{"100755 blob", "\ttool.sh", "120000 blob", "\tlink.txt", "\tdir.txt/inner.md", "\tsrc/new.go", "\tdocs/added.md"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("pushed tree lacks %q:\n%s", want, got)
+		}
+	}
+	for _, gone := range []string{"\tgone.txt\n", "\tdir.txt\n"} {
+		if strings.Contains(got+"\n", gone) {
+			t.Errorf("pushed tree still holds %q:\n%s", gone, got)
+		}
+	}
+	if mode := f.git(f.other, "ls-tree", rec.PushedCommit, "tool.sh"); !strings.HasPrefix(mode, "100755 ") {
+		t.Errorf("tool.sh: %s, want mode 100755", mode)
+	}
+	if target := f.git(f.other, "cat-file", "-p", rec.PushedCommit+":link.txt"); target != "README.md" {
+		t.Errorf("link.txt target %q", target)
+	}
+	if readme := f.git(f.other, "cat-file", "-p", rec.PushedCommit+":README.md"); readme != "# project\n\nagent notes" {
+		t.Errorf("README.md %q", readme)
+	}
+}

@@ -303,8 +303,10 @@ func commitPending(ctx context.Context, m *mirror, repo *safeDir, plan *Plan) (s
 		budget -= n
 	}
 	// --all: a listed tracked path missing from the snapshot is a removal.
+	// The paths go on stdin (literal, NUL-separated): no argv limit.
 	gi := m.workTree(snap, tmpIdx)
-	if _, err := gi.run(ctx, nil, append([]string{"add", "--all", "--"}, paths...)...); err != nil {
+	spec := strings.NewReader(strings.Join(paths, "\x00") + "\x00")
+	if _, err := gi.run(ctx, spec, "add", "--all", "--pathspec-from-file=-", "--pathspec-file-nul"); err != nil {
 		return "", err
 	}
 	tree, err := gi.line(ctx, "write-tree")
