@@ -10,8 +10,8 @@
 // Program types: cgroup/connect4, cgroup/connect6 and sockops attached to
 // the sandbox's cgroup in the v2 hierarchy; raw tracepoints
 // sched_process_fork/exec/exit and tracepoints syscalls/sys_enter_sendmsg,
-// sys_enter_sendmmsg and sys_enter_pidfd_getfd, filtered to tasks under
-// that cgroup.
+// sys_enter_sendmmsg, sys_enter_pidfd_getfd and sys_enter_connect,
+// filtered to tasks under that cgroup.
 
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
