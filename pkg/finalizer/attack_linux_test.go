@@ -960,3 +960,40 @@ func TestSnapshotPathNeverFollows(t *testing.T) {
 		t.Errorf("something was created outside: %v", entries)
 	}
 }
+
+// TestStatusReadsTheCheckedDirectory: after the repository was opened and
+// checked, the agent (owning the workspace) renames it away and puts a
+// directory of its own at its name. git status must read the directory
+// that was checked, not whatever the name now holds.
+func TestStatusReadsTheCheckedDirectory(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, fixtureOpts{})
+	wsd, err := openWorkspaceDir(f.ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &wsHandles{ws: wsd, repoRel: f.ev.Repository}
+	defer w.close()
+	p := &Plan{ev: &f.ev, Repository: f.repo, Remote: f.ev.Remote, RemoteURL: f.ev.RemoteURL}
+	m, stop, err := openRepository(context.Background(), p, w, Options{Env: f.env})
+	defer m.remove()
+	if err != nil || stop {
+		t.Fatalf("openRepository: stop %v, %v, refusals %q", stop, err, p.Refusals)
+	}
+	if err := os.Rename(f.repo, f.repo+".real"); err != nil {
+		t.Fatal(err)
+	}
+	f.write(f.repo, "fake-only.txt", "planted\n", 0o644)
+	entries, err := m.work(w.repo, m.index).status(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range entries {
+		got = append(got, string([]byte{e.x, e.y})+" "+e.path)
+	}
+	all := strings.Join(got, "\n")
+	if strings.Contains(all, "fake-only.txt") || !strings.Contains(all, "?? src/new.go") || !strings.Contains(all, " M README.md") {
+		t.Errorf("git status read the directory now at the name, not the checked one:\n%s", all)
+	}
+}

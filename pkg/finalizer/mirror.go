@@ -15,15 +15,15 @@ import (
 // the agent's .git: after the checks, the objects, the index and the HEAD
 // commit are copied (descriptor-relative, no symlink followed, regular
 // files only) into a fresh repository in a 0700 temporary directory, and
-// every git command runs there. The agent's working tree is read through
-// --work-tree for status and add; nothing is ever written to it.
+// every git command runs there. The agent's working tree is read by git
+// status (started in the checked directory) and, for the commit, through
+// a private snapshot of the listed paths; nothing is ever written to it.
 type mirror struct {
 	tmp    string // private directory: the mirror, index copies, worktrees
 	gitDir string
 	index  string // copy of the preserved index ("" when there was none)
 	format string // object format
 	head   string // the preserved repository's HEAD commit
-	repo   string // the agent's working tree (absolute)
 	git    *gitRunner
 }
 
@@ -33,10 +33,17 @@ func (m *mirror) remove() {
 	}
 }
 
-// work returns a runner for the agent's working tree with the mirror as
-// repository and index as the index.
-func (m *mirror) work(index string) *gitRunner {
-	return m.workTree(m.repo, index)
+// work returns a runner for the agent's working tree, the directory repo
+// inspection checked, with the mirror as repository and index as the
+// index. git starts in that directory through its descriptor
+// (/proc/self/fd/N, entered before exec), not by the repository's name,
+// which a live agent owning the workspace could swap after the checks;
+// git then resolves it to its current path, leaving only the moment of
+// its own start-up to race.
+func (m *mirror) work(repo *safeDir, index string) *gitRunner {
+	g := m.workTree(".", index)
+	g.dir = repo.procPath()
+	return g
 }
 
 // workTree returns a runner for the working tree dir with the mirror as
@@ -116,7 +123,7 @@ func openRepository(ctx context.Context, p *Plan, w *wsHandles, opts Options) (m
 	if err != nil {
 		return nil, true, err
 	}
-	m = &mirror{tmp: tmp, gitDir: filepath.Join(tmp, "mirror.git"), repo: p.Repository}
+	m = &mirror{tmp: tmp, gitDir: filepath.Join(tmp, "mirror.git")}
 	defer func() {
 		if m != nil && (stop || err != nil) {
 			m.remove()

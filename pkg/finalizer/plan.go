@@ -254,7 +254,7 @@ func inspect(ctx context.Context, workspace string, opts Options, w *wsHandles) 
 		p.refuse("the repository has submodules (%s); recover it by hand", quotePaths(subs))
 		return finish(p, opts), m, nil
 	}
-	entries, err := m.work(m.index).status(ctx)
+	entries, err := m.work(w.repo, m.index).status(ctx)
 	if err != nil {
 		return nil, m, fmt.Errorf("git status of %s: %w", quotePath(p.Repository), err)
 	}

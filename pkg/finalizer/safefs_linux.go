@@ -46,6 +46,10 @@ func (d *safeDir) close() {
 
 func (d *safeDir) join(name string) string { return filepath.Join(d.path, name) }
 
+// procPath names d's descriptor for a child to enter before exec (the
+// descriptor is still open then; it closes on exec).
+func (d *safeDir) procPath() string { return fmt.Sprintf("/proc/self/fd/%d", d.fd) }
+
 // openDir opens the relative directory rel (one or more components) below
 // d without following any symlink.
 func (d *safeDir) openDir(rel string) (*safeDir, error) {
