@@ -26,8 +26,10 @@ func (e *Endpoint) L7() bool {
 // escapedPath is the request path as sent (URL.EscapedPath). A path that
 // servers might read differently from this matcher — dot segments, or an
 // encoded "/", "\" or "." — is denied whenever the endpoint has L7
-// constraints: rules are written against one reading only.
-func (e *Endpoint) CheckRequest(method, escapedPath string, query url.Values) (bool, string) {
+// constraints: rules are written against one reading only. contentType
+// is the request's Content-Type ("" when absent or repeated): the presets
+// read a POST as git's fetch only with git's own content type.
+func (e *Endpoint) CheckRequest(method, escapedPath string, query url.Values, contentType string) (bool, string) {
 	if !e.L7() {
 		return true, ""
 	}
@@ -41,16 +43,16 @@ func (e *Endpoint) CheckRequest(method, escapedPath string, query url.Values) (b
 		return false, L7AmbiguousPath
 	}
 	for _, d := range e.DenyRules {
-		if d.matches(method, escapedPath, query) {
+		if d.matches(method, escapedPath, query, true) {
 			return false, L7DeniedByRule
 		}
 	}
-	if e.Access != "" && !AccessAllowsRequest(e.Access, method, escapedPath, query) {
+	if e.Access != "" && !AccessAllowsRequest(e.Access, method, escapedPath, query, contentType) {
 		return false, L7AccessDenied
 	}
 	if len(e.Rules) > 0 {
 		for _, r := range e.Rules {
-			if r.Allow.matches(method, escapedPath, query) {
+			if r.Allow.matches(method, escapedPath, query, false) {
 				return true, ""
 			}
 		}
@@ -66,9 +68,15 @@ func (e *Endpoint) CheckRequest(method, escapedPath string, query url.Values) (b
 // and then posts to ".../git-receive-pack", so read-only refuses both
 // (the first refusal is what git shows its user). Everything else is
 // AccessAllows(access, method).
-func AccessAllowsRequest(access, method, path string, query url.Values) bool {
+//
+// A POST is read as a fetch only when it is shaped like git's: no query
+// and git's request content type. The path suffix alone is a name the
+// agent chooses on any REST API ("POST .../repository/files/git-upload-pack"
+// creates a file on GitLab), so it never makes a write read-only.
+func AccessAllowsRequest(access, method, path string, query url.Values, contentType string) bool {
 	switch {
-	case method == "POST" && strings.HasSuffix(path, "/git-upload-pack"):
+	case method == "POST" && strings.HasSuffix(path, "/git-upload-pack") && len(query) == 0 &&
+		strings.EqualFold(strings.TrimSpace(contentType), GitUploadPackRequestType):
 		return AccessAllows(access, "GET")
 	case strings.HasSuffix(path, "/info/refs") && slicesContains(query["service"], "git-receive-pack"):
 		return AccessAllows(access, "POST") && AccessAllows(access, method)
@@ -85,7 +93,14 @@ func slicesContains(vs []string, v string) bool {
 	return false
 }
 
-func (m RequestMatch) matches(method, path string, query url.Values) bool {
+// GitUploadPackRequestType is the Content-Type of git's fetch POST.
+const GitUploadPackRequestType = "application/x-git-upload-pack-request"
+
+// matches reports whether a request is selected. A query matcher of an
+// allow rule needs every value of its parameter to match; one of a deny
+// rule (deny set) matches when any value does, since servers differ in
+// which of repeated values they read (first, last, all).
+func (m RequestMatch) matches(method, path string, query url.Values, deny bool) bool {
 	if m.Method != "*" && !strings.EqualFold(m.Method, method) {
 		return false
 	}
@@ -97,17 +112,17 @@ func (m RequestMatch) matches(method, path string, query url.Values) bool {
 		if !ok || len(vals) == 0 {
 			return false
 		}
+		matched := 0
 		for _, v := range vals {
-			any := false
 			for _, g := range qm.Any {
 				if pathGlob(g, v) {
-					any = true
+					matched++
 					break
 				}
 			}
-			if !any {
-				return false
-			}
+		}
+		if matched == 0 || !deny && matched < len(vals) {
+			return false
 		}
 	}
 	return true

@@ -36,6 +36,7 @@ func TestCheckRequest(t *testing.T) {
 	readOnly := &Endpoint{Access: AccessReadOnly, DenyRules: []RequestMatch{{Method: "*", Path: "/admin/**"}}}
 	query := &Endpoint{Rules: []Rule{{Allow: RequestMatch{Method: "GET", Path: "/search", Query: map[string]QueryMatch{"q": {Any: []string{"palisade*"}}}}}}}
 	plain := &Endpoint{}
+	denyQuery := &Endpoint{Access: AccessReadOnly, DenyRules: []RequestMatch{{Method: "GET", Path: "/api/**", Query: map[string]QueryMatch{"action": {Any: []string{"delete"}}}}}}
 	for _, c := range []struct {
 		name   string
 		ep     *Endpoint
@@ -59,10 +60,16 @@ func TestCheckRequest(t *testing.T) {
 		{"query mismatch", query, "GET", "/search", "q=secret", false, L7NoRuleMatched},
 		{"query missing", query, "GET", "/search", "", false, L7NoRuleMatched},
 		{"query one bad value", query, "GET", "/search", "q=palisade&q=secret", false, L7NoRuleMatched},
+		// A deny rule's query matcher holds when any value matches.
+		{"deny query", denyQuery, "GET", "/api/x", "action=delete", false, L7DeniedByRule},
+		{"deny query repeated last", denyQuery, "GET", "/api/x", "action=list&action=delete", false, L7DeniedByRule},
+		{"deny query repeated first", denyQuery, "GET", "/api/x", "action=delete&action=list", false, L7DeniedByRule},
+		{"deny query other value", denyQuery, "GET", "/api/x", "action=list", true, ""},
+		{"deny query absent", denyQuery, "GET", "/api/x", "", true, ""},
 		{"no L7 constraints", plain, "DELETE", "/../anything", "", true, ""},
 	} {
 		qv, _ := url.ParseQuery(c.q)
-		ok, reason := c.ep.CheckRequest(c.method, c.path, qv)
+		ok, reason := c.ep.CheckRequest(c.method, c.path, qv, "")
 		if ok != c.ok || reason != c.reason {
 			t.Errorf("%s: CheckRequest = %v %q, want %v %q", c.name, ok, reason, c.ok, c.reason)
 		}
@@ -95,27 +102,35 @@ func containsMeta(s string) bool {
 // Presets read git's smart HTTP by what it does: fetch reads, push writes.
 func TestAccessAllowsRequestGit(t *testing.T) {
 	q := func(s string) url.Values { v, _ := url.ParseQuery(s); return v }
+	const git = GitUploadPackRequestType
 	for _, c := range []struct {
-		access, method, path, query string
-		want                        bool
+		access, method, path, query, ctype string
+		want                               bool
 	}{
-		{AccessReadOnly, "GET", "/r.git/info/refs", "service=git-upload-pack", true},
-		{AccessReadOnly, "POST", "/r.git/git-upload-pack", "", true},
-		{AccessReadOnly, "GET", "/r.git/info/refs", "service=git-receive-pack", false},
-		{AccessReadOnly, "POST", "/r.git/git-receive-pack", "", false},
-		{AccessReadOnly, "POST", "/r.git/other", "", false},
-		{AccessReadOnly, "POST", "/git-upload-pack-not", "", false},
-		{AccessReadWrite, "GET", "/r.git/info/refs", "service=git-receive-pack", true},
-		{AccessReadWrite, "POST", "/r.git/git-receive-pack", "", true},
-		{AccessReadWrite, "DELETE", "/r.git/info/refs", "service=git-receive-pack", false},
-		{AccessFull, "GET", "/r.git/info/refs", "service=git-receive-pack", true},
+		{AccessReadOnly, "GET", "/r.git/info/refs", "service=git-upload-pack", "", true},
+		{AccessReadOnly, "POST", "/r.git/git-upload-pack", "", git, true},
+		{AccessReadOnly, "POST", "/r.git/git-upload-pack", "", "Application/X-Git-Upload-Pack-Request ", true},
+		{AccessReadOnly, "GET", "/r.git/info/refs", "service=git-receive-pack", "", false},
+		{AccessReadOnly, "POST", "/r.git/git-receive-pack", "", "application/x-git-receive-pack-request", false},
+		{AccessReadOnly, "POST", "/r.git/other", "", git, false},
+		{AccessReadOnly, "POST", "/git-upload-pack-not", "", git, false},
+		// The suffix alone is a name the agent picks on any REST API
+		// (GitLab: POST .../repository/files/git-upload-pack creates a
+		// file): without git's content type, or with a query, a write.
+		{AccessReadOnly, "POST", "/api/v4/projects/1/repository/files/git-upload-pack", "", "application/json", false},
+		{AccessReadOnly, "POST", "/api/v4/projects/1/repository/files/git-upload-pack", "", "", false},
+		{AccessReadOnly, "POST", "/api/v4/projects/1/repository/files/git-upload-pack", "branch=main&content=x", git, false},
+		{AccessReadWrite, "GET", "/r.git/info/refs", "service=git-receive-pack", "", true},
+		{AccessReadWrite, "POST", "/r.git/git-receive-pack", "", "", true},
+		{AccessReadWrite, "DELETE", "/r.git/info/refs", "service=git-receive-pack", "", false},
+		{AccessFull, "GET", "/r.git/info/refs", "service=git-receive-pack", "", true},
 	} {
-		if got := AccessAllowsRequest(c.access, c.method, c.path, q(c.query)); got != c.want {
+		if got := AccessAllowsRequest(c.access, c.method, c.path, q(c.query), c.ctype); got != c.want {
 			t.Errorf("%s %s %s?%s = %v, want %v", c.access, c.method, c.path, c.query, got, c.want)
 		}
 	}
 	ep := &Endpoint{Access: AccessReadOnly, DenyRules: []RequestMatch{{Method: "POST", Path: "/blocked/**"}}}
-	if ok, why := ep.CheckRequest("POST", "/blocked/r.git/git-upload-pack", nil); ok || why != L7DeniedByRule {
+	if ok, why := ep.CheckRequest("POST", "/blocked/r.git/git-upload-pack", nil, GitUploadPackRequestType); ok || why != L7DeniedByRule {
 		t.Errorf("deny rule did not win over the git fetch reading: %v %s", ok, why)
 	}
 }

@@ -170,7 +170,15 @@ func (p *Proxy) serveRequest(c *net.TCPConn, br *bufio.Reader, rec *Record, rele
 			return false
 		}
 		req.url.Path, req.url.RawPath = norm, ""
-		if ok, why := v.Endpoint.CheckRequest(h.Method, norm, req.url.Query()); !ok {
+		// The query goes upstream as sent: one that does not parse (a
+		// ";" separator, a bad escape) is refused, not matched with its
+		// unparsable pairs dropped (servers that split on ";" read them).
+		q, qerr := url.ParseQuery(req.url.RawQuery)
+		if qerr != nil {
+			p.badRequest(c, rec, http.StatusBadRequest, ReasonInvalidQuery, headErrorf("query string does not parse"))
+			return false
+		}
+		if ok, why := v.Endpoint.CheckRequest(h.Method, norm, q, singleValue(headerValues(h, "Content-Type"))); !ok {
 			if !v.Audit {
 				rec.Reason = why
 				p.deny(c, rec, OutcomePolicyDenied)

@@ -26,6 +26,7 @@ import (
 // Reasons of the inspection path.
 const (
 	ReasonSNIMismatch        = "sni_mismatch"             // ClientHello names another host than CONNECT
+	ReasonBadClientHello     = "client_hello_unreadable"  // a TLS record began that is no readable ClientHello
 	ReasonNotHTTP            = "l7_protocol_unrecognized" // an inspected tunnel carried neither TLS nor HTTP
 	ReasonTLSUnavailable     = "tls_inspection_unavailable"
 	ReasonClientTLS          = "client_tls_failed" // the client's handshake with the proxy failed
@@ -109,7 +110,16 @@ func (p *Proxy) checkSNI(c *net.TCPConn, br *bufio.Reader, rec *Record) ([]byte,
 	c.SetReadDeadline(time.Now().Add(p.cfg.Limits.HeadTimeout))
 	raw, sni, ok := readClientHello(c, br)
 	c.SetReadDeadline(time.Time{})
-	if ok && sni != "" && !sameHost(sni, rec.Host) {
+	if !ok {
+		// A handshake record the proxy cannot read in time (a server
+		// name list crypto/tls refuses but OpenSSL reads by its first
+		// entry, a stall past the head timeout) is not let through
+		// unchecked.
+		rec.Outcome, rec.Reason = OutcomePolicyDenied, ReasonBadClientHello
+		rec.Cause = "TLS handshake record is not a ClientHello the proxy could read"
+		return nil, false
+	}
+	if sni != "" && !sameHost(sni, rec.Host) {
 		rec.Outcome, rec.Reason = OutcomePolicyDenied, ReasonSNIMismatch
 		rec.Cause = "ClientHello server name differs from the CONNECT host"
 		return nil, false
@@ -386,7 +396,7 @@ func (ix *inspector) serve(w http.ResponseWriter, r *http.Request, rr *Record) {
 	if ep == nil {
 		ep = &policy.Endpoint{} // a decider without endpoints: no L7 constraints
 	}
-	if ok, why := ep.CheckRequest(r.Method, norm, q); !ok {
+	if ok, why := ep.CheckRequest(r.Method, norm, q, singleValue(r.Header["Content-Type"])); !ok {
 		if !gv.v.Audit {
 			ix.deny(w, r, rr, why, norm)
 			return
@@ -395,6 +405,14 @@ func (ix *inspector) serve(w http.ResponseWriter, r *http.Request, rr *Record) {
 		p.log.Warn("L7 rule violation allowed by enforcement: audit", "host", ix.host, "method", r.Method, "path", norm, "reason", why, "entry", rr.Entry)
 	}
 	ix.relay(w, r, rr, norm, rawQuery)
+}
+
+// singleValue is a field's value when it was sent once, else "".
+func singleValue(vv []string) string {
+	if len(vv) != 1 {
+		return ""
+	}
+	return vv[0]
 }
 
 // checkHead refuses requests a server could read differently from the

@@ -267,7 +267,8 @@ func (e *inspectEnv) rawTLS(protos ...string) *tls.Conn {
 // normalisation. Nothing refused reaches the upstream.
 func TestInspectedTunnelSmugglingCorpus(t *testing.T) {
 	e := newInspectEnv(t, false, func(port int) string {
-		return restPolicy(port, "read-only", "        deny_rules:\n          - method: GET\n            path: /admin/**\n")
+		return restPolicy(port, "read-only", "        deny_rules:\n          - method: GET\n            path: /admin/**\n"+
+			"          - method: GET\n            path: /api/**\n            query:\n              action: delete\n")
 	}, true)
 	host := fmt.Sprintf("allowed.test:%d", e.up.port)
 	cases := []struct {
@@ -295,6 +296,15 @@ func TestInspectedTunnelSmugglingCorpus(t *testing.T) {
 		{"encoded letters normalised into deny rule", "GET /%61dmin/y HTTP/1.1\r\nHost: {H}\r\n\r\n", 403, policy.L7DeniedByRule},
 		{"lower-case method", "post /x HTTP/1.1\r\nHost: {H}\r\nContent-Length: 0\r\n\r\n", 403, policy.L7AccessDenied},
 		{"above root", "GET /../x HTTP/1.1\r\nHost: {H}\r\n\r\n", 403, policy.L7AmbiguousPath},
+		// A deny rule's query matcher holds when any value of the
+		// parameter matches: servers that read the first or the last
+		// value would otherwise act on the denied one.
+		{"deny rule query, repeated parameter", "GET /api/x?action=list&action=delete HTTP/1.1\r\nHost: {H}\r\n\r\n", 403, policy.L7DeniedByRule},
+		{"deny rule query, repeated parameter first", "GET /api/x?action=delete&action=list HTTP/1.1\r\nHost: {H}\r\n\r\n", 403, policy.L7DeniedByRule},
+		// read-only reads a POST as git's fetch only when it is one:
+		// a REST API route ending in a name the agent chooses is a write.
+		{"git-upload-pack suffix on an API POST", "POST /api/v4/projects/1/repository/files/git-upload-pack?branch=main HTTP/1.1\r\nHost: {H}\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}", 403, policy.L7AccessDenied},
+		{"git-upload-pack with a query", "POST /r.git/git-upload-pack?content=x HTTP/1.1\r\nHost: {H}\r\nContent-Type: application/x-git-upload-pack-request\r\nContent-Length: 0\r\n\r\n", 403, policy.L7AccessDenied},
 		{"websocket on POST", "POST /ws HTTP/1.1\r\nHost: {H}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nContent-Length: 0\r\n\r\n", 400, ReasonUnsupportedUpgrade},
 	}
 	for _, c := range cases {

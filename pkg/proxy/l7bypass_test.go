@@ -1,0 +1,183 @@
+package proxy
+
+import (
+	"bufio"
+	"crypto/tls"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/palisade-sandbox/palisade/pkg/ocsf"
+	"github.com/palisade-sandbox/palisade/pkg/policy"
+)
+
+// Forwarded http:// requests to a rest endpoint are held to the same
+// reading as inspected ones: a query that does not parse is refused (it
+// was matched with its unparsable pairs dropped, and sent upstream as it
+// was, so "?x=1;action=delete" passed a deny rule on action=delete for
+// servers that split on ";"), and a POST is a git fetch only when shaped
+// like one.
+func TestForwardL7QueryAndGitShape(t *testing.T) {
+	spy := newHeaderSpy(t)
+	env := newEnv(t, restPolicy(spy.port, "read-only",
+		"        deny_rules:\n          - method: GET\n            path: /api/**\n            query:\n              action: delete\n"))
+	for _, c := range []struct {
+		name, req string
+		status    int
+		reason    string
+	}{
+		{"semicolon-separated query", "GET http://allowed.test:{P}/api/x?x=1;action=delete HTTP/1.1\r\nHost: allowed.test\r\n\r\n", 400, ReasonInvalidQuery},
+		{"bad escape beside a denied pair", "GET http://allowed.test:{P}/api/x?y=%zz&action=delete HTTP/1.1\r\nHost: allowed.test\r\n\r\n", 400, ReasonInvalidQuery},
+		{"repeated parameter", "GET http://allowed.test:{P}/api/x?action=list&action=delete HTTP/1.1\r\nHost: allowed.test\r\n\r\n", 403, policy.L7DeniedByRule},
+		{"git-upload-pack suffix on an API POST", "POST http://allowed.test:{P}/api/v4/projects/1/repository/files/git-upload-pack HTTP/1.1\r\nHost: allowed.test\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}", 403, policy.L7AccessDenied},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			conn := env.dial()
+			io.WriteString(conn, replacePort(c.req, spy.port))
+			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var body map[string]any
+			json.NewDecoder(resp.Body).Decode(&body)
+			resp.Body.Close()
+			if resp.StatusCode != c.status || body["reason"] != c.reason {
+				t.Fatalf("%d %v, want %d %s", resp.StatusCode, body, c.status, c.reason)
+			}
+		})
+	}
+	spy.mu.Lock()
+	n := spy.count
+	spy.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("refused requests reached the upstream: %d", n)
+	}
+	// git's own fetch POST still goes through.
+	conn := env.dial()
+	fmt.Fprintf(conn, "POST http://allowed.test:%d/r.git/git-upload-pack HTTP/1.1\r\nHost: allowed.test\r\nContent-Type: %s\r\nContent-Length: 4\r\n\r\n0000",
+		spy.port, policy.GitUploadPackRequestType)
+	if resp, err := http.ReadResponse(bufio.NewReader(conn), nil); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("git fetch POST: %v %v", resp, err)
+	}
+}
+
+func replacePort(s string, port int) string {
+	out := []byte{}
+	for i := 0; i < len(s); i++ {
+		if i+3 <= len(s) && s[i:i+3] == "{P}" {
+			out = fmt.Appendf(out, "%d", port)
+			i += 2
+			continue
+		}
+		out = append(out, s[i])
+	}
+	return string(out)
+}
+
+// clientHello returns the first flight of a Go TLS client asking for
+// serverName: one record holding its ClientHello.
+func clientHello(t *testing.T, serverName string) []byte {
+	t.Helper()
+	a, b := net.Pipe()
+	defer a.Close()
+	go func() {
+		tls.Client(b, &tls.Config{ServerName: serverName, InsecureSkipVerify: true}).Handshake()
+		b.Close()
+	}()
+	a.SetDeadline(time.Now().Add(5 * time.Second))
+	hdr := make([]byte, 5)
+	if _, err := io.ReadFull(a, hdr); err != nil {
+		t.Fatal(err)
+	}
+	body := make([]byte, binary.BigEndian.Uint16(hdr[3:]))
+	if _, err := io.ReadFull(a, body); err != nil {
+		t.Fatal(err)
+	}
+	return append(hdr, body...)
+}
+
+// twoNameHello rewrites a one-record ClientHello for first so that its
+// server_name list holds first and then second. Go's parser refuses a
+// second host_name; OpenSSL reads the first and ignores the rest.
+func twoNameHello(t *testing.T, first, second string) []byte {
+	t.Helper()
+	rec := clientHello(t, first)
+	u16 := func(b []byte) int { return int(binary.BigEndian.Uint16(b)) }
+	put16 := func(b []byte, v int) { binary.BigEndian.PutUint16(b, uint16(v)) }
+	i := 5 + 4 + 2 + 32 // record header, handshake header, version, random
+	i += 1 + int(rec[i])
+	i += 2 + u16(rec[i:])
+	i += 1 + int(rec[i])
+	extLenAt := i
+	i += 2
+	for i < len(rec) {
+		typ, l := u16(rec[i:]), u16(rec[i+2:])
+		if typ != 0 {
+			i += 4 + l
+			continue
+		}
+		add := append([]byte{0, 0, 0}, second...)
+		put16(add[1:], len(second))
+		end := i + 4 + l
+		out := append(append(append([]byte{}, rec[:end]...), add...), rec[end:]...)
+		put16(out[i+2:], l+len(add))                        // extension length
+		put16(out[i+4:], u16(out[i+4:])+len(add))           // server_name list length
+		put16(out[extLenAt:], u16(out[extLenAt:])+len(add)) // extensions length
+		put16(out[3:], u16(out[3:])+len(add))               // record length
+		hl := int(out[6])<<16 | int(out[7])<<8 | int(out[8]) + len(add)
+		out[6], out[7], out[8] = byte(hl>>16), byte(hl>>8), byte(hl)
+		return out
+	}
+	t.Fatal("no server_name extension")
+	return nil
+}
+
+// A passthrough tunnel checks the ClientHello's server name before a
+// byte goes upstream. A ClientHello the proxy cannot read, or one that
+// does not arrive in time, must close the tunnel too: before, both were
+// relayed unchecked, so a server name list [fronted, allowed] (which
+// OpenSSL servers read as "fronted") or a stall after the first byte
+// followed by a fronted ClientHello reached the upstream.
+func TestPassthroughUnreadableClientHelloRefused(t *testing.T) {
+	echo := newEchoServer(t)
+	for _, c := range []struct {
+		name  string
+		send  func(net.Conn)
+		limit time.Duration
+	}{
+		{"two server names", func(c net.Conn) { c.Write(twoNameHello(t, "fronted.example", "allowed.test")) }, 0},
+		{"stall after the first byte", func(c net.Conn) {
+			h := clientHello(t, "fronted.example")
+			c.Write(h[:1])
+			time.Sleep(600 * time.Millisecond)
+			c.Write(h[1:])
+		}, 300 * time.Millisecond},
+		{"not a ClientHello", func(c net.Conn) { c.Write([]byte("\x16\x03\x01\x00\x04\x01\x00\x00\x00GET / HTTP/1.1\r\n\r\n")) }, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			env := newEnv(t, policyYAML(echo.port, ""), func(cfg *Config) {
+				if c.limit > 0 {
+					cfg.Limits.HeadTimeout = c.limit
+				}
+			})
+			conn, resp, br := env.connect(fmt.Sprintf("allowed.test:%d", echo.port))
+			if resp.StatusCode != 200 {
+				t.Fatalf("CONNECT: %d", resp.StatusCode)
+			}
+			c.send(conn)
+			conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+			if n, _ := br.Read(make([]byte, 1)); n != 0 {
+				t.Fatal("the upstream received the ClientHello (its echo came back)")
+			}
+			evs := env.waitEvents(ocsf.ClassNetworkActivity, 1)
+			if len(evs) != 1 || evs[0]["status_code"] != OutcomePolicyDenied || get(evs[0], "unmapped", "egress_proxy", "reason") != ReasonBadClientHello {
+				t.Fatalf("events %v", evs)
+			}
+		})
+	}
+}
