@@ -312,17 +312,7 @@ func TestInspectedTunnelSmugglingCorpus(t *testing.T) {
 			tc := e.rawTLS("http/1.1")
 			defer tc.Close()
 			tc.SetDeadline(time.Now().Add(10 * time.Second))
-			io.WriteString(tc, strings.ReplaceAll(c.req, "{H}", host))
-			resp, err := http.ReadResponse(bufio.NewReader(tc), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var body map[string]any
-			json.NewDecoder(resp.Body).Decode(&body)
-			resp.Body.Close()
-			if resp.StatusCode != c.status || body["reason"] != c.reason {
-				t.Fatalf("%d %v, want %d %s", resp.StatusCode, body, c.status, c.reason)
-			}
+			expectRefusal(t, tc, strings.ReplaceAll(c.req, "{H}", host), c.status, c.reason)
 		})
 	}
 	if r := e.up.requests(); len(r) != 0 {

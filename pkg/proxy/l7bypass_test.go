@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -37,18 +38,7 @@ func TestForwardL7QueryAndGitShape(t *testing.T) {
 		{"git-upload-pack suffix on an API POST", "POST http://allowed.test:{P}/api/v4/projects/1/repository/files/git-upload-pack HTTP/1.1\r\nHost: allowed.test\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}", 403, policy.L7AccessDenied},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			conn := env.dial()
-			io.WriteString(conn, replacePort(c.req, spy.port))
-			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var body map[string]any
-			json.NewDecoder(resp.Body).Decode(&body)
-			resp.Body.Close()
-			if resp.StatusCode != c.status || body["reason"] != c.reason {
-				t.Fatalf("%d %v, want %d %s", resp.StatusCode, body, c.status, c.reason)
-			}
+			expectRefusal(t, env.dial(), strings.ReplaceAll(c.req, "{P}", fmt.Sprint(spy.port)), c.status, c.reason)
 		})
 	}
 	spy.mu.Lock()
@@ -66,17 +56,21 @@ func TestForwardL7QueryAndGitShape(t *testing.T) {
 	}
 }
 
-func replacePort(s string, port int) string {
-	out := []byte{}
-	for i := 0; i < len(s); i++ {
-		if i+3 <= len(s) && s[i:i+3] == "{P}" {
-			out = fmt.Appendf(out, "%d", port)
-			i += 2
-			continue
-		}
-		out = append(out, s[i])
+// expectRefusal sends one raw request on c and checks the answer's
+// status and JSON reason.
+func expectRefusal(t *testing.T, c io.ReadWriter, req string, status int, reason string) {
+	t.Helper()
+	io.WriteString(c, req)
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return string(out)
+	var body map[string]any
+	json.NewDecoder(resp.Body).Decode(&body)
+	resp.Body.Close()
+	if resp.StatusCode != status || body["reason"] != reason {
+		t.Fatalf("%d %v, want %d %s", resp.StatusCode, body, status, reason)
+	}
 }
 
 // clientHello returns the first flight of a Go TLS client asking for
