@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/palisade-sandbox/palisade/pkg/ocsf"
 )
 
 // Attacks on what an exec does as root inside a sandbox the agent has
@@ -41,6 +43,9 @@ func (f *fixture) keptAlive(ctx context.Context, o Options) (*Sandbox, func(args
 	o.Args, o.KeepAlive = nil, true
 	var errb bytes.Buffer
 	o.Stdin, o.Stdout, o.Stderr = strings.NewReader(""), &errb, &errb
+	// Each sandbox gets its own events sink: one that is still alive
+	// (destroyed at cleanup) reports denials from its own goroutine.
+	o.Events = NewOCSFEvents(ocsf.NewWriter(io.Discard), "agent-test", "test", nil)
 	s, err := Create(ctx, o)
 	f.t.Cleanup(s.Destroy)
 	if err != nil {

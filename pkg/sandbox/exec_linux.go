@@ -480,6 +480,12 @@ func (s *execStdio) open(stdin io.Reader, stdout, stderr io.Writer) ([3]int, err
 	}
 	fds[0] = int(in.Fd())
 	for i, w := range []io.Writer{stdout, stderr} {
+		if i == 1 && stdout != nil && same(stdout, stderr) {
+			// One writer for both (as os/exec does): one pipe, so that
+			// only one goroutine at a time writes to it.
+			fds[2] = fds[1]
+			break
+		}
 		f, err := s.output(w)
 		if err != nil {
 			return fds, err
@@ -583,10 +589,14 @@ func (s *execStdio) wait() {
 	}
 }
 
+// close ends the exec's stdio. Once it returns, nothing writes to the
+// caller's stdout or stderr any more (as with os/exec): the copies are
+// cut off and waited for.
 func (s *execStdio) close() {
 	s.sent()
 	s.endInput()
 	for _, f := range s.keep {
 		f.Close()
 	}
+	s.copies.Wait()
 }

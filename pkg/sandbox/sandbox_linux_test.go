@@ -140,15 +140,17 @@ func (f *fixture) exec(o Options) (string, string, Result) {
 	defer cancel()
 	args := o.Args
 	o.Args, o.KeepAlive = nil, true
-	var out, errb bytes.Buffer
-	o.Stdin, o.Stdout, o.Stderr = strings.NewReader(""), &errb, &errb
+	// The sandbox's own stdio (its init's) and the exec's are separate
+	// buffers: both are written concurrently.
+	var out, errb, initOut bytes.Buffer
+	o.Stdin, o.Stdout, o.Stderr = strings.NewReader(""), &initOut, &initOut
 	s, err := Create(ctx, o)
 	defer s.Destroy()
 	if err != nil {
-		f.t.Fatalf("Create: %v\nstderr: %s", err, errb.String())
+		f.t.Fatalf("Create: %v\nstderr: %s", err, initOut.String())
 	}
 	if err := s.Start(ctx); err != nil {
-		f.t.Fatalf("Start: %v\nstderr: %s", err, errb.String())
+		f.t.Fatalf("Start: %v\nstderr: %s", err, initOut.String())
 	}
 	res, err := Exec(ctx, ExecOptions{StateRoot: o.StateRoot, Name: s.Name(), Args: args, NoLoginShell: true,
 		Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb})
@@ -471,5 +473,30 @@ func TestResourceLimits(t *testing.T) {
 	_, _, res = f.run(o)
 	if res.ExitCode != 128+9 {
 		t.Fatalf("allocating 512 MiB under a 64 MiB limit ended with %d, want 137 (OOM kill)", res.ExitCode)
+	}
+}
+
+// An exec given one writer for stdout and stderr gets one stream, in the
+// order the command wrote it (as os/exec does), and nothing is written to
+// it after Exec returns.
+func TestExecSharedWriterKeepsOrder(t *testing.T) {
+	f := newFixture(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	env, err := BuildEnv(EnvInput{Workdir: f.workdir, Name: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, exec := f.keptAlive(ctx, f.options(nil, env))
+	out, res, err := exec("/bin/sh", "-c", `i=0; while [ $i -lt 300 ]; do echo out$i; echo err$i >&2; i=$((i+1)); done`)
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("exec: %v %+v", err, res)
+	}
+	var want strings.Builder
+	for i := range 300 {
+		fmt.Fprintf(&want, "out%d\nerr%d\n", i, i)
+	}
+	if out != want.String() {
+		t.Fatalf("stdout and stderr into one writer came out of order or incomplete (%d bytes, want %d)", len(out), want.Len())
 	}
 }

@@ -85,16 +85,19 @@ func TestInitKillsACommandTheDropMissed(t *testing.T) {
 			// init has the same weakness is refused the same way.
 			args := o.Args
 			o.Args, o.KeepAlive = nil, true
+			var initOut bytes.Buffer
+			o.Stdout, o.Stderr = &initOut, &initOut
 			s, err := Create(ctx, o)
 			defer s.Destroy()
 			if err == nil {
 				err = s.Start(ctx)
 			}
 			if err != nil {
-				t.Fatalf("kept-alive sandbox: %v (stderr %s)", err, errb.String())
+				t.Fatalf("kept-alive sandbox: %v (stderr %s)", err, initOut.String())
 			}
+			var execOut bytes.Buffer
 			res, err = Exec(ctx, ExecOptions{StateRoot: o.StateRoot, Name: s.Name(), Args: args, NoLoginShell: true,
-				Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb})
+				Stdin: strings.NewReader(""), Stdout: &execOut, Stderr: &execOut})
 			if err == nil || res.ExitCode != ExitSandboxFailed || !strings.Contains(err.Error(), "verify") {
 				t.Errorf("Exec = %+v, %v; want exit %d from the after-the-fact check", res, err, ExitSandboxFailed)
 			}
