@@ -14,9 +14,13 @@ import (
 
 // Config is what a Watcher needs from the supervisor.
 type Config struct {
-	// Owns reports whether pid belongs to the sandbox (is in its cgroup).
-	// A Landlock domain is the sandbox's when the process that created it
-	// is; for a domain whose creator is gone, when the denied process is.
+	// Owns reports whether pid belongs to the sandbox (is its init or in
+	// its cgroup). A Landlock domain is the sandbox's when the process
+	// that created it is; for a domain whose creator is unknown, when the
+	// denied process is. It is asked when the records are read, which on
+	// a loaded host can be after the process exited: a pid the caller
+	// knows (the init, which creates the sandbox's domain) must not need
+	// the process to be alive.
 	Owns func(pid int) bool
 	// Emit receives every denial to report, on the Watcher's goroutine.
 	Emit func(Denial)
@@ -64,6 +68,16 @@ type event struct {
 	access  []Record
 	sys     *Record
 	arrived time.Time
+}
+
+// names reports whether one of the event's access records is of domain.
+func (ev *event) names(domain string) bool {
+	for i := range ev.access {
+		if get(&ev.access[i], "domain") == domain {
+			return true
+		}
+	}
+	return false
 }
 
 // bounds on state fed by untrusted activity
@@ -284,11 +298,16 @@ func (w *Watcher) handle(typ uint16, text []byte) {
 			}
 		case "deallocated":
 			// Every denial of the domain was logged before its last
-			// process left it: report what is pending while the domain
-			// is still known.
+			// process left it: report its pending events while the
+			// domain is still known. Only its own: another domain's
+			// event may still wait for its syscall record (the process
+			// that was denied), and finishing it now would report it
+			// without the process.
 			for serial, ev := range w.pending {
-				delete(w.pending, serial)
-				w.finish(ev, w.cfg.Now())
+				if ev.names(id) {
+					delete(w.pending, serial)
+					w.finish(ev, w.cfg.Now())
+				}
 			}
 			delete(w.alive, id)
 			delete(w.domains, id)

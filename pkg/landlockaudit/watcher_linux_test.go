@@ -144,3 +144,18 @@ func TestDenialEvent(t *testing.T) {
 		}
 	}
 }
+
+// Another domain's deallocation (another sandbox ending) arrives between
+// one of this sandbox's access records and its syscall record: the
+// denial still waits for its process and is reported with it, once.
+func TestOtherDomainFreedKeepsPendingDenial(t *testing.T) {
+	w, got, _ := offline(t, 100, 101)
+	w.handle(TypeLandlockAccess, []byte(`audit(1796137112.275:1): domain=aa blockers=fs.read_file path="/etc/shadow" dev="vda" ino=3`))
+	w.handle(TypeLandlockDomain, []byte(`audit(1796137112.275:1): domain=aa status=allocated mode=enforcing pid=100 uid=0 exe="/usr/bin/sandbox-supervisor" comm="sandbox-supervi"`))
+	w.handle(TypeLandlockDomain, []byte(`audit(1796137112.276:2): domain=bb status=deallocated denials=4`))
+	w.handle(TypeSyscall, []byte(`audit(1796137112.275:1): arch=c000003e syscall=257 success=no exit=-13 items=0 ppid=1 pid=101 uid=10001 comm="cat" exe="/usr/bin/cat" key=(null)`))
+	w.handle(TypeEOE, []byte(`audit(1796137112.275:1): `))
+	if len(*got) != 1 || (*got)[0].PID != 101 || (*got)[0].Exe != "/usr/bin/cat" {
+		t.Fatalf("reported %+v, want one denial by pid 101 /usr/bin/cat", *got)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/palisade-sandbox/palisade/pkg/cgroup"
 	"github.com/palisade-sandbox/palisade/pkg/landlock"
@@ -28,6 +29,9 @@ type DenialEvents interface {
 // unavailable.
 var acquireAudit = landlockaudit.Acquire
 
+// watchAudit is the watcher seam: tests read the records late.
+var watchAudit = landlockaudit.Watch
+
 // denialWatch is a running denial reporter: the audit lease and the
 // watcher. Its zero value (nothing started) stops as a no-op.
 type denialWatch struct {
@@ -37,6 +41,35 @@ type denialWatch struct {
 	done  chan struct{}
 	stats landlockaudit.Stats
 	err   error
+	// initPID is the sandbox init's host pid (0 until known). The init
+	// creates the sandbox's Landlock domain (it confines itself and
+	// spawns the command and every exec from its confined thread), so
+	// the kernel names it as the domain's creator.
+	initPID atomic.Int64
+}
+
+// setInit records the init's host pid before the command can be denied
+// anything.
+func (d *denialWatch) setInit(pid int) {
+	if d != nil {
+		d.initPID.Store(int64(pid))
+	}
+}
+
+// owns reports whether pid is the sandbox's: its init, or a process in
+// its cgroup. The init is known by pid, not asked for: the watcher may
+// read a domain's first records after the command and the init have
+// exited (a loaded host, a command that lives a few milliseconds), when
+// no cgroup holds them any more, and then took the sandbox's own domain
+// for another's and reported none of its denials. The supervisor is the
+// init's parent, so the pid cannot be another process's before the
+// init is reaped; the watcher ends within its final drain after that.
+func (d *denialWatch) owns(cg *cgroup.Group, pid int) bool {
+	if p := d.initPID.Load(); p > 0 && int64(pid) == p {
+		return true
+	}
+	procs, err := cg.Procs()
+	return err == nil && slices.Contains(procs, pid)
 }
 
 // startDenials makes sure the kernel logs the sandbox's Landlock denials
@@ -63,11 +96,9 @@ func startDenials(o Options, plan Plan, abi int, cg *cgroup.Group, name string) 
 		o.Logger.Warn("filesystem denial events unavailable", "sandbox", name, "reason", lease.Detail)
 		return &denialWatch{}
 	}
-	w, err := landlockaudit.Watch(landlockaudit.Config{
-		Owns: func(pid int) bool {
-			procs, err := cg.Procs()
-			return err == nil && slices.Contains(procs, pid)
-		},
+	dw := &denialWatch{lease: lease}
+	w, err := watchAudit(landlockaudit.Config{
+		Owns: func(pid int) bool { return dw.owns(cg, pid) },
 		Emit: de.FileDenied,
 	})
 	if err != nil {
@@ -77,7 +108,8 @@ func startDenials(o Options, plan Plan, abi int, cg *cgroup.Group, name string) 
 		return &denialWatch{}
 	}
 	o.Logger.Debug("filesystem denial events", "sandbox", name, "audit", string(lease.Mode), "detail", lease.Detail)
-	return &denialWatch{lease: lease, w: w}
+	dw.w = w
+	return dw
 }
 
 // finish starts, in the background, reading what is still on its way

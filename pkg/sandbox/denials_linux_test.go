@@ -335,3 +335,48 @@ func TestDenialLoggingUnavailable(t *testing.T) {
 		t.Fatalf("%d Denial Logging events, want 1", n)
 	}
 }
+
+// The watcher reads the records only once the processes they name are
+// gone (as on a loaded host, with a command that lives milliseconds):
+// the sandbox's own domain is still recognised and its denials reported.
+// Attribution that asked the cgroup about the domain's creator (the
+// init) took it for another sandbox's and reported nothing.
+func TestDenialsReadAfterTheProcessesExited(t *testing.T) {
+	f := newFixture(t)
+	requireDenialEvents(t)
+	testutil.HostLock(t, "audit")
+	watchAudit = func(cfg landlockaudit.Config) (*landlockaudit.Watcher, error) {
+		owns := cfg.Owns
+		cfg.Owns = func(pid int) bool {
+			// Late: wait for the process to be gone (reaped), bounded.
+			for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+				if syscall.Kill(pid, 0) == syscall.ESRCH {
+					break
+				}
+			}
+			return owns(pid)
+		}
+		return landlockaudit.Watch(cfg)
+	}
+	defer func() { watchAudit = landlockaudit.Watch }()
+	secret := filepath.Join(outsideDir(t), "secret")
+	env, _ := BuildEnv(EnvInput{Host: os.Environ(), Workdir: f.workdir, Name: "t"})
+	stdout, _, res := f.run(f.options([]string{f.exe, "fsdeny", "read:" + secret}, env))
+	if res.ExitCode != 0 || strings.TrimSpace(stdout) != "read=EACCES" {
+		t.Fatalf("exit %d, %q", res.ExitCode, stdout)
+	}
+	n := 0
+	for _, e := range fileEvents(f.validateEvents()) {
+		if evPath(e) != secret {
+			continue
+		}
+		n++
+		proc := e["actor"].(map[string]any)["process"].(map[string]any)
+		if exe, _ := proc["file"].(map[string]any); exe["path"] != f.exe {
+			t.Errorf("actor of the read denial: %v", proc)
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d events for the denied read, want 1", n)
+	}
+}

@@ -329,7 +329,9 @@ func (s *Sandbox) startSignalRelay(initPID int) {
 // executed is a result (Wait returns it).
 func (s *Sandbox) Start(ctx context.Context) error {
 	ctl, cmd := s.ip.ctl, s.ip.cmd
-	s.denials() // reading before the command can be denied anything
+	// Reading before the command can be denied anything, knowing the
+	// init that creates the sandbox's Landlock domain.
+	s.denials().setInit(cmd.Process.Pid)
 	// The exec socket goes to the init with "go": execs are served from
 	// the moment the sandbox runs.
 	dir, err := s.store.Dir(s.name)
