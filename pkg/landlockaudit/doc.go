@@ -13,9 +13,10 @@
 //
 //   - Acquire / Lease.Release: careful audit enablement. An audit daemon
 //     (AUDIT_GET pid != 0) owns the settings and nothing is changed; audit
-//     already on is left alone; audit off with no daemon is turned on
-//     while sandboxes run and turned off by the last supervisor to finish
-//     (a host-wide lease under CoordDir, surviving crashed holders).
+//     already on is left alone; audit off with no daemon is turned on,
+//     with the kernel's queue raised to Backlog records, while sandboxes
+//     run, and both are put back by the last supervisor to finish (a
+//     host-wide lease under CoordDir, surviving crashed holders).
 //     Without audit the caller is told why; it never fails a sandbox.
 //   - Watch: subscribes to the multicast group (CAP_AUDIT_READ), gathers
 //     the records of each audit event, keeps the domains whose creator is

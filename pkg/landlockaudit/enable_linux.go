@@ -57,7 +57,24 @@ type coordState struct {
 	// Holders maps a token (pid:start:n) to nothing; holders whose
 	// process is gone are pruned.
 	Holders map[string]bool `json:"holders"`
+	// PrevBacklogLimit is the kernel's audit_backlog_limit before a
+	// supervisor raised it to Backlog along with enabling audit (0: not
+	// raised); the last holder puts it back.
+	PrevBacklogLimit uint32 `json:"prev_backlog_limit,omitempty"`
 }
+
+// Backlog is the audit_backlog_limit a supervisor sets while it owns
+// audit enablement (audit was off, no daemon). The kernel's default, 64
+// records, is what a loaded host overflows: Landlock logs its records
+// without waiting (GFP_ATOMIC), kauditd, a normal-priority kernel thread,
+// multicasts them only when it gets a CPU, and the kernel drops every
+// record beyond the limit meanwhile. One denial is three records, so the
+// default lost the denials of two sandboxes denied 20 reads at once on a
+// busy 2-core host, and any burst while other sandboxes' denials were
+// queued. 8192 records (a few MiB of kernel memory at most, held only
+// while kauditd lags) cover bursts of thousands; the watcher's receive
+// buffer (readerBuffer) is sized to take them.
+const Backlog = 8192
 
 var leaseSeq atomic.Uint64
 
@@ -126,17 +143,26 @@ func acquireLocked() (*Lease, error) {
 	case st.Enabled != 0:
 		l.Mode, l.Detail = ModeAlreadyOn, "audit already enabled; settings left alone"
 	default:
-		if err := setEnabled(1); err != nil {
+		set := Status{Mask: unix.AUDIT_STATUS_ENABLED, Enabled: 1}
+		if st.BacklogLimit != 0 && st.BacklogLimit < Backlog {
+			// 0 is no limit: nothing to raise.
+			set.Mask |= unix.AUDIT_STATUS_BACKLOG_LIMIT
+			set.BacklogLimit = Backlog
+		}
+		if err := setStatus(set); err != nil {
 			return nil, err
 		}
 		cs.EnabledByPalisade = true
+		if set.Mask&unix.AUDIT_STATUS_BACKLOG_LIMIT != 0 {
+			cs.PrevBacklogLimit = st.BacklogLimit
+		}
 		l.Mode, l.Detail = ModeEnabled, "audit enabled while sandboxes run"
 	}
 	cs.Holders[l.token] = true
 	if err := writeCoord(cs); err != nil {
 		// Without the record the last holder could not restore: undo.
 		if l.Mode == ModeEnabled && len(cs.Holders) == 1 {
-			setEnabled(0)
+			setStatus(restoreStatus(cs, Backlog))
 		}
 		return nil, err
 	}
@@ -176,7 +202,7 @@ func (l *Lease) releaseLocked() error {
 			return err
 		}
 		if st.PID == 0 && st.Enabled == 1 {
-			if err := setEnabled(0); err != nil {
+			if err := setStatus(restoreStatus(cs, st.BacklogLimit)); err != nil {
 				writeCoord(cs)
 				return err
 			}
@@ -184,8 +210,21 @@ func (l *Lease) releaseLocked() error {
 		// Restored, or somebody (a daemon, the operator) took over the
 		// settings: either way they are no longer Palisade's.
 		cs.EnabledByPalisade = false
+		cs.PrevBacklogLimit = 0
 	}
 	return writeCoord(cs)
+}
+
+// restoreStatus is the AUDIT_SET that undoes a supervisor's enablement:
+// audit off, and the backlog limit back to what it was when it was raised
+// and nobody changed it since (now is the current limit).
+func restoreStatus(cs coordState, now uint32) Status {
+	s := Status{Mask: unix.AUDIT_STATUS_ENABLED, Enabled: 0}
+	if cs.PrevBacklogLimit != 0 && now == Backlog {
+		s.Mask |= unix.AUDIT_STATUS_BACKLOG_LIMIT
+		s.BacklogLimit = cs.PrevBacklogLimit
+	}
+	return s
 }
 
 func lockCoord() (func(), error) {

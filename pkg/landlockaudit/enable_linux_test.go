@@ -83,11 +83,17 @@ func TestAcquireEnablesAndRestores(t *testing.T) {
 	before, _ := GetStatus()
 	a, _ := acquireLocked()
 	b, _ := acquireLocked()
+	t.Cleanup(func() { a.releaseLocked(); b.releaseLocked() }) // a failure leaves audit as it was
 	if a.Mode != ModeEnabled || b.Mode != ModeEnabled {
 		t.Fatalf("modes %s (%s), %s (%s)", a.Mode, a.Detail, b.Mode, b.Detail)
 	}
 	if st, _ := GetStatus(); st.Enabled != 1 {
 		t.Fatalf("audit enabled=%d while leases are held", st.Enabled)
+	}
+	// The kernel's queue is deep enough for bursts on a loaded host
+	// (raised only from a finite limit below it).
+	if st, _ := GetStatus(); before.BacklogLimit != 0 && before.BacklogLimit < Backlog && st.BacklogLimit != Backlog {
+		t.Fatalf("audit backlog_limit %d while leases are held (was %d), want %d", st.BacklogLimit, before.BacklogLimit, Backlog)
 	}
 	if err := a.releaseLocked(); err != nil {
 		t.Fatal(err)
@@ -100,6 +106,32 @@ func TestAcquireEnablesAndRestores(t *testing.T) {
 	}
 	if st, _ := GetStatus(); !same(st, before) {
 		t.Fatalf("status after the last release %+v, before %+v", st, before)
+	}
+}
+
+// An operator who changes the backlog limit while sandboxes run keeps
+// it: the last release turns audit off but leaves the limit alone.
+func TestBacklogLimitChangedMeanwhileIsKept(t *testing.T) {
+	holdIdle(t)
+	before, _ := GetStatus()
+	if before.BacklogLimit == 0 || before.BacklogLimit >= Backlog {
+		testutil.RequireData(t, "an audit backlog limit below the one supervisors set",
+			fmt.Errorf("backlog_limit %d", before.BacklogLimit))
+	}
+	l, _ := acquireLocked()
+	if l == nil || l.Mode != ModeEnabled {
+		t.Fatalf("lease %+v", l)
+	}
+	const operators = Backlog + 1
+	if err := setStatus(Status{Mask: unix.AUDIT_STATUS_BACKLOG_LIMIT, BacklogLimit: operators}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { setStatus(Status{Mask: unix.AUDIT_STATUS_BACKLOG_LIMIT, BacklogLimit: before.BacklogLimit}) })
+	if err := l.releaseLocked(); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := GetStatus(); st.Enabled != 0 || st.BacklogLimit != operators {
+		t.Fatalf("after the last release enabled=%d backlog_limit=%d, want 0 and the operator's %d", st.Enabled, st.BacklogLimit, operators)
 	}
 }
 
@@ -139,7 +171,7 @@ func standInChild() {
 	fmt.Println("READY")
 	io.Copy(io.Discard, os.Stdin)
 	err = d.Unregister()
-	setEnabled(before.Enabled)
+	setStatus(Status{Mask: unix.AUDIT_STATUS_ENABLED, Enabled: before.Enabled})
 	if err != nil {
 		fmt.Println("ERROR", err)
 		os.Exit(1)

@@ -135,14 +135,14 @@ func GetStatus() (Status, error) {
 	return c.status()
 }
 
-// setEnabled sets audit_enabled (0 or 1).
-func setEnabled(v uint32) error {
+// setStatus sets the fields of s named by s.Mask (AUDIT_STATUS_*).
+func setStatus(s Status) error {
 	c, err := openControl()
 	if err != nil {
 		return err
 	}
 	defer c.close()
-	return c.set(Status{Mask: unix.AUDIT_STATUS_ENABLED, Enabled: v})
+	return c.set(s)
 }
 
 // RegisterDaemon registers the calling process as the audit daemon
