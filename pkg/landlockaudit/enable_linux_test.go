@@ -332,3 +332,31 @@ func landlockABI(t *testing.T) int {
 	defer rs.Close()
 	return rs.Result().ABI
 }
+
+// AUDIT_GET while the process is being signalled (as the Go runtime
+// signals its threads to preempt them): the wait for the kernel's answer
+// resumes instead of failing with EINTR.
+func TestStatusSurvivesSignals(t *testing.T) {
+	requireAudit(t)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			unix.Kill(os.Getpid(), unix.SIGURG) // ignored by Go programs, but runs a handler
+			time.Sleep(20 * time.Microsecond)
+		}
+	}()
+	defer func() { close(stop); wg.Wait() }()
+	for i := 0; i < 300; i++ {
+		if _, err := GetStatus(); err != nil {
+			t.Fatalf("AUDIT_GET %d under signals: %v", i, err)
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -51,10 +52,13 @@ func openControl() (*control, error) {
 	}
 	// AUDIT_GET answers from a kernel thread it starts per request; on
 	// a loaded host that takes a while.
-	tv := unix.Timeval{Sec: 5}
+	tv := unix.NsecToTimeval(controlTimeout.Nanoseconds())
 	unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
 	return &control{fd: fd}, nil
 }
+
+// controlTimeout bounds the wait for the kernel's answer.
+const controlTimeout = 5 * time.Second
 
 func (c *control) close() error { return unix.Close(c.fd) }
 
@@ -76,8 +80,17 @@ func (c *control) request(typ uint16, payload []byte, want uint16) ([]byte, erro
 	var got []byte
 	acked := false
 	buf := make([]byte, 8192)
+	deadline := time.Now().Add(controlTimeout)
 	for !acked || (want != 0 && got == nil) {
 		n, _, err := unix.Recvfrom(c.fd, buf, 0)
+		if err == unix.EINTR && time.Now().Before(deadline) {
+			// A socket with SO_RCVTIMEO is not restarted after a signal
+			// handler ran, and the Go runtime signals its threads
+			// (preemption): without the retry AUDIT_GET failed now and
+			// then on a busy host, and a sandbox ran without denial
+			// events.
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}
