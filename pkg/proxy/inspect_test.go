@@ -305,6 +305,23 @@ func TestInspectedTunnelSmugglingCorpus(t *testing.T) {
 		// a REST API route ending in a name the agent chooses is a write.
 		{"git-upload-pack suffix on an API POST", "POST /api/v4/projects/1/repository/files/git-upload-pack?branch=main HTTP/1.1\r\nHost: {H}\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}", 403, policy.L7AccessDenied},
 		{"git-upload-pack with a query", "POST /r.git/git-upload-pack?content=x HTTP/1.1\r\nHost: {H}\r\nContent-Type: application/x-git-upload-pack-request\r\nContent-Length: 0\r\n\r\n", 403, policy.L7AccessDenied},
+		// Held in the red-team pass (regression guards).
+		{"tab in the request line", "GET\t/x HTTP/1.1\r\nHost: {H}\r\n\r\n", 400, ReasonMalformed},
+		{"OPTIONS *", "OPTIONS * HTTP/1.1\r\nHost: {H}\r\n\r\n", 400, ReasonMalformed},
+		{"CONNECT inside the tunnel", "CONNECT other.test:443 HTTP/1.1\r\nHost: other.test:443\r\n\r\n", 400, ReasonMalformed},
+		{"HTTP/1.0 without Host", "GET /x HTTP/1.0\r\n\r\n", 400, ReasonAuthorityMismatch},
+		{"absolute URI with userinfo", "GET http://u@{H}/x HTTP/1.0\r\n\r\n", 400, ReasonAuthorityMismatch},
+		{"HTTP/1.2", "GET /x HTTP/1.2\r\nHost: {H}\r\n\r\n", 400, ReasonMalformed},
+		{"CL with plus", "POST /x HTTP/1.1\r\nHost: {H}\r\nContent-Length: +4\r\n\r\nabcd", 400, ReasonMalformed},
+		{"CL in hex", "POST /x HTTP/1.1\r\nHost: {H}\r\nContent-Length: 0x4\r\n\r\nabcd", 400, ReasonMalformed},
+		{"two CLs", "POST /x HTTP/1.1\r\nHost: {H}\r\nContent-Length: 4\r\nContent-Length: 5\r\n\r\nabcd", 400, ReasonMalformed},
+		{"two TE fields", "POST /x HTTP/1.1\r\nHost: {H}\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400, ReasonMalformed},
+		{"TE xchunked", "POST /x HTTP/1.1\r\nHost: {H}\r\nTransfer-Encoding: xchunked\r\n\r\n0\r\n\r\n", 400, ReasonMalformed},
+		{"space before colon", "POST /x HTTP/1.1\r\nHost: {H}\r\nTransfer-Encoding : chunked\r\n\r\n0\r\n\r\n", 400, ReasonMalformed},
+		{"upper-case h2c", "GET /x HTTP/1.1\r\nHost: {H}\r\nConnection: Upgrade\r\nUpgrade: websocket, H2C\r\n\r\n", 400, ReasonH2CUpgrade},
+		{"websocket on a denied path", "GET /admin/x HTTP/1.1\r\nHost: {H}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n", 403, policy.L7DeniedByRule},
+		{"unicode path", "GET /\xc3\xa0dmin/x HTTP/1.1\r\nHost: {H}\r\n\r\n", 400, ReasonInvalidPath},
+		{"trailing-dot authority other port", "GET /x HTTP/1.1\r\nHost: allowed.test.:1\r\n\r\n", 400, ReasonAuthorityMismatch},
 		{"websocket on POST", "POST /ws HTTP/1.1\r\nHost: {H}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nContent-Length: 0\r\n\r\n", 400, ReasonUnsupportedUpgrade},
 	}
 	for _, c := range cases {

@@ -2,13 +2,17 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/tls"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -173,5 +177,119 @@ func TestPassthroughUnreadableClientHelloRefused(t *testing.T) {
 				t.Fatalf("events %v", evs)
 			}
 		})
+	}
+}
+
+// h2Raw is a hand-driven HTTP/2 client on an inspected tunnel: it sends
+// header blocks a library client would not (pseudo-header tricks) and
+// reads each stream's status, or its reset.
+type h2Raw struct {
+	t   *testing.T
+	fr  *http2.Framer
+	enc *hpack.Encoder
+	buf bytes.Buffer
+	id  uint32
+}
+
+func newH2Raw(t *testing.T, c net.Conn) *h2Raw {
+	t.Helper()
+	io.WriteString(c, http2.ClientPreface)
+	h := &h2Raw{t: t, fr: http2.NewFramer(c, c), id: 1}
+	h.enc = hpack.NewEncoder(&h.buf)
+	h.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	if err := h.fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// do sends one stream's headers (pairs of name, value; END_STREAM) and
+// returns its :status, or -1 when the stream or connection was reset.
+func (h *h2Raw) do(fields ...string) int {
+	h.t.Helper()
+	h.buf.Reset()
+	for i := 0; i < len(fields); i += 2 {
+		h.enc.WriteField(hpack.HeaderField{Name: fields[i], Value: fields[i+1]})
+	}
+	id := h.id
+	h.id += 2
+	if err := h.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: h.buf.Bytes(), EndStream: true, EndHeaders: true}); err != nil {
+		return -1
+	}
+	for {
+		f, err := h.fr.ReadFrame()
+		if err != nil {
+			return -1
+		}
+		switch f := f.(type) {
+		case *http2.SettingsFrame:
+			if !f.IsAck() {
+				h.fr.WriteSettingsAck()
+			}
+		case *http2.MetaHeadersFrame:
+			if f.StreamID == id {
+				n, _ := strconv.Atoi(f.PseudoValue("status"))
+				return n
+			}
+		case *http2.RSTStreamFrame:
+			if f.StreamID == id {
+				return -1
+			}
+		case *http2.GoAwayFrame:
+			return -1
+		case *http2.PingFrame:
+			if !f.IsAck() {
+				h.fr.WritePing(true, f.Data)
+			}
+		}
+	}
+}
+
+// Pseudo-header tricks on h2 never reach the upstream: CONNECT (plain
+// and extended), "*" and relative :path, a missing :authority with a Host
+// of another name, lower-case methods; the connection keeps serving
+// allowed streams after each refusal.
+func TestInspectedH2PseudoHeaderTricks(t *testing.T) {
+	e := newInspectEnv(t, true, func(port int) string {
+		return restPolicy(port, "read-only", "        deny_rules:\n          - method: GET\n            path: /admin/**\n")
+	}, true)
+	good := fmt.Sprintf("allowed.test:%d", e.up.port)
+	base := func(method, path string) []string {
+		return []string{":method", method, ":scheme", "https", ":authority", good, ":path", path}
+	}
+	for _, c := range []struct {
+		name   string
+		fields []string
+	}{
+		{"CONNECT", []string{":method", "CONNECT", ":authority", good}},
+		{"extended CONNECT", append(base("CONNECT", "/admin/x"), ":protocol", "websocket")},
+		{"OPTIONS *", base("OPTIONS", "*")},
+		{"relative path", base("GET", "admin/x")},
+		{"no authority, other Host", []string{":method", "GET", ":scheme", "https", ":path", "/a", "host", "other.test"}},
+		{"authority and another Host", append(base("GET", "/admin/x"), "host", "other.test")},
+		{"lower-case post", base("post", "/a")},
+		{"two paths", append(base("GET", "/a"), ":path", "/admin/x")},
+		{"path with fragment", base("GET", "/a#/../admin/x")},
+		{"deny rule via dot segment", base("GET", "/a/../admin/x")},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := newH2Raw(t, e.rawTLS("h2"))
+			got := h.do(c.fields...)
+			if got == 200 || got == 101 {
+				t.Fatalf("refused stream answered %d", got)
+			}
+			// Any connection that survived the refusal still decides
+			// the next stream on its own.
+			if got != -1 {
+				if n := h.do(base("GET", "/after")...); n != 200 {
+					t.Fatalf("next stream after the refusal: %d", n)
+				}
+			}
+		})
+	}
+	for _, r := range e.up.requests() {
+		if !strings.HasPrefix(r, "GET /after ") {
+			t.Errorf("refused stream reached the upstream: %q", r)
+		}
 	}
 }
