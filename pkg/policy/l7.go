@@ -96,20 +96,33 @@ func slicesContains(vs []string, v string) bool {
 // GitUploadPackRequestType is the Content-Type of git's fetch POST.
 const GitUploadPackRequestType = "application/x-git-upload-pack-request"
 
-// matches reports whether a request is selected. A query matcher of an
-// allow rule needs every value of its parameter to match; one of a deny
-// rule (deny set) matches when any value does, since servers differ in
-// which of repeated values they read (first, last, all).
+// matches reports whether a request is selected. An allow rule matches
+// strictly. A deny rule (deny set) matches every reading a common server
+// may give the request, since a rule written for one spelling must not be
+// bypassed by another the upstream routes the same way: the path and the
+// query names compare case-insensitively (Express, ASP.NET), a trailing
+// slash is optional ("/admin/" and, for "/admin/**", "/admin" itself:
+// Express, older Spring), a query name "a[]" or "a[k]" is "a" (PHP,
+// Rails), and a query matcher holds when any value of a repeated
+// parameter matches (servers read the first, the last or all); an allow
+// rule's needs every value to match.
 func (m RequestMatch) matches(method, path string, query url.Values, deny bool) bool {
 	if m.Method != "*" && !strings.EqualFold(m.Method, method) {
 		return false
 	}
-	if !pathGlob(m.Path, path) {
+	if deny {
+		if !denyPathMatch(m.Path, path) {
+			return false
+		}
+	} else if !pathGlob(m.Path, path) {
 		return false
 	}
 	for name, qm := range m.Query {
-		vals, ok := query[name]
-		if !ok || len(vals) == 0 {
+		vals := query[name]
+		if deny {
+			vals = denyQueryValues(query, name)
+		}
+		if len(vals) == 0 {
 			return false
 		}
 		matched := 0
@@ -126,6 +139,31 @@ func (m RequestMatch) matches(method, path string, query url.Values, deny bool) 
 		}
 	}
 	return true
+}
+
+// denyPathMatch is pathGlob for a deny rule: case-insensitive, with a
+// trailing slash optional on either side.
+func denyPathMatch(pattern, path string) bool {
+	pattern, path = strings.ToLower(pattern), strings.ToLower(path)
+	if pathGlob(pattern, path) || pathGlob(pattern, path+"/") {
+		return true
+	}
+	return len(path) > 1 && strings.HasSuffix(path, "/") && pathGlob(pattern, strings.TrimSuffix(path, "/"))
+}
+
+// denyQueryValues collects the values of every query parameter a server
+// may read as name: any case, and "name[...]".
+func denyQueryValues(query url.Values, name string) []string {
+	var out []string
+	for k, vv := range query {
+		if i := strings.IndexByte(k, '['); i > 0 && strings.HasSuffix(k, "]") {
+			k = k[:i]
+		}
+		if strings.EqualFold(k, name) {
+			out = append(out, vv...)
+		}
+	}
+	return out
 }
 
 func ambiguousPath(p string) bool {

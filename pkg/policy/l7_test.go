@@ -36,6 +36,7 @@ func TestCheckRequest(t *testing.T) {
 	readOnly := &Endpoint{Access: AccessReadOnly, DenyRules: []RequestMatch{{Method: "*", Path: "/admin/**"}}}
 	query := &Endpoint{Rules: []Rule{{Allow: RequestMatch{Method: "GET", Path: "/search", Query: map[string]QueryMatch{"q": {Any: []string{"palisade*"}}}}}}}
 	plain := &Endpoint{}
+	denyExact := &Endpoint{Access: AccessFull, DenyRules: []RequestMatch{{Method: "DELETE", Path: "/api/users/1"}}}
 	denyQuery := &Endpoint{Access: AccessReadOnly, DenyRules: []RequestMatch{{Method: "GET", Path: "/api/**", Query: map[string]QueryMatch{"action": {Any: []string{"delete"}}}}}}
 	for _, c := range []struct {
 		name   string
@@ -66,6 +67,17 @@ func TestCheckRequest(t *testing.T) {
 		{"deny query repeated first", denyQuery, "GET", "/api/x", "action=delete&action=list", false, L7DeniedByRule},
 		{"deny query other value", denyQuery, "GET", "/api/x", "action=list", true, ""},
 		{"deny query absent", denyQuery, "GET", "/api/x", "", true, ""},
+		{"deny query name case", denyQuery, "GET", "/api/x", "Action=delete", false, L7DeniedByRule},
+		{"deny query name array", denyQuery, "GET", "/api/x", "action[]=delete", false, L7DeniedByRule},
+		{"deny query name keyed array", denyQuery, "GET", "/api/x", "action[0]=delete", false, L7DeniedByRule},
+		{"deny query other name", denyQuery, "GET", "/api/x", "actions=delete", true, ""},
+		{"deny path case", readOnly, "GET", "/Admin/users", "", false, L7DeniedByRule},
+		{"deny bare prefix", readOnly, "GET", "/admin", "", false, L7DeniedByRule},
+		{"deny trailing slash", denyExact, "DELETE", "/api/users/1/", "", false, L7DeniedByRule},
+		{"deny exact case", denyExact, "DELETE", "/API/Users/1", "", false, L7DeniedByRule},
+		{"deny exact other", denyExact, "DELETE", "/api/users/12", "", true, ""},
+		{"allow rule stays strict on case", router, "POST", "/V1/chat/completions", "", false, L7NoRuleMatched},
+		{"allow rule stays strict on slash", router, "POST", "/v1/chat/completions/", "", false, L7NoRuleMatched},
 		{"no L7 constraints", plain, "DELETE", "/../anything", "", true, ""},
 	} {
 		qv, _ := url.ParseQuery(c.q)

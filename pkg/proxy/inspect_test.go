@@ -305,6 +305,13 @@ func TestInspectedTunnelSmugglingCorpus(t *testing.T) {
 		// a REST API route ending in a name the agent chooses is a write.
 		{"git-upload-pack suffix on an API POST", "POST /api/v4/projects/1/repository/files/git-upload-pack?branch=main HTTP/1.1\r\nHost: {H}\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}", 403, policy.L7AccessDenied},
 		{"git-upload-pack with a query", "POST /r.git/git-upload-pack?content=x HTTP/1.1\r\nHost: {H}\r\nContent-Type: application/x-git-upload-pack-request\r\nContent-Length: 0\r\n\r\n", 403, policy.L7AccessDenied},
+		// Deny rules match the way common servers route: Express and
+		// ASP.NET route case-insensitively, Express and older Spring
+		// ignore a trailing slash, PHP reads "a[]" as "a".
+		{"deny rule, upper-case path", "GET /ADMIN/x HTTP/1.1\r\nHost: {H}\r\n\r\n", 403, policy.L7DeniedByRule},
+		{"deny rule, bare prefix", "GET /admin HTTP/1.1\r\nHost: {H}\r\n\r\n", 403, policy.L7DeniedByRule},
+		{"deny rule, query name case", "GET /api/x?ACTION=delete HTTP/1.1\r\nHost: {H}\r\n\r\n", 403, policy.L7DeniedByRule},
+		{"deny rule, query name as array", "GET /api/x?action%5B%5D=delete HTTP/1.1\r\nHost: {H}\r\n\r\n", 403, policy.L7DeniedByRule},
 		// Held in the red-team pass (regression guards).
 		{"tab in the request line", "GET\t/x HTTP/1.1\r\nHost: {H}\r\n\r\n", 400, ReasonMalformed},
 		{"OPTIONS *", "OPTIONS * HTTP/1.1\r\nHost: {H}\r\n\r\n", 400, ReasonMalformed},
