@@ -369,7 +369,7 @@ func (p *Proxy) connect(c *net.TCPConn, br *bufio.Reader, up net.Conn, rec *Reco
 	pre := func() bool {
 		if sni {
 			var ok bool
-			if first, ok = p.checkSNI(c, br, rec); !ok {
+			if first, ok = p.checkSNI(c, br, up, rec); !ok {
 				return false
 			}
 		}

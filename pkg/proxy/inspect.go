@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -99,9 +100,27 @@ func sameHost(serverName, host string) bool {
 // checkSNI runs before a passthrough tunnel relays the client's first
 // bytes: a ClientHello naming another host than the CONNECT target is
 // domain fronting and ends the tunnel. It returns the bytes read, to be
-// sent upstream first.
-func (p *Proxy) checkSNI(c *net.TCPConn, br *bufio.Reader, rec *Record) ([]byte, bool) {
+// sent upstream first. A PostgreSQL SSLRequest is sent upstream at once
+// and the check applies to the ClientHello that follows the server's
+// answer.
+func (p *Proxy) checkSNI(c *net.TCPConn, br *bufio.Reader, up net.Conn, rec *Record) ([]byte, bool) {
 	first, err := br.Peek(1) // no deadline: server-first protocols wait here
+	if err == nil && first[0] == pgSSLRequest[0] {
+		c.SetReadDeadline(time.Now().Add(p.cfg.Limits.HeadTimeout))
+		b, perr := br.Peek(len(pgSSLRequest))
+		c.SetReadDeadline(time.Time{})
+		if perr == nil && bytes.Equal(b, pgSSLRequest) {
+			up.SetWriteDeadline(time.Now().Add(p.cfg.Limits.IdleTimeout))
+			_, werr := up.Write(b)
+			up.SetWriteDeadline(time.Time{})
+			if werr != nil {
+				return nil, false
+			}
+			rec.BytesUp += int64(len(b))
+			br.Discard(len(b))
+		}
+		first, err = br.Peek(1) // (after the server's answer) Peek(8) may have moved the buffer
+	}
 	if err != nil || first[0] != 0x16 {
 		n := br.Buffered()
 		b, _ := br.Peek(n)
@@ -683,3 +702,8 @@ func flushCopy(w http.ResponseWriter, src io.Reader, streamed bool) int64 {
 		}
 	}
 }
+
+// pgSSLRequest is PostgreSQL's request to start TLS (length 8, code
+// 80877103): the server answers one byte and the client's ClientHello
+// follows.
+var pgSSLRequest = []byte{0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f}

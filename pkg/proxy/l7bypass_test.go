@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"github.com/palisade-sandbox/palisade/pkg/tlsca"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 	"io"
@@ -14,6 +15,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -291,5 +293,100 @@ func TestInspectedH2PseudoHeaderTricks(t *testing.T) {
 		if !strings.HasPrefix(r, "GET /after ") {
 			t.Errorf("refused stream reached the upstream: %q", r)
 		}
+	}
+}
+
+// pgTLSServer is a PostgreSQL-shaped TLS server: it answers an
+// SSLRequest with 'S' and then runs a TLS handshake, recording the
+// server names it was asked for (SNI-routing poolers pick the tenant
+// database by that name).
+type pgTLSServer struct {
+	port  int
+	mu    sync.Mutex
+	names []string
+}
+
+func newPGTLSServer(t *testing.T) *pgTLSServer {
+	t.Helper()
+	ca, err := tlsca.New(tlsca.Options{Name: "pg-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	s := &pgTLSServer{port: ln.Addr().(*net.TCPAddr).Port}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				c.SetDeadline(time.Now().Add(10 * time.Second))
+				req := make([]byte, 8)
+				if _, err := io.ReadFull(c, req); err != nil || !bytes.Equal(req, pgSSLRequest) {
+					return
+				}
+				c.Write([]byte{'S'})
+				tc := tls.Server(c, &tls.Config{GetCertificate: func(hi *tls.ClientHelloInfo) (*tls.Certificate, error) {
+					s.mu.Lock()
+					s.names = append(s.names, hi.ServerName)
+					s.mu.Unlock()
+					return ca.Leaf("allowed.test")
+				}})
+				if tc.Handshake() == nil {
+					io.Copy(tc, tc)
+				}
+			}()
+		}
+	}()
+	return s
+}
+
+func (s *pgTLSServer) seen() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.names...)
+}
+
+// A passthrough tunnel's SNI check also covers TLS that starts after the
+// client's first bytes: PostgreSQL's SSLRequest (eight bytes, then the
+// server's 'S', then the ClientHello). Before, any first byte other than
+// a handshake record turned the check off for the tunnel, so a
+// ClientHello naming another tenant of an SNI-routed database service
+// reached it.
+func TestPassthroughSNIAfterPostgresSSLRequest(t *testing.T) {
+	pg := newPGTLSServer(t)
+	env := newEnv(t, policyYAML(pg.port, ""))
+	open := func(sni string) error {
+		conn, resp, br := env.connect(fmt.Sprintf("allowed.test:%d", pg.port))
+		if resp.StatusCode != 200 {
+			t.Fatalf("CONNECT: %d", resp.StatusCode)
+		}
+		conn.Write(pgSSLRequest)
+		conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if b, err := br.ReadByte(); err != nil || b != 'S' {
+			t.Fatalf("SSLRequest answer %q %v", b, err)
+		}
+		tc := tls.Client(&bufConn{Conn: conn, r: br}, &tls.Config{ServerName: sni, InsecureSkipVerify: true})
+		defer tc.Close()
+		return tc.Handshake()
+	}
+	if err := open("fronted.example"); err == nil {
+		t.Fatal("TLS after an SSLRequest with a fronted server name was relayed")
+	}
+	evs := env.waitEvents(ocsf.ClassNetworkActivity, 1)
+	if len(evs) != 1 || get(evs[0], "unmapped", "egress_proxy", "reason") != ReasonSNIMismatch {
+		t.Fatalf("events %v", evs)
+	}
+	if err := open("allowed.test"); err != nil {
+		t.Fatalf("TLS after an SSLRequest for the CONNECT host: %v", err)
+	}
+	if got := pg.seen(); len(got) != 1 || got[0] != "allowed.test" {
+		t.Fatalf("server names the upstream saw: %q", got)
 	}
 }
