@@ -182,6 +182,30 @@ func TestStaticChecksumIgnoresNetworkPolicies(t *testing.T) {
 	}
 }
 
+// A policy replaced after the proxy loaded it but before its watch was
+// in place (the egress-proxy binary starts the watch beside serving, and
+// reports ready meanwhile) is still picked up: no later write comes to
+// make an event.
+func TestWatchSeesAChangeMadeBeforeItStarted(t *testing.T) {
+	echo := newEchoServer(t)
+	env := newEnv(t, policyYAML(echo.port, ""))
+	g1 := env.p.Current().Number
+	env.writePolicy(tightPolicy(echo.port))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- env.p.Watch(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Watch: %v", err)
+		}
+	}()
+	waitFor(t, "reload of the policy written before the watch", func() bool { return env.p.Current().Number == g1+1 })
+	if c := env.p.Counters(); c.ReloadsOK != 1 {
+		t.Errorf("reloads ok %d, want 1", c.ReloadsOK)
+	}
+}
+
 func TestWatchReloadsOnAtomicRenameAndInPlaceWrite(t *testing.T) {
 	echo := newEchoServer(t)
 	env := newEnv(t, policyYAML(echo.port, ""))
@@ -194,7 +218,8 @@ func TestWatchReloadsOnAtomicRenameAndInPlaceWrite(t *testing.T) {
 			t.Errorf("Watch: %v", err)
 		}
 	}()
-	time.Sleep(50 * time.Millisecond) // let the watch start
+	// No wait for the watch to start: a write before it is seen too
+	// (TestWatchSeesAChangeMadeBeforeItStarted).
 	g1 := env.p.Current().Number
 
 	// Write-then-rename (fsutil.WriteFileAtomic).

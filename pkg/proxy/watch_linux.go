@@ -24,8 +24,10 @@ const watchDebounce = 100 * time.Millisecond
 // write-then-rename (the only safe way to replace a policy) is seen: the
 // new inode arrives as IN_MOVED_TO under the watched name. In-place
 // writes (IN_CLOSE_WRITE) and new links (IN_CREATE) count too. Bursts
-// within 100 ms make one reload; an unchanged checksum makes none. Watch
-// returns nil when ctx ends and an error if the directory cannot be
+// within 100 ms make one reload; an unchanged checksum makes none. Once
+// the watch is in place the file is checked once, so a change made
+// between New's load (or a reload) and the watch's start is not missed.
+// Watch returns nil when ctx ends and an error if the directory cannot be
 // watched or disappears.
 func (p *Proxy) Watch(ctx context.Context) error {
 	dir, name := filepath.Split(p.cfg.PolicyPath)
@@ -42,6 +44,9 @@ func (p *Proxy) Watch(ctx context.Context) error {
 		return fmt.Errorf("proxy: watch policy directory %s: %w", dir, err)
 	}
 	f := os.NewFile(uintptr(fd), "inotify") // non-blocking: Read parks on the poller
+	// A change written before the watch existed made no event: check
+	// the file once now (an unchanged checksum does nothing).
+	p.Reload("inotify")
 	stop := context.AfterFunc(ctx, func() { f.Close() })
 	defer stop()
 	defer f.Close()
