@@ -28,9 +28,12 @@ type Mux struct {
 	replay  []byte
 	clients map[*client]bool
 	lease   *client // the client whose input reaches stdin
-	stdin   io.Writer
-	done    bool
-	limit   int
+	// discarded counts input bytes dropped because their client did not
+	// hold the lease (the tests wait on it).
+	discarded int64
+	stdin     io.Writer
+	done      bool
+	limit     int
 }
 
 type client struct {
@@ -142,6 +145,9 @@ func (m *Mux) input(c *client) {
 		if n > 0 {
 			m.mu.Lock()
 			holds := m.lease == c
+			if !holds {
+				m.discarded += int64(n)
+			}
 			m.mu.Unlock()
 			if holds {
 				m.stdin.Write(buf[:n])

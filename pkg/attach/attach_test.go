@@ -49,21 +49,39 @@ func TestStdinLeaseIsOneClientAtATime(t *testing.T) {
 		}
 		return c, r
 	}
+	// The mux decides whose bytes reach stdin when it reads them: the
+	// test waits for it to have dropped b's line, and for the lease to
+	// have passed, rather than sleeping.
+	waitMux := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			m.mu.Lock()
+			ok := cond()
+			m.mu.Unlock()
+			if ok {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("after 10 s, still not: %s", what)
+			}
+		}
+	}
+	inR.SetReadDeadline(time.Now().Add(30 * time.Second))
 	a, _ := dial()
 	b, br := dial()
 	defer b.Close()
 	b.Write([]byte("from-b\n"))
-	time.Sleep(50 * time.Millisecond)
+	waitMux("b's line dropped", func() bool { return m.discarded == int64(len("from-b\n")) })
 	a.Write([]byte("from-a\n"))
 	in := bufio.NewReader(inR)
-	if l, _ := in.ReadString('\n'); l != "from-a\n" {
-		t.Fatalf("stdin got %q, want only the lease holder's line", l)
+	if l, err := in.ReadString('\n'); l != "from-a\n" {
+		t.Fatalf("stdin got %q (%v), want only the lease holder's line", l, err)
 	}
 	a.Close()
-	time.Sleep(50 * time.Millisecond)
+	waitMux("the lease to pass to b", func() bool { return len(m.clients) == 1 && m.lease != nil })
 	b.Write([]byte("from-b-again\n"))
-	if l, _ := in.ReadString('\n'); l != "from-b-again\n" {
-		t.Fatalf("after the holder left, stdin got %q", l)
+	if l, err := in.ReadString('\n'); l != "from-b-again\n" {
+		t.Fatalf("after the holder left, stdin got %q (%v)", l, err)
 	}
 	outW.Write([]byte("live\n"))
 	if l, _ := br.ReadString('\n'); l != "live\n" {
