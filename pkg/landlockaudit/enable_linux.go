@@ -193,26 +193,37 @@ func (l *Lease) releaseLocked() error {
 	delete(cs.Holders, l.token)
 	l.token = ""
 	pruneHolders(&cs)
-	if len(cs.Holders) == 0 && cs.EnabledByPalisade {
-		st, err := GetStatus()
-		if err != nil {
-			// Keep the duty: the next supervisor to start or finish
-			// restores audit.
-			writeCoord(cs)
-			return err
-		}
-		if st.PID == 0 && st.Enabled == 1 {
-			if err := setStatus(restoreStatus(cs, st.BacklogLimit)); err != nil {
-				writeCoord(cs)
-				return err
-			}
-		}
-		// Restored, or somebody (a daemon, the operator) took over the
-		// settings: either way they are no longer Palisade's.
-		cs.EnabledByPalisade = false
-		cs.PrevBacklogLimit = 0
+	if err := restoreLocked(&cs); err != nil {
+		// Keep the duty: the next supervisor to start or finish
+		// restores audit.
+		writeCoord(cs)
+		return err
 	}
 	return writeCoord(cs)
+}
+
+// restoreLocked is the last holder's duty, for a caller holding the host
+// lock with cs pruned: when no holder is left and a supervisor turned
+// audit on, turn it off again (and put the backlog limit back) unless
+// somebody (a daemon, the operator) took the settings over since. The
+// caller writes cs.
+func restoreLocked(cs *coordState) error {
+	if len(cs.Holders) != 0 || !cs.EnabledByPalisade {
+		return nil
+	}
+	st, err := GetStatus()
+	if err != nil {
+		return err
+	}
+	if st.PID == 0 && st.Enabled == 1 {
+		if err := setStatus(restoreStatus(*cs, st.BacklogLimit)); err != nil {
+			return err
+		}
+	}
+	// Restored, or taken over: either way no longer Palisade's.
+	cs.EnabledByPalisade = false
+	cs.PrevBacklogLimit = 0
+	return nil
 }
 
 // restoreStatus is the AUDIT_SET that undoes a supervisor's enablement:

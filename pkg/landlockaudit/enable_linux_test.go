@@ -39,8 +39,11 @@ func requireAudit(t *testing.T) Status {
 // holdIdle waits until audit is off, no audit daemon is registered and
 // no supervisor holds a lease (sandboxes of tests running in parallel
 // come and go), then holds the host lock until the test ends, so that no
-// supervisor changes anything meanwhile (they wait in Acquire). The test
-// uses acquireLocked and releaseLocked.
+// supervisor changes anything meanwhile (they wait in Acquire). A
+// supervisor that was killed holding the last lease (the SIGKILL tests
+// of cmd/sandbox-supervisor do that) left audit on for the next one to
+// restore: holdIdle does that duty as a supervisor would. The test uses
+// acquireLocked and releaseLocked.
 func holdIdle(t *testing.T) {
 	t.Helper()
 	requireAudit(t)
@@ -52,6 +55,16 @@ func holdIdle(t *testing.T) {
 		}
 		cs := readCoord()
 		pruneHolders(&cs)
+		if len(cs.Holders) == 0 && cs.EnabledByPalisade {
+			err := restoreLocked(&cs)
+			if err == nil {
+				err = writeCoord(cs)
+			}
+			if err != nil {
+				unlock()
+				t.Fatalf("restoring audit after a killed supervisor: %v", err)
+			}
+		}
 		st, err := GetStatus()
 		if err != nil {
 			unlock()
