@@ -182,6 +182,19 @@ func TestStaticChecksumIgnoresNetworkPolicies(t *testing.T) {
 	}
 }
 
+// watch runs the proxy's policy watch until the test ends.
+func (e *testEnv) watch() {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.p.Watch(ctx) }()
+	e.t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			e.t.Errorf("Watch: %v", err)
+		}
+	})
+}
+
 // A policy replaced after the proxy loaded it but before its watch was
 // in place (the egress-proxy binary starts the watch beside serving, and
 // reports ready meanwhile) is still picked up: no later write comes to
@@ -191,15 +204,7 @@ func TestWatchSeesAChangeMadeBeforeItStarted(t *testing.T) {
 	env := newEnv(t, policyYAML(echo.port, ""))
 	g1 := env.p.Current().Number
 	env.writePolicy(tightPolicy(echo.port))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- env.p.Watch(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Watch: %v", err)
-		}
-	}()
+	env.watch()
 	waitFor(t, "reload of the policy written before the watch", func() bool { return env.p.Current().Number == g1+1 })
 	if c := env.p.Counters(); c.ReloadsOK != 1 {
 		t.Errorf("reloads ok %d, want 1", c.ReloadsOK)
@@ -209,15 +214,7 @@ func TestWatchSeesAChangeMadeBeforeItStarted(t *testing.T) {
 func TestWatchReloadsOnAtomicRenameAndInPlaceWrite(t *testing.T) {
 	echo := newEchoServer(t)
 	env := newEnv(t, policyYAML(echo.port, ""))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- env.p.Watch(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Watch: %v", err)
-		}
-	}()
+	env.watch()
 	// No wait for the watch to start: a write before it is seen too
 	// (TestWatchSeesAChangeMadeBeforeItStarted).
 	g1 := env.p.Current().Number
