@@ -178,7 +178,8 @@ func (p *Proxy) serveRequest(c *net.TCPConn, br *bufio.Reader, rec *Record, rele
 			p.badRequest(c, rec, http.StatusBadRequest, ReasonInvalidQuery, headErrorf("query string does not parse"))
 			return false
 		}
-		if ok, why := v.Endpoint.CheckRequest(h.Method, norm, q, singleValue(headerValues(h, "Content-Type"))); !ok {
+		fields := func(name string) []string { return headerValues(h, name) }
+		if ok, why := checkL7(v.Endpoint, h.Method, norm, q, singleValue(fields("Content-Type")), fields); !ok {
 			if !v.Audit {
 				rec.Reason = why
 				p.deny(c, rec, OutcomePolicyDenied)

@@ -415,7 +415,7 @@ func (ix *inspector) serve(w http.ResponseWriter, r *http.Request, rr *Record) {
 	if ep == nil {
 		ep = &policy.Endpoint{} // a decider without endpoints: no L7 constraints
 	}
-	if ok, why := ep.CheckRequest(r.Method, norm, q, singleValue(r.Header["Content-Type"])); !ok {
+	if ok, why := checkL7(ep, r.Method, norm, q, singleValue(r.Header["Content-Type"]), r.Header.Values); !ok {
 		if !gv.v.Audit {
 			ix.deny(w, r, rr, why, norm)
 			return
@@ -424,6 +424,29 @@ func (ix *inspector) serve(w http.ResponseWriter, r *http.Request, rr *Record) {
 		p.log.Warn("L7 rule violation allowed by enforcement: audit", "host", ix.host, "method", r.Method, "path", norm, "reason", why, "entry", rr.Entry)
 	}
 	ix.relay(w, r, rr, norm, rawQuery)
+}
+
+// methodOverrideFields are the request fields web frameworks read as the
+// request's real method (Symfony, OData, Google APIs, custom middleware).
+var methodOverrideFields = []string{"X-Http-Method-Override", "X-Http-Method", "X-Method-Override"}
+
+// checkL7 decides a request against the endpoint's L7 rules under its own
+// method and under every method an override field names: an upstream
+// that honours the field acts on that method (a GET carrying
+// "X-HTTP-Method-Override: DELETE" is a DELETE to it). values reads a
+// request field's values by canonical name.
+func checkL7(ep *policy.Endpoint, method, path string, q url.Values, ctype string, values func(string) []string) (bool, string) {
+	ok, why := ep.CheckRequest(method, path, q, ctype)
+	for _, f := range methodOverrideFields {
+		for _, v := range values(f) {
+			for _, m := range strings.Split(v, ",") {
+				if ok {
+					ok, why = ep.CheckRequest(strings.ToUpper(strings.TrimSpace(m)), path, q, ctype)
+				}
+			}
+		}
+	}
+	return ok, why
 }
 
 // singleValue is a field's value when it was sent once, else "".

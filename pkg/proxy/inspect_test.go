@@ -312,6 +312,10 @@ func TestInspectedTunnelSmugglingCorpus(t *testing.T) {
 		{"deny rule, bare prefix", "GET /admin HTTP/1.1\r\nHost: {H}\r\n\r\n", 403, policy.L7DeniedByRule},
 		{"deny rule, query name case", "GET /api/x?ACTION=delete HTTP/1.1\r\nHost: {H}\r\n\r\n", 403, policy.L7DeniedByRule},
 		{"deny rule, query name as array", "GET /api/x?action%5B%5D=delete HTTP/1.1\r\nHost: {H}\r\n\r\n", 403, policy.L7DeniedByRule},
+		// Frameworks that honour a method-override field act on that
+		// method: it is decided too.
+		{"method override field", "GET /x HTTP/1.1\r\nHost: {H}\r\nX-HTTP-Method-Override: DELETE\r\n\r\n", 403, policy.L7AccessDenied},
+		{"method override variant", "GET /x HTTP/1.1\r\nHost: {H}\r\nX-Method-Override: put\r\n\r\n", 403, policy.L7AccessDenied},
 		// Held in the red-team pass (regression guards).
 		{"tab in the request line", "GET\t/x HTTP/1.1\r\nHost: {H}\r\n\r\n", 400, ReasonMalformed},
 		{"OPTIONS *", "OPTIONS * HTTP/1.1\r\nHost: {H}\r\n\r\n", 400, ReasonMalformed},

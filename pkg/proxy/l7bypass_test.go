@@ -41,6 +41,7 @@ func TestForwardL7QueryAndGitShape(t *testing.T) {
 		{"semicolon-separated query", "GET http://allowed.test:{P}/api/x?x=1;action=delete HTTP/1.1\r\nHost: allowed.test\r\n\r\n", 400, ReasonInvalidQuery},
 		{"bad escape beside a denied pair", "GET http://allowed.test:{P}/api/x?y=%zz&action=delete HTTP/1.1\r\nHost: allowed.test\r\n\r\n", 400, ReasonInvalidQuery},
 		{"repeated parameter", "GET http://allowed.test:{P}/api/x?action=list&action=delete HTTP/1.1\r\nHost: allowed.test\r\n\r\n", 403, policy.L7DeniedByRule},
+		{"method override field", "GET http://allowed.test:{P}/x HTTP/1.1\r\nHost: allowed.test\r\nX-HTTP-Method: DELETE\r\n\r\n", 403, policy.L7AccessDenied},
 		{"git-upload-pack suffix on an API POST", "POST http://allowed.test:{P}/api/v4/projects/1/repository/files/git-upload-pack HTTP/1.1\r\nHost: allowed.test\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}", 403, policy.L7AccessDenied},
 	} {
 		t.Run(c.name, func(t *testing.T) {
