@@ -34,6 +34,7 @@ import (
 
 const usage = `Usage:
   egress-proxy --policy FILE [--listen ADDR] [--fence-listen ADDR]
+               [--dns-listen ADDR --transparent-listen ADDR [--dns-ttl D]]
                [--control PATH] [--events FILE|-|/dev/fd/N] [--hosts-file FILE]
                [--sandbox NAME --cgroup NAME --init-pid PID] [--pins FILE]
                [--ready-fd N] [--ca-out FILE] [--upstream-ca-bundle FILE]
@@ -66,6 +67,17 @@ Flags:
   --policy FILE          policy file (required)
   --listen ADDR          explicit proxy address (default 127.0.0.1:3128)
   --fence-listen ADDR    fence listener for nftables-redirected connections
+  --dns-listen ADDR      policy DNS (UDP and TCP) for protocol: tcp endpoints:
+                         answers only their names, with synthetic addresses
+                         from 198.18.0.0/15; everything else is REFUSED and
+                         never forwarded (with --transparent-listen)
+  --transparent-listen ADDR
+                         transparent listener for nftables-redirected
+                         connections to synthetic addresses: mapped back to
+                         the name, decided like a CONNECT, and relayed to
+                         the validated real address (with --dns-listen)
+  --dns-ttl D            lifetime of a synthetic mapping and TTL of its answer
+                         (1s..30s, default 5s)
   --client-cc NAME       TCP congestion control of accepted (client-side)
                          connections (default cubic, else reno; "" keeps
                          the system default)
@@ -146,6 +158,8 @@ type flags struct {
 	sandbox, cgroup, pins, logFormat, logLevel, clientCC    string
 	attribution                                             string
 	caOut, upstreamCA                                       string
+	dnsListen, transparentListen                            string
+	dnsTTL                                                  time.Duration
 	initPID, readyFD, maxConns, maxHeadBytes                int
 	maxConnsSet                                             bool
 	headTimeout, connectTimeout, idleTimeout, denyWindow    time.Duration
@@ -158,6 +172,9 @@ func parseFlags(args []string, stdout io.Writer) (*flags, bool, error) {
 	fs.StringVar(&f.policy, "policy", "", "policy file")
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:3128", "explicit proxy address")
 	fs.StringVar(&f.fenceListen, "fence-listen", "", "fence listener address")
+	fs.StringVar(&f.dnsListen, "dns-listen", "", "policy DNS address")
+	fs.StringVar(&f.transparentListen, "transparent-listen", "", "transparent TCP listener address")
+	fs.DurationVar(&f.dnsTTL, "dns-ttl", defaultDNSTTL, "synthetic mapping lifetime")
 	fs.StringVar(&f.attribution, "attribution", "auto", "attribution backend: bpf, proc or auto")
 	fs.StringVar(&f.clientCC, "client-cc", proxy.DefaultClientCongestion, "TCP congestion control of accepted connections (empty: system default)")
 	fs.StringVar(&f.control, "control", "", "control socket path")
@@ -218,6 +235,9 @@ func parseFlags(args []string, stdout io.Writer) (*flags, bool, error) {
 		return nil, false, cli.Usagef("--attribution %q: want bpf, proc or auto", f.attribution)
 	case f.attribution == "bpf" && f.cgroup == "":
 		return nil, false, cli.Usagef("--attribution bpf needs sandbox mode (--cgroup and --init-pid): the programs attach to the sandbox's cgroup")
+	}
+	if err := checkSubstrateFlags(f); err != nil {
+		return nil, false, err
 	}
 	if f.pins == "" && f.control != "" {
 		f.pins = filepath.Join(filepath.Dir(f.control), "binary-pins.json")
@@ -323,6 +343,14 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		defer fenceLn.Close()
 		addSelf(fenceLn.Addr())
 	}
+	tcpSub, err := listenTCPSubstrate(ctx, f)
+	if err != nil {
+		return err
+	}
+	if tcpSub != nil {
+		defer tcpSub.close()
+		addSelf(tcpSub.tLn.Addr())
+	}
 	var ctlLn net.Listener
 	if f.control != "" {
 		if ctlLn, err = proxy.ListenControl(f.control); err != nil {
@@ -331,15 +359,16 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		defer ctlLn.Close()
 	}
 
+	dialer := &ssrf.Dialer{
+		Resolver: resolver,
+		Guard:    &ssrf.Guard{Self: self},
+		Timeout:  f.connectTimeout,
+	}
 	p, err := proxy.New(proxy.Config{
-		PolicyPath:   f.policy,
-		Compile:      proxy.CompileDecision,
-		Canonicalize: proxy.CanonicalHost,
-		Dialer: proxy.SSRFDialer{Dialer: &ssrf.Dialer{
-			Resolver: resolver,
-			Guard:    &ssrf.Guard{Self: self},
-			Timeout:  f.connectTimeout,
-		}},
+		PolicyPath:    f.policy,
+		Compile:       proxy.CompileDecision,
+		Canonicalize:  proxy.CanonicalHost,
+		Dialer:        proxy.SSRFDialer{Dialer: dialer},
 		Attributor:    proxy.AttributionBackend{Backend: attr},
 		Pinner:        proxy.AttributionPinner{Pinner: pinner},
 		OriginalDst:   fence.OriginalDst,
@@ -378,7 +407,12 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		}
 	}
 
-	errc := make(chan error, 4)
+	errc := make(chan error, 6)
+	if tcpSub != nil {
+		if err := tcpSub.serve(ctx, p, dialer, src, events, errc); err != nil {
+			return cli.Failf("policy DNS: %v", err)
+		}
+	}
 	go func() { errc <- p.Serve(ln) }()
 	if fenceLn != nil {
 		go func() { errc <- p.ServeFence(fenceLn) }()
@@ -400,6 +434,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	attrs := []any{"listen", ln.Addr().String(), "sandbox", f.sandbox, "mode", mode(f)}
 	if fenceLn != nil {
 		attrs = append(attrs, "fence", fenceLn.Addr().String())
+	}
+	if tcpSub != nil {
+		attrs = append(attrs, "dns", f.dnsListen, "transparent", tcpSub.tLn.Addr().String())
 	}
 	if f.control != "" {
 		attrs = append(attrs, "control", f.control)

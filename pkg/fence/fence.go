@@ -29,6 +29,10 @@ const SandboxTable = "palisade"
 // SandboxIf is the name of the sandbox side of the veth pair.
 const SandboxIf = "eth0"
 
+// SyntheticRange is the policy DNS's synthetic address range (RFC 2544
+// benchmarking, never routed): what Config.TransparentPort captures.
+var SyntheticRange = netip.MustParsePrefix("198.18.0.0/15")
+
 // TablePrefix starts the name of every host-side table; the sandbox name
 // follows.
 const TablePrefix = "palisade-"
@@ -49,6 +53,14 @@ type Config struct {
 	// FencePort is its fence listener, where every other TCP connection
 	// from the sandbox is redirected. Both are required and distinct.
 	ProxyPort, FencePort uint16
+	// DNS admits the sandbox's DNS (UDP and TCP port 53) to the host
+	// address, where the proxy's policy DNS answers; without it DNS
+	// fails at once, as every other UDP does.
+	DNS bool
+	// TransparentPort, when not 0, is the proxy's transparent listener:
+	// TCP connections to SyntheticRange are redirected there instead of
+	// to the fence listener.
+	TransparentPort uint16
 	// StateDir holds the allocation lock and records; "" means
 	// DefaultStateDir. Every supervisor on a host must use the same one.
 	StateDir string
@@ -84,6 +96,9 @@ func (c Config) validate() error {
 	}
 	if c.FencePort == 0 {
 		return errors.New("fence: FencePort: must not be 0")
+	}
+	if c.TransparentPort != 0 && (c.TransparentPort == c.ProxyPort || c.TransparentPort == c.FencePort) {
+		return fmt.Errorf("fence: TransparentPort %d: must differ from ProxyPort and FencePort", c.TransparentPort)
 	}
 	if c.ProxyPort == c.FencePort {
 		return fmt.Errorf("fence: FencePort %d: must differ from ProxyPort", c.FencePort)

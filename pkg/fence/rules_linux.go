@@ -15,6 +15,8 @@ import (
 type sandboxSpec struct {
 	hostAddr  netip.Addr
 	proxyPort uint16
+	// dns admits UDP and TCP port 53 to hostAddr (the policy DNS).
+	dns bool
 }
 
 // hostSpec is what the host-side ruleset depends on.
@@ -24,6 +26,12 @@ type hostSpec struct {
 	hostAddr  netip.Addr
 	proxyPort uint16
 	fencePort uint16
+	// dns admits UDP and TCP port 53 to hostAddr (the policy DNS).
+	dns bool
+	// transparentPort, when not 0, receives the TCP connections to the
+	// synthetic range (redirected ahead of the fence).
+	transparentPort uint16
+	synthetic       netip.Prefix
 }
 
 // hostNATPriority puts the redirect before every NAT chain at the usual
@@ -73,6 +81,15 @@ func addSandboxRules(c *nftables.Conn, s sandboxSpec) []*nftables.Rule {
 		port  uint16
 	}{
 		{unix.IPPROTO_TCP, s.proxyPort},
+	}
+	if s.dns {
+		allowed = append(allowed, struct {
+			proto byte
+			port  uint16
+		}{unix.IPPROTO_UDP, 53}, struct {
+			proto byte
+			port  uint16
+		}{unix.IPPROTO_TCP, 53})
 	}
 	for _, a := range allowed {
 		rule(out, ipv4Daddr(s.hostAddr), l4Dport(a.proto, a.port), verdict(expr.VerdictAccept))
@@ -128,11 +145,26 @@ func addHostRules(c *nftables.Conn, s hostSpec) []*nftables.Rule {
 	fromIf := iifname(s.hostIf)
 
 	rule(pre, fromIf, ipv4Daddr(s.hostAddr), l4Dport(unix.IPPROTO_TCP, s.proxyPort), verdict(expr.VerdictAccept))
+	if s.dns {
+		rule(pre, fromIf, ipv4Daddr(s.hostAddr), l4Dport(unix.IPPROTO_TCP, 53), verdict(expr.VerdictAccept))
+	}
+	if s.transparentPort != 0 {
+		rule(pre, fromIf, ipv4DaddrIn(s.synthetic), l4proto(unix.IPPROTO_TCP), counter(), redirectTo(s.transparentPort))
+	}
 	rule(pre, fromIf, nfproto(unix.NFPROTO_IPV4), l4proto(unix.IPPROTO_TCP), counter(), redirectTo(s.fencePort))
 
 	rule(in, fromIf, ctState(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), verdict(expr.VerdictAccept))
 	rule(in, fromIf, ipv4Daddr(s.hostAddr), l4Dport(unix.IPPROTO_TCP, s.proxyPort), verdict(expr.VerdictAccept))
 	rule(in, fromIf, ipv4Daddr(s.hostAddr), l4Dport(unix.IPPROTO_TCP, s.fencePort), verdict(expr.VerdictAccept))
+	if s.dns {
+		rule(in, fromIf, ipv4Daddr(s.hostAddr), l4Dport(unix.IPPROTO_UDP, 53), verdict(expr.VerdictAccept))
+		rule(in, fromIf, ipv4Daddr(s.hostAddr), l4Dport(unix.IPPROTO_TCP, 53), verdict(expr.VerdictAccept))
+	}
+	if s.transparentPort != 0 {
+		// Only what the redirect above sent here: a direct dial of the
+		// port was redirected to the fence instead.
+		rule(in, fromIf, ipv4Daddr(s.hostAddr), l4Dport(unix.IPPROTO_TCP, s.transparentPort), ctStatusDNAT(), verdict(expr.VerdictAccept))
+	}
 	rule(in, fromIf, counter(), verdict(expr.VerdictDrop))
 
 	rule(fwd, fromIf, counter(), verdict(expr.VerdictDrop))
@@ -205,6 +237,32 @@ func ctState(bits uint32) []expr.Any {
 	binary.NativeEndian.PutUint32(mask, bits)
 	return []expr.Any{
 		&expr.Ct{Key: expr.CtKeySTATE, Register: 1},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: mask, Xor: []byte{0, 0, 0, 0}},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: []byte{0, 0, 0, 0}},
+	}
+}
+
+// ipv4DaddrIn matches IPv4 packets to an address inside p.
+func ipv4DaddrIn(p netip.Prefix) []expr.Any {
+	b := p.Masked().Addr().As4()
+	mask := binary.BigEndian.AppendUint32(nil, ^uint32(0)<<(32-p.Bits()))
+	return append(nfproto(unix.NFPROTO_IPV4),
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: mask, Xor: []byte{0, 0, 0, 0}},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: b[:]},
+	)
+}
+
+// ipsDstNAT is the conntrack status bit IPS_DST_NAT (1 << IPS_DST_NAT_BIT).
+const ipsDstNAT = 1 << 5
+
+// ctStatusDNAT matches connections whose destination NAT rewrote (a
+// redirect).
+func ctStatusDNAT() []expr.Any {
+	mask := make([]byte, 4)
+	binary.NativeEndian.PutUint32(mask, ipsDstNAT)
+	return []expr.Any{
+		&expr.Ct{Key: expr.CtKeySTATUS, Register: 1},
 		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: mask, Xor: []byte{0, 0, 0, 0}},
 		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: []byte{0, 0, 0, 0}},
 	}

@@ -250,3 +250,35 @@ func TestRulesShape(t *testing.T) {
 		t.Errorf("sandbox input must end in drop")
 	}
 }
+
+// With the policy DNS and transparent TCP substrate: DNS to the host
+// address only, the synthetic range redirected to the transparent
+// listener ahead of the fence, and that listener admitted only for
+// redirected (DNATed) connections.
+func TestGoldenSubstrateRules(t *testing.T) {
+	host := netip.MustParseAddr("10.200.0.1")
+	msgs, rules := captureNft(t, func(c *nftables.Conn) []*nftables.Rule {
+		return addSandboxRules(c, sandboxSpec{hostAddr: host, proxyPort: 3128, dns: true})
+	})
+	checkGolden(t, "sandbox-tcp.golden", render(msgs, rules))
+	msgs, rules = captureNft(t, func(c *nftables.Conn) []*nftables.Rule {
+		return addHostRules(c, hostSpec{table: TableName("demo"), hostIf: HostIfName("demo"), hostAddr: host,
+			proxyPort: 3128, fencePort: 3129, dns: true, transparentPort: 3130, synthetic: SyntheticRange})
+	})
+	text := render(msgs, rules)
+	checkGolden(t, "host-tcp.golden", text)
+	var redirects []string
+	for _, r := range rules {
+		s := ""
+		for _, e := range r.Exprs {
+			s += renderExpr(e) + ";"
+		}
+		if strings.Contains(s, "redir") {
+			redirects = append(redirects, s)
+		}
+	}
+	// First the synthetic range (198.18.0.0/15) to 3130, then the rest to 3129.
+	if len(redirects) != 2 || !strings.Contains(redirects[0], "0x0c3a") || !strings.Contains(redirects[1], "0x0c39") {
+		t.Fatalf("redirects: %q", redirects)
+	}
+}

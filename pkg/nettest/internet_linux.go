@@ -41,6 +41,12 @@ const (
 	HTTPPort    = 80
 	HTTPSPort   = 443
 	EchoPort    = 7 // TCP echo
+	// EchoAltPort is a second TCP echo, at a port no other test uses
+	// (the transparent TCP tests name it in protocol: tcp endpoints).
+	EchoAltPort = 7007
+	// DNSPort is a spy resolver on each IPv4 server address: queries are
+	// recorded as hits of server "dns" and never answered.
+	DNSPort = 53
 	DiscardPort = 9 // UDP discard on each server address: datagrams are recorded as hits, never answered
 )
 
@@ -84,7 +90,7 @@ type Internet struct {
 
 // Hit is one thing that reached a server in the internet namespace.
 type Hit struct {
-	Server string         // "http", "https", "echo" or "udp"
+	Server string         // "http", "https", "echo", "udp" or "dns"
 	Local  netip.AddrPort // the server address it reached
 	Remote netip.AddrPort // where it came from
 	Host   string         // HTTP Host header (http, https)
@@ -435,11 +441,23 @@ func (in *Internet) startServers() error {
 		httpsL.Close()
 		return err
 	}
+	echo2L, err := listen(EchoAltPort)
+	if err != nil {
+		httpL.Close()
+		httpsL.Close()
+		echoL.Close()
+		return err
+	}
 	var udps []net.PacketConn
+	var dnss []net.PacketConn
 	closeAll := func() {
 		httpL.Close()
 		httpsL.Close()
 		echoL.Close()
+		echo2L.Close()
+		for _, u := range dnss {
+			u.Close()
+		}
 		for _, u := range udps {
 			u.Close()
 		}
@@ -456,6 +474,18 @@ func (in *Internet) startServers() error {
 		}
 		udps = append(udps, pc)
 	}
+	for _, a := range in.V4 {
+		var pc net.PacketConn
+		ap := netip.AddrPortFrom(a, DNSPort).String()
+		if err := in.Do(func() (err error) {
+			pc, err = net.ListenPacket("udp", ap)
+			return err
+		}); err != nil {
+			closeAll()
+			return fmt.Errorf("listen udp %s in the internet: %w", ap, err)
+		}
+		dnss = append(dnss, pc)
+	}
 
 	newServer := func(kind string) *http.Server {
 		return &http.Server{Handler: in.handler(kind), ReadHeaderTimeout: 10 * time.Second,
@@ -465,8 +495,12 @@ func (in *Internet) startServers() error {
 	in.goServe(func() { plain.Serve(httpL) })
 	in.goServe(func() { secure.Serve(tls.NewListener(httpsL, secure.TLSConfig)) })
 	in.goServe(func() { in.serveEcho(echoL) })
+	in.goServe(func() { in.serveEcho(echo2L) })
 	for _, u := range udps {
-		in.goServe(func() { in.serveDiscard(u) })
+		in.goServe(func() { in.serveDiscard(u, "udp") })
+	}
+	for _, u := range dnss {
+		in.goServe(func() { in.serveDiscard(u, "dns") })
 	}
 
 	in.t.Cleanup(func() {
@@ -576,15 +610,16 @@ func (in *Internet) serveEcho(l net.Listener) {
 	}
 }
 
-// serveDiscard records every datagram and answers none.
-func (in *Internet) serveDiscard(pc net.PacketConn) {
+// serveDiscard records every datagram as a hit of server kind and
+// answers none.
+func (in *Internet) serveDiscard(pc net.PacketConn, kind string) {
 	buf := make([]byte, 64<<10)
 	for {
 		_, from, err := pc.ReadFrom(buf)
 		if err != nil {
 			return
 		}
-		in.record(Hit{Server: "udp", Local: addrPortOf(pc.LocalAddr()), Remote: addrPortOf(from)})
+		in.record(Hit{Server: kind, Local: addrPortOf(pc.LocalAddr()), Remote: addrPortOf(from)})
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/palisade-sandbox/palisade/pkg/ocsf"
 	"github.com/palisade-sandbox/palisade/pkg/policy"
+	"github.com/palisade-sandbox/palisade/pkg/policydns"
 )
 
 // Generation is one compiled policy in force. It is immutable; a reload
@@ -28,6 +29,9 @@ type Generation struct {
 	StaticSHA256 string
 	Path         string
 	LoadedAt     time.Time
+	// TCP holds the names of the policy's `protocol: tcp` endpoints and
+	// their ports: what the policy DNS may answer.
+	TCP map[string][]int
 }
 
 func (g *Generation) ref() ocsf.PolicyRef {
@@ -82,6 +86,9 @@ func (p *Proxy) Reload(trigger string) (ReloadResult, error) {
 		return ReloadResult{Generation: cur.Number, SHA256: sum}, nil
 	}
 	g, err := p.compile(pol, sum)
+	if err == nil {
+		err = p.checkTCPSubstrate(cur, g)
+	}
 	if err != nil {
 		return p.rejectReload(cur, trigger, err)
 	}
@@ -91,6 +98,7 @@ func (p *Proxy) Reload(trigger string) (ReloadResult, error) {
 	if cur == nil {
 		// The first generation: its static sections are the sandbox's.
 		p.baseStatic = g.StaticSHA256
+		p.baseTCP = len(g.TCP) > 0
 		ev := p.src.PolicyLoaded(g.ref(), false)
 		p.emitEvent(ev)
 		p.log.Info("policy loaded", "path", p.cfg.PolicyPath, "generation", g.Number, "sha256", sum)
@@ -126,6 +134,7 @@ func (p *Proxy) compile(pol *policy.Policy, sum string) (*Generation, error) {
 		StaticSHA256: staticChecksum(pol),
 		Path:         p.cfg.PolicyPath,
 		LoadedAt:     p.now(),
+		TCP:          policydns.TCPNames(pol),
 	}, nil
 }
 

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/palisade-sandbox/palisade/pkg/ocsf"
+	"github.com/palisade-sandbox/palisade/pkg/policydns"
 )
 
 // Component is the OCSF metadata.source of the proxy's events.
@@ -34,6 +35,7 @@ type Proxy struct {
 	reloadMu      sync.Mutex // serialises reloads; genSeq is guarded by it
 	genSeq        int64
 	baseStatic    string
+	baseTCP       bool // the first generation had a protocol: tcp endpoint
 	lastReloadErr atomic.Pointer[string]
 
 	sem       chan struct{} // concurrent connection slots
@@ -42,6 +44,9 @@ type Proxy struct {
 	limiter   *denyLimiter
 	connSeq   atomic.Uint64
 	transport *http.Transport
+	// mappings is the policy DNS table the transparent listener reads
+	// (nil: no transparent TCP). Set before serving (SetMappings).
+	mappings *policydns.Table
 
 	mu        sync.Mutex
 	closed    bool
@@ -194,7 +199,7 @@ func isTemporaryAccept(err error) bool {
 // (reset when that is full too), so the accept loop never blocks.
 func (p *Proxy) overCapacity(c *net.TCPConn, listener string) {
 	p.m.overCap.Add(1)
-	if listener == ListenerFence {
+	if listener == ListenerFence || listener == ListenerTransparent {
 		c.SetLinger(0)
 		c.Close()
 		return
@@ -235,10 +240,13 @@ func (p *Proxy) serveConn(c *net.TCPConn, listener string) {
 		Client:   addrPort(c.RemoteAddr()),
 		Local:    addrPort(c.LocalAddr()),
 	}
-	if listener == ListenerFence {
+	switch listener {
+	case ListenerFence:
 		p.m.connsFence.Add(1)
 		p.handleFence(c, rec)
-	} else {
+	case ListenerTransparent:
+		p.handleTransparent(c, rec)
+	default:
 		p.m.connsProxy.Add(1)
 		rec = p.handleExplicit(c, rec)
 	}

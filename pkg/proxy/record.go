@@ -44,6 +44,9 @@ const (
 const (
 	ListenerProxy = "proxy"
 	ListenerFence = "fence"
+	// ListenerTransparent serves connections to policy DNS synthetic
+	// addresses (protocol: tcp endpoints).
+	ListenerTransparent = "transparent"
 )
 
 // Request kinds.
@@ -51,6 +54,7 @@ const (
 	KindConnect = "connect"
 	KindHTTP    = "http"
 	KindFence   = "fence"
+	KindTCP     = "tcp"
 )
 
 // FirewallRuleType is firewall_rule.type in every event: the engine that
@@ -90,6 +94,9 @@ type Record struct {
 	BytesDown  int64  // upstream to client
 	Cause      string // upstream error text (no secrets: addresses and syscall errors)
 	Mismatch   *MismatchError
+	// Mapping is the policy DNS mapping of a transparent connection (nil
+	// for the other listeners).
+	Mapping *MappingInfo
 
 	// silent marks a connection that closed without sending a byte: no
 	// request, no event.
@@ -203,6 +210,7 @@ func (r *Record) unmapped() map[string]any {
 		L7:          l7State(r.L7Rules, r.L7Checked),
 		Listener:    r.Listener,
 		Reason:      r.Reason,
+		Transparent: r.Mapping,
 	}
 	if id := r.Identity; id != nil {
 		u.Attribution = id.Backend
@@ -231,6 +239,8 @@ type proxyUnmapped struct {
 	L7          string             `json:"l7"`
 	Listener    string             `json:"listener"`
 	Reason      string             `json:"reason"`
+	// Transparent is the mapping of a transparent TCP connection.
+	Transparent *MappingInfo `json:"transparent,omitempty"`
 }
 
 // connectorUnmapped is unmapped.egress_proxy.connector.

@@ -284,6 +284,11 @@ func Create(ctx context.Context, o Options) (*Sandbox, error) {
 				addTrust(spec, icfg, b)
 			}
 		}
+		if rs, ok := o.Network.(ResolvSource); ok {
+			if f := rs.ResolvConf(name); f != "" {
+				addResolv(spec, icfg, f)
+			}
+		}
 		if err := ip.ctl.send(Message{Type: MsgConfig, Config: icfg}, -1); err != nil {
 			return s, s.failf("init", err)
 		}

@@ -14,3 +14,15 @@ func addTrust(spec *specs.Spec, cfg *InitConfig, bundle string) {
 		cfg.Landlock.ReadOnly = append(cfg.Landlock.ReadOnly, TrustBundlePath)
 	}
 }
+
+// addResolv puts the policy DNS's resolv.conf into a sandbox's spec,
+// with a Landlock read grant for it.
+func addResolv(spec *specs.Spec, cfg *InitConfig, file string) {
+	m := ResolvMounts(file)
+	spec.Mounts = append(spec.Mounts, m...)
+	if cfg.Landlock != nil {
+		for _, x := range m {
+			cfg.Landlock.ReadOnly = append(cfg.Landlock.ReadOnly, x.Destination)
+		}
+	}
+}

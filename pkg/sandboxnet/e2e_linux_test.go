@@ -81,9 +81,11 @@ func newLab(t *testing.T, extra string) *lab {
 	l.inet = nettest.NewInternet(t)
 	l.dir = t.TempDir()
 	l.hosts = l.inet.HostsFile(map[string]string{
-		"allowed.test": l.inet.V4[0].String(),
-		"denied.test":  l.inet.V4[1].String(),
-		"loopy.test":   "127.0.0.1",
+		"allowed.test":  l.inet.V4[0].String(),
+		"denied.test":   l.inet.V4[1].String(),
+		"loopy.test":    "127.0.0.1",
+		"echo.test":     l.inet.V4[0].String(),
+		"stranger.test": l.inet.V4[1].String(),
 	})
 	l.policy = filepath.Join(l.dir, "policy.yaml")
 	l.write(fmt.Sprintf(labPolicy, extra))

@@ -55,18 +55,31 @@ func New(cfg Config) (*Attacher, error) {
 // Attach implements sandbox.NetworkAttacher.
 func (a *Attacher) Attach(ctx context.Context, name string, initPID int) ([]string, func() error, error) {
 	c := a.cfg
-	f, err := fence.Setup(ctx, fence.Config{
+	tcp, err := wantsTCPSubstrate(c.PolicyPath)
+	if err != nil {
+		return nil, nil, err
+	}
+	fc := fence.Config{
 		Sandbox:   name,
 		NetnsPath: fmt.Sprintf("/proc/%d/ns/net", initPID),
 		Pool:      c.Pool, ProxyPort: c.ProxyPort, FencePort: c.FencePort,
 		StateDir: c.FenceStateDir,
-	})
+	}
+	if tcp {
+		fc.DNS, fc.TransparentPort = true, DefaultTransparentPort
+	}
+	f, err := fence.Setup(ctx, fc)
 	if err != nil {
 		return nil, nil, err
 	}
-	p := &proxyProc{cfg: c, name: name, initPID: initPID, fence: f, stop: make(chan struct{})}
+	p := &proxyProc{cfg: c, name: name, initPID: initPID, fence: f, tcp: tcp, stop: make(chan struct{})}
 	if err := p.trustDir(); err != nil {
 		f.Teardown()
+		return nil, nil, err
+	}
+	if err := p.writeResolv(); err != nil {
+		f.Teardown()
+		p.removeTrustDir()
 		return nil, nil, err
 	}
 	if err := p.start(); err != nil {
@@ -124,6 +137,8 @@ type proxyProc struct {
 	name    string
 	initPID int
 	fence   *fence.Fence
+	tcp     bool   // the policy DNS and transparent TCP substrate
+	resolv  string // the sandbox's /etc/resolv.conf ("" without tcp)
 	dir     string // where the CA certificate and the bundle live
 	tmpDir  bool   // dir was made here (no state root) and goes at close
 	bundle  string
@@ -167,6 +182,10 @@ func (p *proxyProc) args() []string {
 	}
 	if c.UpstreamCABundle != "" {
 		a = append(a, "--upstream-ca-bundle", c.UpstreamCABundle)
+	}
+	if p.tcp {
+		a = append(a, "--dns-listen", netip.AddrPortFrom(host, 53).String(),
+			"--transparent-listen", netip.AddrPortFrom(host, DefaultTransparentPort).String())
 	}
 	a = append(a, "--ca-out", filepath.Join(p.dir, CACertName))
 	return a

@@ -1,0 +1,188 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+
+	"github.com/palisade-sandbox/palisade/pkg/policy"
+	"github.com/palisade-sandbox/palisade/pkg/policydns"
+)
+
+// Reasons of the transparent listener.
+const (
+	ReasonNoMapping      = "no_mapping"
+	ReasonMappingExpired = "mapping_expired"
+	ReasonWrongPort      = "port_not_eligible"
+	ReasonNotTCPEndpoint = "not_a_tcp_endpoint"
+)
+
+// MappingInfo is unmapped.egress_proxy.transparent: the policy DNS
+// mapping a transparent connection used (or failed to find).
+type MappingInfo struct {
+	// Generation is the policy generation that made the name eligible
+	// (0 when no mapping was found).
+	Generation int64    `json:"generation"`
+	MappingID  string   `json:"mapping_id,omitempty"`
+	Name       string   `json:"name,omitempty"`
+	Real       []string `json:"real,omitempty"`
+	Synthetic  string   `json:"synthetic"`
+}
+
+// SetMappings gives the proxy the policy DNS table its transparent
+// listener maps synthetic destinations with. Call it before
+// ServeTransparent.
+func (p *Proxy) SetMappings(t *policydns.Table) { p.mappings = t }
+
+// ServeTransparent accepts connections the host-side nftables redirected
+// from the synthetic range (policydns.SyntheticRange) until Close.
+func (p *Proxy) ServeTransparent(ln net.Listener) error {
+	if p.cfg.OriginalDst == nil || p.mappings == nil {
+		return errors.New("proxy: transparent listener needs Config.OriginalDst and SetMappings")
+	}
+	return p.acceptLoop(ln, ListenerTransparent)
+}
+
+// DNSEligibility answers policy DNS's question from the generation in
+// force: the ports of the `protocol: tcp` endpoints naming name.
+func (p *Proxy) DNSEligibility(name string) ([]int, int64, bool) {
+	g := p.gen.Load()
+	if g == nil {
+		return nil, 0, false
+	}
+	ports, ok := g.TCP[name]
+	return ports, g.Number, ok && len(ports) > 0
+}
+
+// checkTCPSubstrate refuses a reload that brings the first `protocol:
+// tcp` endpoint to a proxy started without one and without the
+// substrate (SetMappings): the policy DNS and the transparent redirect
+// are set up when the sandbox starts (seed 004). A proxy that started
+// with one may remove and re-add tcp endpoints freely.
+func (p *Proxy) checkTCPSubstrate(cur, next *Generation) error {
+	if cur == nil || p.baseTCP || p.mappings != nil || len(next.TCP) == 0 {
+		return nil
+	}
+	return errors.New("network_policies: the first protocol: tcp endpoint cannot be added by a reload (policy DNS and transparent TCP are set up when the sandbox starts); recreate the sandbox")
+}
+
+// handleTransparent serves one connection to a synthetic address: the
+// original destination is looked up in the policy DNS table, the caller
+// is attributed and decided on like a CONNECT to the mapping's name and
+// port (the matched endpoint must be `protocol: tcp`), and only the real
+// addresses recorded with the mapping are dialled, through the SSRF
+// guard. Every refusal resets the connection (SO_LINGER 0).
+func (p *Proxy) handleTransparent(c *net.TCPConn, rec *Record) {
+	rec.Kind = KindTCP
+	c.SetLinger(0)
+	g := p.gen.Load()
+	if g != nil {
+		rec.Generation, rec.PolicySHA = g.Number, g.SHA256
+	}
+	dst, err := p.cfg.OriginalDst(c)
+	if err != nil {
+		rec.Outcome, rec.Reason, rec.Cause = OutcomePolicyDenied, ReasonNoMapping, "original destination unavailable: "+err.Error()
+		return
+	}
+	dst = netip.AddrPortFrom(dst.Addr().Unmap(), dst.Port())
+	rec.Local, rec.Host, rec.Port = dst, dst.Addr().String(), int(dst.Port())
+	rec.Mapping = &MappingInfo{Synthetic: dst.Addr().String()}
+	m, lerr := p.mappings.Lookup(dst)
+	if m.ID != "" {
+		real := make([]string, len(m.Real))
+		for i, a := range m.Real {
+			real[i] = a.String()
+		}
+		rec.Mapping.MappingID, rec.Mapping.Name, rec.Mapping.Real, rec.Mapping.Generation = m.ID, m.Name, real, m.Generation
+		rec.Host = m.Name
+	}
+	if lerr != nil {
+		rec.Outcome = OutcomePolicyDenied
+		switch {
+		case errors.Is(lerr, policydns.ErrExpired):
+			rec.Reason = ReasonMappingExpired
+		case errors.Is(lerr, policydns.ErrWrongPort):
+			rec.Reason = ReasonWrongPort
+		default:
+			rec.Reason = ReasonNoMapping
+		}
+		// Attributed for the event only; the refusal stands either way.
+		if p.cfg.Attributor != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), attributionTimeout)
+			if id, err := p.cfg.Attributor.Lookup(ctx, rec.Client, rec.Local); err == nil {
+				rec.Identity = id
+			}
+			cancel()
+		}
+		return
+	}
+	if g == nil || !p.identify(rec) {
+		rec.Outcome = OutcomePolicyDenied
+		if rec.Reason == "" {
+			rec.Reason = ReasonAttributionFailed
+		}
+		return
+	}
+	dr := decideRequest(rec)
+	v := g.Decider.Decide(dr)
+	rec.Entry, rec.Reason, rec.Audit = v.Entry, v.Reason, v.Audit
+	if !v.Allowed || !connectorAllowed(g.Decider, dr, rec) {
+		rec.Outcome = OutcomePolicyDenied
+		return
+	}
+	if v.Endpoint != nil && v.Endpoint.Protocol != policy.ProtocolTCP {
+		rec.Outcome, rec.Reason = OutcomePolicyDenied, ReasonNotTCPEndpoint
+		return
+	}
+	up, addr, err := p.dialMapped(m.Real, rec.Port, v.Scope)
+	if err != nil {
+		var de *DenyError
+		if errors.As(err, &de) {
+			rec.Outcome, rec.Reason = OutcomeSSRFDenied, de.Reason
+		} else {
+			rec.Outcome, rec.Reason, rec.Cause = OutcomeUpstreamFailed, ReasonConnectFailed, err.Error()
+		}
+		return
+	}
+	rec.Upstream = netip.AddrPortFrom(addr.Addr().Unmap(), addr.Port())
+	rec.Outcome = OutcomeAllowed
+	p.track(up)
+	defer func() {
+		p.untrack(up)
+		up.Close()
+	}()
+	c.SetLinger(-1)
+	p.m.activeTunnels.Add(1)
+	defer p.m.activeTunnels.Add(-1)
+	rec.BytesUp, rec.BytesDown = p.relay(c, up, nil)
+}
+
+// dialMapped dials the mapping's real addresses in order, each as an IP
+// literal through the Dialer (so the SSRF guard checks it), and returns
+// the first connection.
+func (p *Proxy) dialMapped(real []netip.Addr, port int, sc Scope) (net.Conn, netip.AddrPort, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.Limits.ConnectTimeout)
+	defer cancel()
+	var errs []error
+	for _, a := range real {
+		up, ap, err := p.cfg.Dialer.DialContext(ctx, a.String(), port, sc)
+		if err == nil {
+			return up, ap, nil
+		}
+		errs = append(errs, err)
+		var de *DenyError
+		if len(real) == 1 && errors.As(err, &de) {
+			return nil, netip.AddrPort{}, err
+		}
+	}
+	if len(errs) == 0 {
+		return nil, netip.AddrPort{}, fmt.Errorf("mapping has no real address")
+	}
+	var de *DenyError
+	if errors.As(errs[0], &de) {
+		return nil, netip.AddrPort{}, errs[0]
+	}
+	return nil, netip.AddrPort{}, errors.Join(errs...)
+}
