@@ -47,6 +47,7 @@ var hostNATPriority = nftables.ChainPriorityRef(*nftables.ChainPriorityNATDest -
 //	  chain output  { type filter hook output priority filter; policy drop;
 //	    oifname "lo" accept
 //	    meta nfproto ipv4 ip daddr HOST tcp dport PROXY accept
+//	    ip daddr HOST udp/tcp dport 53 accept        # with dns only
 //	    meta nfproto ipv4 meta l4proto tcp accept   # captured on the host
 //	    counter reject with icmpx admin-prohibited
 //	  }
@@ -72,9 +73,8 @@ func addSandboxRules(c *nftables.Conn, s sandboxSpec) []*nftables.Rule {
 		rules = append(rules, c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: concat(parts...)}))
 	}
 
-	// Output. Allowed destinations on the host address come first; the
-	// policy DNS listener (udp HOST:53) joins this list when the proxy
-	// grows one.
+	// Output. Allowed destinations on the host address come first: the
+	// proxy, and with the tcp substrate the policy DNS (udp/tcp HOST:53).
 	rule(out, oifname("lo"), verdict(expr.VerdictAccept))
 	allowed := []struct {
 		proto byte
@@ -115,12 +115,16 @@ func addSandboxRules(c *nftables.Conn, s sandboxSpec) []*nftables.Rule {
 //	table inet palisade-NAME {
 //	  chain prerouting { type nat hook prerouting priority dstnat - 1; policy accept;
 //	    iifname IF meta nfproto ipv4 ip daddr HOST tcp dport PROXY accept
+//	    iifname IF ip daddr HOST tcp dport 53 accept                  # dns
+//	    iifname IF ip daddr 198.18.0.0/15 meta l4proto tcp counter redirect to :TRANSPARENT
 //	    iifname IF meta nfproto ipv4 meta l4proto tcp counter redirect to :FENCE
 //	  }
 //	  chain input { type filter hook input priority filter; policy accept;
 //	    iifname IF ct state established,related accept
 //	    iifname IF meta nfproto ipv4 ip daddr HOST tcp dport PROXY accept
 //	    iifname IF meta nfproto ipv4 ip daddr HOST tcp dport FENCE accept
+//	    iifname IF ip daddr HOST udp/tcp dport 53 accept              # dns
+//	    iifname IF ip daddr HOST tcp dport TRANSPARENT ct status dnat accept
 //	    iifname IF counter drop
 //	  }
 //	  chain forward { type filter hook forward priority filter; policy accept;
@@ -232,11 +236,15 @@ func l4Dport(proto byte, port uint16) []expr.Any {
 	)
 }
 
-func ctState(bits uint32) []expr.Any {
+func ctState(bits uint32) []expr.Any { return ctBits(expr.CtKeySTATE, bits) }
+
+// ctBits matches connections whose conntrack key (state, status) has
+// any of bits set.
+func ctBits(key expr.CtKey, bits uint32) []expr.Any {
 	mask := make([]byte, 4)
 	binary.NativeEndian.PutUint32(mask, bits)
 	return []expr.Any{
-		&expr.Ct{Key: expr.CtKeySTATE, Register: 1},
+		&expr.Ct{Key: key, Register: 1},
 		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: mask, Xor: []byte{0, 0, 0, 0}},
 		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: []byte{0, 0, 0, 0}},
 	}
@@ -258,15 +266,7 @@ const ipsDstNAT = 1 << 5
 
 // ctStatusDNAT matches connections whose destination NAT rewrote (a
 // redirect).
-func ctStatusDNAT() []expr.Any {
-	mask := make([]byte, 4)
-	binary.NativeEndian.PutUint32(mask, ipsDstNAT)
-	return []expr.Any{
-		&expr.Ct{Key: expr.CtKeySTATUS, Register: 1},
-		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: mask, Xor: []byte{0, 0, 0, 0}},
-		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: []byte{0, 0, 0, 0}},
-	}
-}
+func ctStatusDNAT() []expr.Any { return ctBits(expr.CtKeySTATUS, ipsDstNAT) }
 
 func counter() []expr.Any { return []expr.Any{&expr.Counter{}} }
 

@@ -38,15 +38,15 @@ import (
 
 // The servers' ports inside the internet namespace.
 const (
-	HTTPPort    = 80
-	HTTPSPort   = 443
-	EchoPort    = 7 // TCP echo
+	HTTPPort  = 80
+	HTTPSPort = 443
+	EchoPort  = 7 // TCP echo
 	// EchoAltPort is a second TCP echo, at a port no other test uses
 	// (the transparent TCP tests name it in protocol: tcp endpoints).
 	EchoAltPort = 7007
 	// DNSPort is a spy resolver on each IPv4 server address: queries are
 	// recorded as hits of server "dns" and never answered.
-	DNSPort = 53
+	DNSPort     = 53
 	DiscardPort = 9 // UDP discard on each server address: datagrams are recorded as hits, never answered
 )
 
@@ -462,29 +462,26 @@ func (in *Internet) startServers() error {
 			u.Close()
 		}
 	}
-	for _, a := range append(append([]netip.Addr(nil), in.V4...), in.V6...) {
-		var pc net.PacketConn
-		ap := netip.AddrPortFrom(a, DiscardPort).String()
-		if err := in.Do(func() (err error) {
-			pc, err = net.ListenPacket("udp", ap)
-			return err
-		}); err != nil {
-			closeAll()
-			return fmt.Errorf("listen udp %s in the internet: %w", ap, err)
+	listenUDP := func(addrs []netip.Addr, port uint16, into *[]net.PacketConn) error {
+		for _, a := range addrs {
+			var pc net.PacketConn
+			ap := netip.AddrPortFrom(a, port).String()
+			if err := in.Do(func() (err error) {
+				pc, err = net.ListenPacket("udp", ap)
+				return err
+			}); err != nil {
+				closeAll()
+				return fmt.Errorf("listen udp %s in the internet: %w", ap, err)
+			}
+			*into = append(*into, pc)
 		}
-		udps = append(udps, pc)
+		return nil
 	}
-	for _, a := range in.V4 {
-		var pc net.PacketConn
-		ap := netip.AddrPortFrom(a, DNSPort).String()
-		if err := in.Do(func() (err error) {
-			pc, err = net.ListenPacket("udp", ap)
-			return err
-		}); err != nil {
-			closeAll()
-			return fmt.Errorf("listen udp %s in the internet: %w", ap, err)
-		}
-		dnss = append(dnss, pc)
+	if err := listenUDP(append(append([]netip.Addr(nil), in.V4...), in.V6...), DiscardPort, &udps); err != nil {
+		return err
+	}
+	if err := listenUDP(in.V4, DNSPort, &dnss); err != nil {
+		return err
 	}
 
 	newServer := func(kind string) *http.Server {

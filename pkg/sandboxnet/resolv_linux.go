@@ -41,11 +41,8 @@ func (p *proxyProc) writeResolv() error {
 // sandbox's resolv.conf, "" when its policy has no protocol: tcp
 // endpoint.
 func (a *Attacher) ResolvConf(sandbox string) string {
-	a.mu.Lock()
-	p := a.proxies[sandbox]
-	a.mu.Unlock()
-	if p == nil {
-		return ""
+	if p := a.proxy(sandbox); p != nil {
+		return p.resolv
 	}
-	return p.resolv
+	return ""
 }

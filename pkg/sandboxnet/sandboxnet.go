@@ -26,15 +26,15 @@ import (
 
 // Defaults.
 const (
-	DefaultProxyPort    = 3128
-	DefaultFencePort    = 3129
+	DefaultProxyPort = 3128
+	DefaultFencePort = 3129
 	// DefaultTransparentPort is the proxy's transparent TCP listener,
 	// started with the policy DNS when the policy has a protocol: tcp
 	// endpoint.
 	DefaultTransparentPort = 3130
 	// ResolvName is the sandbox's /etc/resolv.conf (policy DNS), in the
 	// sandbox's state directory.
-	ResolvName = "resolv.conf"
+	ResolvName          = "resolv.conf"
 	DefaultReadyTimeout = 5 * time.Second
 	DefaultMaxRestarts  = 3
 	ControlSocketName   = "proxy.sock"

@@ -122,13 +122,17 @@ func (a *Attacher) ProxyPID(sandbox string) int {
 // combined bundle (system roots + the proxy's CA) for the named sandbox,
 // "" when it has none.
 func (a *Attacher) TrustBundle(sandbox string) string {
-	a.mu.Lock()
-	p := a.proxies[sandbox]
-	a.mu.Unlock()
-	if p == nil {
-		return ""
+	if p := a.proxy(sandbox); p != nil {
+		return p.bundle
 	}
-	return p.bundle
+	return ""
+}
+
+// proxy returns the named sandbox's proxyProc, nil when none.
+func (a *Attacher) proxy(sandbox string) *proxyProc {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.proxies[sandbox]
 }
 
 // proxyProc is one sandbox's egress-proxy and its supervision.
