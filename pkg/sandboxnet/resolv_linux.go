@@ -15,13 +15,15 @@ import (
 // has a `protocol: tcp` endpoint: then its proxy serves the policy DNS
 // and transparent TCP, and the fence admits DNS to it and redirects the
 // synthetic range. Without one, neither exists for the sandbox's life (a
-// reload that adds the first tcp endpoint is rejected by the proxy).
-func wantsTCPSubstrate(path string) (bool, error) {
+// reload that adds the first tcp endpoint is rejected by the proxy). A
+// policy that does not load gets no substrate: the proxy, which loads it
+// next, refuses to start and says why.
+func wantsTCPSubstrate(path string) bool {
 	pol, err := policy.LoadFile(path)
 	if err != nil {
-		return false, fmt.Errorf("sandboxnet: policy %s: %w", path, err)
+		return false
 	}
-	return len(policydns.TCPNames(pol)) > 0, nil
+	return len(policydns.TCPNames(pol)) > 0
 }
 
 // writeResolv writes the sandbox's resolv.conf (nameserver: the host

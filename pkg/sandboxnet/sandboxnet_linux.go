@@ -55,10 +55,7 @@ func New(cfg Config) (*Attacher, error) {
 // Attach implements sandbox.NetworkAttacher.
 func (a *Attacher) Attach(ctx context.Context, name string, initPID int) ([]string, func() error, error) {
 	c := a.cfg
-	tcp, err := wantsTCPSubstrate(c.PolicyPath)
-	if err != nil {
-		return nil, nil, err
-	}
+	tcp := wantsTCPSubstrate(c.PolicyPath)
 	fc := fence.Config{
 		Sandbox:   name,
 		NetnsPath: fmt.Sprintf("/proc/%d/ns/net", initPID),
