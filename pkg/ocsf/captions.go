@@ -1,6 +1,9 @@
 package ocsf
 
-import "fmt"
+import (
+	"fmt"
+	"strconv"
+)
 
 // ClassInfo is the invariant part of one class: its caption and category.
 type ClassInfo struct {
@@ -275,20 +278,95 @@ func caption(key string, id int) string { return captions[key][id] }
 
 // sibling returns the caption sibling for id: the enum caption, or for
 // OtherID the producer's own label (which must then be set and must not be
-// the word "Other"). It reports an error naming field for an unknown id.
-func sibling(key, field string, id int, label string) (string, error) {
+// the word "Other"). It reports an error naming the attribute for an
+// unknown id.
+func sibling(key string, name *attr, id int, label string) (string, error) {
 	c, ok := captions[key][id]
 	if !ok {
-		return "", fmt.Errorf("ocsf: %s: %d is not a defined value", field, id)
+		return "", fmt.Errorf("ocsf: %s: %d is not a defined value", name.String(), id)
 	}
 	if id == OtherID {
 		if label == "" || label == c {
-			return "", fmt.Errorf("ocsf: %s is %d (Other): its label must name the source value", field, id)
+			return "", fmt.Errorf("ocsf: %s is %d (Other): its label must name the source value", name.String(), id)
 		}
 		return label, nil
 	}
 	return c, nil
 }
+
+// setSibling sets *dst to the caption sibling of id (sibling, with *dst
+// as the label), writing only when that changes it: objects already
+// filled, such as the actor a connection's request events share, are
+// only read, so events sharing them can be marshalled concurrently.
+func setSibling(dst *string, key string, name *attr, id int) error {
+	v, err := sibling(key, name, id, *dst)
+	if err != nil {
+		return err
+	}
+	setString(dst, v)
+	return nil
+}
+
+// setString writes v to *dst unless it is already there.
+func setString(dst *string, v string) {
+	if *dst != v {
+		*dst = v
+	}
+}
+
+// attr names an attribute in Marshal's errors ("actor.process.file.type_id"):
+// a chain of names whose dotted form is built only when an error is
+// reported, so filling an event allocates nothing.
+type attr struct {
+	parent *attr
+	name   string
+	index  int // >= 0: the element name[index] of an array
+}
+
+// at names a top-level attribute.
+func at(name string) *attr { return &attr{name: name, index: -1} }
+
+// child names the attribute name of a.
+func (a *attr) child(name string) *attr { return &attr{parent: a, name: name, index: -1} }
+
+// elem names element i of the array attribute name of a.
+func (a *attr) elem(name string, i int) *attr { return &attr{parent: a, name: name, index: i} }
+
+func (a *attr) String() string { return string(a.append(nil)) }
+
+// append writes the dotted name (copying it: nothing of a reaches the
+// result, so a chain of attrs stays on the stack).
+func (a *attr) append(b []byte) []byte {
+	if a == nil {
+		return b
+	}
+	if a.parent != nil {
+		b = append(a.parent.append(b), '.')
+	}
+	b = append(b, a.name...)
+	if a.index >= 0 {
+		b = append(b, '[')
+		b = strconv.AppendInt(b, int64(a.index), 10)
+		b = append(b, ']')
+	}
+	return b
+}
+
+// activityKeys and typeNames are computed once: the captions key of each
+// class's activity_id, and type_name for each type_uid
+// (class_uid*100 + activity_id) the tables define.
+var activityKeys, typeNames = func() (map[int]string, map[int64]string) {
+	keys := make(map[int]string, len(classes))
+	names := make(map[int64]string)
+	for uid, info := range classes {
+		k := strconv.Itoa(uid) + "/activity_id"
+		keys[uid] = k
+		for id, c := range captions[k] {
+			names[int64(uid)*100+int64(id)] = info.Name + ": " + c
+		}
+	}
+	return keys, names
+}()
 
 // EnumCaptions returns a copy of the enum caption tables Marshal uses,
 // keyed as described at captions, so validators and tests can compare

@@ -1,12 +1,9 @@
 package ocsf
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 )
 
 // Event is one OCSF event of a class Palisade emits: *FileActivity, *ProcessActivity,
@@ -69,13 +66,10 @@ func (s *SecurityControl) used() bool {
 }
 
 func (s *SecurityControl) fill() error {
-	var err error
-	s.Action, err = optSibling("action_id", "action_id", s.ActionID, s.Action)
-	if err != nil {
+	if err := setOptSibling(&s.Action, "action_id", at("action_id"), s.ActionID); err != nil {
 		return err
 	}
-	s.Disposition, err = optSibling("disposition_id", "disposition_id", s.DispositionID, s.Disposition)
-	return err
+	return setOptSibling(&s.Disposition, "disposition_id", at("disposition_id"), s.DispositionID)
 }
 
 // ProcessActivity is class 1007: a process launched or terminated.
@@ -145,27 +139,35 @@ type HTTPActivity struct {
 // Marshal writes the derived attributes into ev, so one event value must
 // not be marshalled or emitted from two goroutines at once.
 func Marshal(ev Event) ([]byte, error) {
-	if ev == nil || ev.EventBase() == nil {
-		return nil, errors.New("ocsf: nil event")
-	}
-	if err := ev.prepare(); err != nil {
-		return nil, err
-	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(ev); err != nil {
-		return nil, fmt.Errorf("ocsf: encode class %d: %w", ev.EventBase().ClassUID, err)
-	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+	return appendMarshal(nil, ev)
 }
 
-// optSibling is sibling for an optional enum whose id 0 means "absent".
-func optSibling(key, field string, id int, label string) (string, error) {
-	if id == 0 {
-		return "", nil
+// appendMarshal is Marshal appending to dst (dst unchanged on error).
+func appendMarshal(dst []byte, ev Event) ([]byte, error) {
+	if ev == nil || ev.EventBase() == nil {
+		return dst, errors.New("ocsf: nil event")
 	}
-	return sibling(key, field, id, label)
+	if err := ev.prepare(); err != nil {
+		return dst, err
+	}
+	if out, ok := appendEvent(dst, ev); ok {
+		return out, nil
+	}
+	out, err := marshalStd(dst, ev)
+	if err != nil {
+		return dst, fmt.Errorf("ocsf: encode class %d: %w", ev.EventBase().ClassUID, err)
+	}
+	return out, nil
+}
+
+// setOptSibling is setSibling for an optional enum whose id 0 means
+// "absent" (no caption).
+func setOptSibling(dst *string, key string, name *attr, id int) error {
+	if id == 0 {
+		setString(dst, "")
+		return nil
+	}
+	return setSibling(dst, key, name, id)
 }
 
 // prepare fills the base of an event of class uid and declares profiles.
@@ -180,24 +182,23 @@ func (b *Base) prepareBase(uid int, profiles ...string) error {
 	b.ClassName = info.Name
 	b.CategoryUID = info.CategoryUID
 	b.CategoryName = info.CategoryName
-	akey := strconv.Itoa(uid) + "/activity_id"
-	var err error
-	if b.ActivityName, err = sibling(akey, "activity_id", b.ActivityID, b.ActivityName); err != nil {
+	akey := activityKeys[uid]
+	if err := setSibling(&b.ActivityName, akey, at("activity_id"), b.ActivityID); err != nil {
 		return err
 	}
 	b.TypeUID = int64(uid)*100 + int64(b.ActivityID)
-	b.TypeName = info.Name + ": " + caption(akey, b.ActivityID)
+	b.TypeName = typeNames[b.TypeUID]
 	if b.Time <= 0 {
 		return errors.New("ocsf: time is not set (epoch milliseconds)")
 	}
-	if b.Severity, err = sibling("severity_id", "severity_id", b.SeverityID, b.Severity); err != nil {
+	if err := setSibling(&b.Severity, "severity_id", at("severity_id"), b.SeverityID); err != nil {
 		return err
 	}
 	skey := "status_id"
 	if uid == ClassDetectionFinding {
 		skey = "2004/status_id"
 	}
-	if b.Status, err = optSibling(skey, "status_id", b.StatusID, b.Status); err != nil {
+	if err := setOptSibling(&b.Status, skey, at("status_id"), b.StatusID); err != nil {
 		return err
 	}
 	if b.Metadata.Version != Version {
@@ -214,7 +215,9 @@ func (b *Base) prepareBase(uid int, profiles ...string) error {
 			b.Metadata.Profiles = append(b.Metadata.Profiles, p)
 		}
 	}
-	slices.Sort(b.Metadata.Profiles)
+	if !slices.IsSorted(b.Metadata.Profiles) {
+		slices.Sort(b.Metadata.Profiles)
+	}
 	return nil
 }
 
@@ -235,13 +238,13 @@ func (e *ProcessActivity) prepare() error {
 	if e.Process.PID == 0 && e.Process.UID == "" {
 		return errors.New("ocsf: process activity: process.pid or process.uid is required")
 	}
-	if err := e.Actor.fill("actor"); err != nil {
+	if err := e.Actor.fill(at("actor")); err != nil {
 		return err
 	}
 	if e.Actor.Process == nil && e.Actor.User == nil && e.Actor.AppName == "" {
 		return errors.New("ocsf: process activity: actor needs a process, user or app_name")
 	}
-	return e.Process.fill("process")
+	return e.Process.fill(at("process"))
 }
 
 func (e *ConfigStateChange) prepare() error {
@@ -254,17 +257,16 @@ func (e *ConfigStateChange) prepare() error {
 	if err := e.SecurityControl.fill(); err != nil {
 		return err
 	}
-	var err error
-	if e.State, err = optSibling("state_id", "state_id", e.StateID, e.State); err != nil {
+	if err := setOptSibling(&e.State, "state_id", at("state_id"), e.StateID); err != nil {
 		return err
 	}
-	if e.SecurityLevel, err = optSibling("security_level_id", "security_level_id", e.SecurityLevelID, e.SecurityLevel); err != nil {
+	if err := setOptSibling(&e.SecurityLevel, "security_level_id", at("security_level_id"), e.SecurityLevelID); err != nil {
 		return err
 	}
-	if e.PrevSecurityLevel, err = optSibling("security_level_id", "prev_security_level_id", e.PrevSecurityLevelID, e.PrevSecurityLevel); err != nil {
+	if err := setOptSibling(&e.PrevSecurityLevel, "security_level_id", at("prev_security_level_id"), e.PrevSecurityLevelID); err != nil {
 		return err
 	}
-	return e.Actor.fill("actor")
+	return e.Actor.fill(at("actor"))
 }
 
 func (e *DetectionFinding) prepare() error {
@@ -280,14 +282,14 @@ func (e *DetectionFinding) prepare() error {
 	if err := e.SecurityControl.fill(); err != nil {
 		return err
 	}
-	if e.Confidence, err = optSibling("confidence_id", "confidence_id", e.ConfidenceID, e.Confidence); err != nil {
+	if err := setOptSibling(&e.Confidence, "confidence_id", at("confidence_id"), e.ConfidenceID); err != nil {
 		return err
 	}
-	if err := e.Actor.fill("actor"); err != nil {
+	if err := e.Actor.fill(at("actor")); err != nil {
 		return err
 	}
 	for i := range e.Evidences {
-		if err := e.Evidences[i].fill(fmt.Sprintf("evidences[%d]", i)); err != nil {
+		if err := e.Evidences[i].fill((*attr)(nil).elem("evidences", i)); err != nil {
 			return err
 		}
 	}
@@ -307,10 +309,10 @@ func (e *NetworkActivity) prepare() error {
 	if err := e.SecurityControl.fill(); err != nil {
 		return err
 	}
-	if err := e.ConnectionInfo.fill("connection_info"); err != nil {
+	if err := e.ConnectionInfo.fill(at("connection_info")); err != nil {
 		return err
 	}
-	return e.Actor.fill("actor")
+	return e.Actor.fill(at("actor"))
 }
 
 func (e *HTTPActivity) prepare() error {
@@ -326,8 +328,8 @@ func (e *HTTPActivity) prepare() error {
 	if err := e.SecurityControl.fill(); err != nil {
 		return err
 	}
-	if err := e.ConnectionInfo.fill("connection_info"); err != nil {
+	if err := e.ConnectionInfo.fill(at("connection_info")); err != nil {
 		return err
 	}
-	return e.Actor.fill("actor")
+	return e.Actor.fill(at("actor"))
 }

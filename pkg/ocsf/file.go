@@ -106,10 +106,10 @@ func (e *FileActivity) prepare() error {
 	if err := e.SecurityControl.fill(); err != nil {
 		return err
 	}
-	if err := e.File.fill("file"); err != nil {
+	if err := e.File.fill(at("file")); err != nil {
 		return err
 	}
-	if err := e.Actor.fill("actor"); err != nil {
+	if err := e.Actor.fill(at("actor")); err != nil {
 		return err
 	}
 	if e.Actor.Process == nil && e.Actor.User == nil && e.Actor.AppName == "" {

@@ -17,6 +17,12 @@ type Conn struct {
 	Protocol string
 }
 
+// Fill fills the caption siblings of c's actor (file types, hash
+// algorithms, user types), as Marshal does. A Conn filled once can be
+// shared by events marshalled in several goroutines: Marshal then only
+// reads it (a caption is written only when it changes).
+func (c Conn) Fill() error { return c.Actor.fill(at("actor")) }
+
 func (c Conn) connInfo() *ConnectionInfo {
 	proto := c.Protocol
 	if proto == "" {
@@ -176,7 +182,7 @@ func (s *Source) HTTPRequest(c Conn, r Request, d Decision) *HTTPActivity {
 	if !d.Allowed {
 		verb = "denied"
 	}
-	e.Message = fmt.Sprintf("%s %s %s%s", method, target, verb, reasonSuffix(d.Reason))
+	e.Message = method + " " + target + " " + verb + reasonSuffix(d.Reason)
 	return e
 }
 

@@ -221,101 +221,101 @@ func (d *Device) fill() error {
 	if d.TypeID == DeviceTypeOther && label == "" {
 		label = DeviceTypeLabel
 	}
-	var err error
-	if d.Type, err = sibling("device.type_id", "device.type_id", d.TypeID, label); err != nil {
+	t, err := sibling("device.type_id", at("device.type_id"), d.TypeID, label)
+	if err != nil {
 		return err
 	}
+	setString(&d.Type, t)
 	if d.OS != nil {
-		if d.OS.Type, err = sibling("os.type_id", "device.os.type_id", d.OS.TypeID, d.OS.Type); err != nil {
+		if err := setSibling(&d.OS.Type, "os.type_id", at("device.os.type_id"), d.OS.TypeID); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (f *File) fill(field string) error {
+func (f *File) fill(name *attr) error {
 	if f == nil {
 		return nil
 	}
-	var err error
-	if f.Type, err = sibling("file.type_id", field+".type_id", f.TypeID, f.Type); err != nil {
+	if err := setSibling(&f.Type, "file.type_id", name.child("type_id"), f.TypeID); err != nil {
 		return err
 	}
 	for i := range f.Hashes {
 		h := &f.Hashes[i]
-		if h.Algorithm, err = sibling("fingerprint.algorithm_id", fmt.Sprintf("%s.hashes[%d].algorithm_id", field, i), h.AlgorithmID, h.Algorithm); err != nil {
+		if err := setSibling(&h.Algorithm, "fingerprint.algorithm_id", name.elem("hashes", i).child("algorithm_id"), h.AlgorithmID); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (u *User) fill(field string) error {
-	if u == nil || u.TypeID == 0 {
-		if u != nil {
-			u.Type = ""
-		}
+func (u *User) fill(name *attr) error {
+	if u == nil {
 		return nil
 	}
-	var err error
-	u.Type, err = sibling("user.type_id", field+".type_id", u.TypeID, u.Type)
-	return err
-}
-
-func (p *Process) fill(field string) error {
-	for depth := 0; p != nil; depth++ {
-		if depth > maxDepth {
-			return fmt.Errorf("ocsf: %s: parent_process chain deeper than %d", field, maxDepth)
-		}
-		if err := p.File.fill(field + ".file"); err != nil {
-			return err
-		}
-		if err := p.User.fill(field + ".user"); err != nil {
-			return err
-		}
-		p = p.ParentProcess
-		field += ".parent_process"
+	if u.TypeID == 0 {
+		setString(&u.Type, "")
+		return nil
 	}
-	return nil
+	return setSibling(&u.Type, "user.type_id", name.child("type_id"), u.TypeID)
 }
 
-func (a *Actor) fill(field string) error {
+func (p *Process) fill(name *attr) error { return p.fillChain(name, 0) }
+
+// fillChain fills p and its ancestors (recursive rather than a loop, so
+// the names of the chain stay on the stack).
+func (p *Process) fillChain(name *attr, depth int) error {
+	if p == nil {
+		return nil
+	}
+	if depth > maxDepth {
+		return fmt.Errorf("ocsf: %s: parent_process chain deeper than %d", name.String(), maxDepth)
+	}
+	if err := p.File.fill(name.child("file")); err != nil {
+		return err
+	}
+	if err := p.User.fill(name.child("user")); err != nil {
+		return err
+	}
+	return p.ParentProcess.fillChain(name.child("parent_process"), depth+1)
+}
+
+func (a *Actor) fill(name *attr) error {
 	if a == nil {
 		return nil
 	}
-	if err := a.Process.fill(field + ".process"); err != nil {
+	if err := a.Process.fill(name.child("process")); err != nil {
 		return err
 	}
-	return a.User.fill(field + ".user")
+	return a.User.fill(name.child("user"))
 }
 
-func (c *ConnectionInfo) fill(field string) error {
+func (c *ConnectionInfo) fill(name *attr) error {
 	if c == nil {
 		return nil
 	}
-	var err error
-	if c.Direction, err = sibling("network_connection_info.direction_id", field+".direction_id", c.DirectionID, c.Direction); err != nil {
+	if err := setSibling(&c.Direction, "network_connection_info.direction_id", name.child("direction_id"), c.DirectionID); err != nil {
 		return err
 	}
 	if c.ProtocolVerID == 0 {
-		c.ProtocolVer = ""
+		setString(&c.ProtocolVer, "")
 		return nil
 	}
-	c.ProtocolVer, err = sibling("network_connection_info.protocol_ver_id", field+".protocol_ver_id", c.ProtocolVerID, c.ProtocolVer)
-	return err
+	return setSibling(&c.ProtocolVer, "network_connection_info.protocol_ver_id", name.child("protocol_ver_id"), c.ProtocolVerID)
 }
 
-func (e *Evidence) fill(field string) error {
-	if err := e.Actor.fill(field + ".actor"); err != nil {
+func (e *Evidence) fill(name *attr) error {
+	if err := e.Actor.fill(name.child("actor")); err != nil {
 		return err
 	}
-	if err := e.Process.fill(field + ".process"); err != nil {
+	if err := e.Process.fill(name.child("process")); err != nil {
 		return err
 	}
-	if err := e.ConnectionInfo.fill(field + ".connection_info"); err != nil {
+	if err := e.ConnectionInfo.fill(name.child("connection_info")); err != nil {
 		return err
 	}
-	if err := e.File.fill(field + ".file"); err != nil {
+	if err := e.File.fill(name.child("file")); err != nil {
 		return err
 	}
 	return e.Device.fill()

@@ -1,6 +1,7 @@
 package ocsf
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -128,24 +129,42 @@ func FDDest(spec string) (int, bool) {
 // Emit marshals ev and writes it as one line. Errors (a malformed event, a
 // failed write, a closed writer) are returned and counted, never panicked.
 func (w *Writer) Emit(ev Event) error {
-	line, err := Marshal(ev)
-	if err != nil {
-		return w.fail(err)
+	bp := lineBufs.Get().(*[]byte)
+	line, err := appendMarshal((*bp)[:0], ev)
+	if err == nil {
+		err = w.writeLine(append(line, '\n'))
+	} else {
+		w.fail(err)
 	}
-	return w.WriteLine(line)
+	if cap(line) <= maxPooledLine {
+		*bp = line[:0]
+		lineBufs.Put(bp)
+	}
+	return err
 }
+
+// lineBufs holds the buffers Emit encodes into: an event is encoded and
+// written without allocating its line.
+var lineBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
+
+// maxPooledLine bounds the buffers kept in lineBufs.
+const maxPooledLine = 64 << 10
 
 // WriteLine writes one already-encoded JSON object plus a newline in a
 // single Write call. line must not contain a newline.
 func (w *Writer) WriteLine(line []byte) error {
-	for _, c := range line {
-		if c == '\n' {
-			return w.fail(errors.New("ocsf: event line contains a newline"))
-		}
-	}
 	buf := make([]byte, len(line)+1)
 	copy(buf, line)
 	buf[len(line)] = '\n'
+	return w.writeLine(buf)
+}
+
+// writeLine writes buf, one JSON object and its final newline, in one
+// Write call.
+func (w *Writer) writeLine(buf []byte) error {
+	if bytes.IndexByte(buf[:len(buf)-1], '\n') >= 0 {
+		return w.fail(errors.New("ocsf: event line contains a newline"))
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -37,6 +36,7 @@ func (p *Proxy) serveH1(c net.Conn, br *bufio.Reader, ix *inspector, out io.Writ
 	ix.proto = "HTTP/1.1"
 	bw := bufio.NewWriterSize(out, 64<<10)
 	buf := make([]byte, 0, 1024)
+	hdr := http.Header{} // the response header, emptied for each request
 	for n := 0; ; n++ {
 		if n > 0 {
 			c.SetReadDeadline(time.Now().Add(lim.IdleTimeout))
@@ -64,7 +64,8 @@ func (p *Proxy) serveH1(c net.Conn, br *bufio.Reader, ix *inspector, out io.Writ
 			ix.headFailure(c, err)
 			return
 		}
-		w := &h1Writer{c: c, bw: bw, br: br, req: req, hdr: http.Header{}}
+		clear(hdr)
+		w := &h1Writer{c: c, bw: bw, br: br, req: req, hdr: hdr}
 		if fr.expect100 && req.Body != http.NoBody {
 			req.Body = &continueReader{r: req.Body, w: w}
 		}
@@ -182,8 +183,7 @@ func (ix *inspector) buildRequest(h *Head, br *bufio.Reader) (*http.Request, fra
 	default:
 		r.Body = http.NoBody
 	}
-	r = r.WithContext(context.Background())
-	return r, fr, nil
+	return r, fr, nil // no context: r.Context() is context.Background()
 }
 
 // trackedBody knows whether it was read to the end, so the connection

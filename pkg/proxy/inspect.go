@@ -167,7 +167,7 @@ func (p *Proxy) inspect(c *net.TCPConn, br *bufio.Reader, up net.Conn, rec *Reco
 	if err != nil {
 		return // the client went away without a byte
 	}
-	ix := &inspector{p: p, conn: rec, host: rec.Host, port: rec.Port}
+	ix := &inspector{p: p, conn: rec, host: rec.Host, port: rec.Port, events: rec.sharedEvents(p.src.Sandbox)}
 	ix.verdict.Store(&genVerdict{gen: rec.Generation, sha: rec.PolicySHA, v: v})
 	switch b := first[0]; {
 	case b == 0x16:
@@ -196,7 +196,8 @@ type inspector struct {
 	defPort int
 	proto   string // HTTP/1.1 or HTTP/2.0 on the client leg
 	rt      http.RoundTripper
-	upErr   error // upstream handshake failure: every request gets 502
+	upErr   error            // upstream handshake failure: every request gets 502
+	events  *sharedEventConn // what every request's event shares
 }
 
 func (ix *inspector) serveTLS(c *net.TCPConn, br *bufio.Reader, up net.Conn) {
@@ -364,7 +365,7 @@ func (ix *inspector) requestRecord(r *http.Request) *Record {
 		Client: c.Client, Local: c.Local, Host: c.Host, Port: c.Port, Upstream: c.Upstream,
 		Identity: c.Identity, Generation: c.Generation, PolicySHA: c.PolicySHA,
 		Entry: c.Entry, Audit: c.Audit, L7Rules: true, L7Checked: true,
-		Method: r.Method, Proto: ix.proto, PerRequest: true,
+		Method: r.Method, Proto: ix.proto, PerRequest: true, shared: ix.events,
 	}
 }
 
@@ -601,7 +602,10 @@ func (ix *inspector) relay(w http.ResponseWriter, r *http.Request, rr *Record, p
 	if out.Body != nil && out.Body != http.NoBody {
 		out.Body = io.NopCloser(counted)
 	}
-	resp, err := ix.rt.RoundTrip(out.WithContext(r.Context()))
+	if ctx := r.Context(); ctx != context.Background() {
+		out = out.WithContext(ctx) // an h2 stream's: it ends with the stream
+	}
+	resp, err := ix.rt.RoundTrip(out)
 	rr.BytesUp = counted.n
 	if err != nil {
 		ix.upstreamFailed(w, rr, err)

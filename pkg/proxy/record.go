@@ -101,6 +101,9 @@ type Record struct {
 	// silent marks a connection that closed without sending a byte: no
 	// request, no event.
 	silent bool
+	// shared is the event context of a request on an inspected
+	// connection, built once per connection (nil: built per event).
+	shared *sharedEventConn
 	// Count and First are set by the denial rate limiter: the record
 	// stands for Count occurrences since First.
 	Count int
@@ -125,6 +128,33 @@ func (r *Record) pid() int {
 		return 0
 	}
 	return r.Identity.PID
+}
+
+// sharedEventConn is what the events of every request on one inspected
+// connection have in common: the connection context (actor chain,
+// endpoints) with its captions filled, and the connection's uids. It is
+// built once and only read afterwards, by events emitted from the
+// connection's goroutines (h2 streams finish concurrently).
+type sharedEventConn struct {
+	conn    ocsf.Conn
+	corrUID string // metadata.correlation_uid
+	connUID string // connection_info.uid
+}
+
+func (r *Record) sharedEvents(sandbox string) *sharedEventConn {
+	s := &sharedEventConn{conn: r.conn(sandbox), corrUID: correlationUID(sandbox, r.ConnID), connUID: connectionUID(sandbox, r.ConnID)}
+	if err := s.conn.Fill(); err != nil {
+		return nil // each event fails to marshal and says why
+	}
+	return s
+}
+
+func correlationUID(sandbox string, id uint64) string {
+	return sandbox + ":conn:" + strconv.FormatUint(id, 10)
+}
+
+func connectionUID(sandbox string, id uint64) string {
+	return sandbox + ":" + strconv.FormatUint(id, 10)
 }
 
 func (r *Record) conn(sandbox string) ocsf.Conn {
@@ -249,10 +279,57 @@ type connectorUnmapped struct {
 	PID int    `json:"pid"`
 }
 
+// AppendJSON writes what encoding/json writes for u (the struct tags
+// above), without reflection: unmapped.egress_proxy is in every event,
+// one per request on an inspected tunnel (ocsf.JSONAppender;
+// TestUnmappedAppendJSON compares the two).
+func (u proxyUnmapped) AppendJSON(b []byte) []byte {
+	b = append(b, '{')
+	if u.Attribution != "" {
+		b = append(b, `"attribution":`...)
+		b = ocsf.AppendJSONString(b, u.Attribution)
+		b = append(b, ',')
+	}
+	b = append(b, `"audit":`...)
+	b = strconv.AppendBool(b, u.Audit)
+	b = append(b, `,"bytes_down":`...)
+	b = strconv.AppendInt(b, u.BytesDown, 10)
+	b = append(b, `,"bytes_up":`...)
+	b = strconv.AppendInt(b, u.BytesUp, 10)
+	if c := u.Connector; c != nil {
+		b = append(b, `,"connector":{"exe":`...)
+		b = ocsf.AppendJSONString(b, c.Exe)
+		b = append(b, `,"pid":`...)
+		b = strconv.AppendInt(b, int64(c.PID), 10)
+		b = append(b, '}')
+	}
+	b = append(b, `,"enforcement":`...)
+	b = ocsf.AppendJSONString(b, u.Enforcement)
+	b = append(b, `,"generation":`...)
+	b = strconv.AppendInt(b, u.Generation, 10)
+	b = append(b, `,"kind":`...)
+	b = ocsf.AppendJSONString(b, u.Kind)
+	b = append(b, `,"l7":`...)
+	b = ocsf.AppendJSONString(b, u.L7)
+	b = append(b, `,"listener":`...)
+	b = ocsf.AppendJSONString(b, u.Listener)
+	b = append(b, `,"reason":`...)
+	b = ocsf.AppendJSONString(b, u.Reason)
+	return append(b, '}')
+}
+
+// MarshalJSON is AppendJSON for encoding/json.
+func (u proxyUnmapped) MarshalJSON() ([]byte, error) { return u.AppendJSON(nil), nil }
+
 // events turns the record into its OCSF events: exactly one summary
 // event, plus a Detection Finding for a bypass or an identity mismatch.
 func (r *Record) events(src *ocsf.Source) []ocsf.Event {
-	c := r.conn(src.Sandbox)
+	var c ocsf.Conn
+	if r.shared != nil {
+		c = r.shared.conn
+	} else {
+		c = r.conn(src.Sandbox)
+	}
 	d := r.decision()
 	var sum ocsf.Event
 	var base *ocsf.Base
@@ -280,7 +357,11 @@ func (r *Record) events(src *ocsf.Source) []ocsf.Event {
 	}
 	r.stamp(base, src.Sandbox)
 	if *ci != nil {
-		(*ci).UID = src.Sandbox + ":" + strconv.FormatUint(r.ConnID, 10)
+		if r.shared != nil {
+			(*ci).UID = r.shared.connUID
+		} else {
+			(*ci).UID = connectionUID(src.Sandbox, r.ConnID)
+		}
 	}
 	out := []ocsf.Event{sum}
 	switch {
@@ -314,7 +395,11 @@ func (r *Record) stamp(b *ocsf.Base, sandbox string) {
 	if r.Count > 1 {
 		b.Count = r.Count
 	}
-	b.Metadata.CorrelationUID = sandbox + ":conn:" + strconv.FormatUint(r.ConnID, 10)
+	if r.shared != nil {
+		b.Metadata.CorrelationUID = r.shared.corrUID
+	} else {
+		b.Metadata.CorrelationUID = correlationUID(sandbox, r.ConnID)
+	}
 	b.Unmapped = r.unmapped()
 }
 

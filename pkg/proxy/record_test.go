@@ -1,0 +1,79 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"math/rand/v2"
+	"net/netip"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/palisade-sandbox/palisade/pkg/ocsf"
+)
+
+// TestUnmappedAppendJSON: the hand-written encoding of
+// unmapped.egress_proxy is the one encoding/json gives the same struct
+// (as Marshal runs it: no HTML escaping), hostile strings included.
+func TestUnmappedAppendJSON(t *testing.T) {
+	type plain proxyUnmapped // the same fields and tags, no methods
+	strs := []string{"", "proc", "enforce", `"},"x":"`, `\`, "a\nb\r\t\x00\x1f\x7f", "<&>", "\u2028\u2029", "\xff\xfe", "é😀"}
+	r := rand.New(rand.NewPCG(1, 2))
+	pick := func() string { return strs[r.IntN(len(strs))] }
+	for i := range 2000 {
+		u := proxyUnmapped{
+			Attribution: pick(), Audit: r.IntN(2) == 0, BytesDown: r.Int64() - r.Int64(), BytesUp: r.Int64N(1 << 40),
+			Enforcement: pick(), Generation: r.Int64N(100) - 3, Kind: pick(), L7: pick(), Listener: pick(), Reason: pick(),
+		}
+		if i%2 == 0 {
+			u.Connector = &connectorUnmapped{Exe: pick(), PID: r.IntN(1<<22) - 5}
+		}
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(plain(u)); err != nil {
+			t.Fatal(err)
+		}
+		want := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+		if got := u.AppendJSON(nil); !bytes.Equal(got, want) {
+			t.Fatalf("AppendJSON\n got %s\nwant %s", got, want)
+		}
+	}
+}
+
+// BenchmarkRequestEvent is the event of one request on an inspected
+// tunnel, built and written (to io.Discard): what every keep-alive
+// request costs the proxy beyond relaying it.
+func BenchmarkRequestEvent(b *testing.B) {
+	src := ocsf.NewSource("sbx-3f9a2c", Component, "0.1.0")
+	conn := &Record{
+		ConnID: 42, Listener: ListenerProxy, Kind: KindConnect, Start: time.Now(),
+		Client: netip.MustParseAddrPort("10.200.0.2:40522"), Local: netip.MustParseAddrPort("10.200.0.1:3128"),
+		Host: "registry.npmjs.org", Port: 443, Upstream: netip.MustParseAddrPort("198.51.100.7:443"),
+		Identity:   identityOf("/usr/bin/node", curlSHA, "/usr/bin/bash", "/usr/local/bin/hermes"),
+		Generation: 3, PolicySHA: curlSHA, Entry: "npm",
+	}
+	conn.Identity.Backend = "bpf/fast"
+	shared := conn.sharedEvents(src.Sandbox)
+	w := ocsf.NewWriter(io.Discard)
+	b.ReportAllocs()
+	for range b.N {
+		c := conn
+		rr := &Record{
+			ConnID: c.ConnID, Listener: c.Listener, Kind: KindHTTP, Start: time.Now(),
+			Client: c.Client, Local: c.Local, Host: c.Host, Port: c.Port, Upstream: c.Upstream,
+			Identity: c.Identity, Generation: c.Generation, PolicySHA: c.PolicySHA,
+			Entry: c.Entry, L7Rules: true, L7Checked: true,
+			Method: "GET", Proto: "HTTP/1.1", PerRequest: true, shared: shared,
+			URL:     &url.URL{Scheme: "https", Host: "registry.npmjs.org", Path: "/@types/node"},
+			Outcome: OutcomeAllowed, Status: 200, BytesDown: 1234, Count: 1,
+		}
+		rr.End = time.Now()
+		for _, ev := range rr.events(src) {
+			if err := w.Emit(ev); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
