@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/palisade-sandbox/palisade/pkg/testutil"
 )
 
 // hostile are strings a sandboxed client or upstream can put into an
@@ -284,6 +286,7 @@ func BenchmarkMarshalHTTPActivity(b *testing.B) {
 	b.Run("append", func(b *testing.B) {
 		b.ReportAllocs()
 		buf := make([]byte, 0, 4096)
+		defer testutil.CPUPerOp(b)()
 		for range b.N {
 			buf, _ = appendEvent(buf[:0], e)
 		}
@@ -292,6 +295,7 @@ func BenchmarkMarshalHTTPActivity(b *testing.B) {
 	b.Run("encoding-json", func(b *testing.B) {
 		b.ReportAllocs()
 		var n int
+		defer testutil.CPUPerOp(b)()
 		for range b.N {
 			out, _ := marshalStd(nil, e)
 			n = len(out)

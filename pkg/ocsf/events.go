@@ -210,6 +210,12 @@ func (b *Base) prepareBase(uid int, profiles ...string) error {
 	if err := b.Device.fill(); err != nil {
 		return err
 	}
+	if set, ok := profileSet(profiles); ok && len(b.Metadata.Profiles) == 0 {
+		// Nearly every event: a shared, sorted slice (full, so an append
+		// copies it) instead of a new one.
+		b.Metadata.Profiles = set
+		return nil
+	}
 	for _, p := range profiles {
 		if p != "" && !slices.Contains(b.Metadata.Profiles, p) {
 			b.Metadata.Profiles = append(b.Metadata.Profiles, p)
@@ -219,6 +225,39 @@ func (b *Base) prepareBase(uid int, profiles ...string) error {
 		slices.Sort(b.Metadata.Profiles)
 	}
 	return nil
+}
+
+var (
+	profilesHost            = []string{ProfileHost}
+	profilesSecurityControl = []string{ProfileSecurityControl}
+	profilesBoth            = []string{ProfileHost, ProfileSecurityControl}
+)
+
+// profileSet is the sorted set of the profiles named ("" names none) as
+// a shared slice whose length is its capacity (nil for none); ok is false
+// for a profile it does not know.
+func profileSet(profiles []string) (set []string, ok bool) {
+	host, sc := false, false
+	for _, p := range profiles {
+		switch p {
+		case ProfileHost:
+			host = true
+		case ProfileSecurityControl:
+			sc = true
+		case "":
+		default:
+			return nil, false
+		}
+	}
+	switch {
+	case host && sc:
+		return profilesBoth, true
+	case host:
+		return profilesHost, true
+	case sc:
+		return profilesSecurityControl, true
+	}
+	return nil, true
 }
 
 func ifUsed(used bool, profile string) string {

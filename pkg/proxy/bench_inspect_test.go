@@ -15,11 +15,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/palisade-sandbox/palisade/pkg/ocsf"
+	"github.com/palisade-sandbox/palisade/pkg/testutil"
 	"github.com/palisade-sandbox/palisade/pkg/tlsca"
 )
 
@@ -152,17 +152,6 @@ func mustReq(u string) *http.Request {
 	return r
 }
 
-// processCPU is the CPU time (user and system) the benchmark process has
-// used: client, proxy and server together. On a shared machine requests
-// per second follow the CPU the process gets; CPU per request does not.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 func reportLatency(b *testing.B, ds []time.Duration, total time.Duration) {
 	slices.Sort(ds)
 	b.ReportMetric(float64(len(ds))/total.Seconds(), "req/s")
@@ -180,13 +169,13 @@ func BenchmarkInspect(b *testing.B) {
 			fetch(b, tr, u) // the connection and leaf exist before timing
 			ds := make([]time.Duration, 0, b.N)
 			b.ResetTimer()
-			start, cpu0 := time.Now(), processCPU()
+			start, cpu0 := time.Now(), testutil.ProcessCPU()
 			for range b.N {
 				t0 := time.Now()
 				fetch(b, tr, u)
 				ds = append(ds, time.Since(t0))
 			}
-			cpu := processCPU() - cpu0
+			cpu := testutil.ProcessCPU() - cpu0
 			reportLatency(b, ds, time.Since(start))
 			b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-us/req")
 		})

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"strconv"
@@ -92,17 +91,21 @@ func readHead(br *bufio.Reader, max int, buf []byte) ([]byte, error) {
 // would let through and a downstream server might read differently:
 // obsolete line folding, whitespace before the colon, control characters,
 // bad tokens, other protocol versions, and too many fields.
+//
+// The head is copied into one string and every part of the result is a
+// piece of it: one allocation for the text of the head, one for its
+// fields.
 func ParseHead(b []byte) (*Head, error) {
-	line, rest, ok := cutLine(b)
+	s := string(b)
+	line, rest, ok := cutLine(s)
 	if !ok {
 		return nil, headErrorf("missing request line")
 	}
-	h := &Head{}
-	sp1 := bytes.IndexByte(line, ' ')
+	sp1 := strings.IndexByte(line, ' ')
 	if sp1 <= 0 {
 		return nil, headErrorf("malformed request line")
 	}
-	sp2 := bytes.IndexByte(line[sp1+1:], ' ')
+	sp2 := strings.IndexByte(line[sp1+1:], ' ')
 	if sp2 <= 0 {
 		return nil, headErrorf("malformed request line")
 	}
@@ -111,17 +114,20 @@ func ParseHead(b []byte) (*Head, error) {
 	if !isToken(method) {
 		return nil, headErrorf("invalid method")
 	}
-	for _, c := range target {
-		if c <= ' ' || c == 0x7f {
+	for i := 0; i < len(target); i++ {
+		if c := target[i]; c <= ' ' || c == 0x7f {
 			return nil, headErrorf("request target contains whitespace or a control character")
 		}
 	}
-	switch string(proto) {
+	switch proto {
 	case "HTTP/1.1", "HTTP/1.0":
 	default:
 		return nil, headErrorf("unsupported protocol version (want HTTP/1.1 or HTTP/1.0)")
 	}
-	h.Method, h.Target, h.Proto = string(method), string(target), string(proto)
+	h := &Head{Method: method, Target: target, Proto: proto}
+	if n := strings.Count(rest, "\n") - 1; n > 0 {
+		h.Fields = make([]Field, 0, min(n, maxHeaderFields))
+	}
 	for {
 		line, rest, ok = cutLine(rest)
 		if !ok {
@@ -133,7 +139,7 @@ func ParseHead(b []byte) (*Head, error) {
 		if line[0] == ' ' || line[0] == '\t' {
 			return nil, headErrorf("obsolete line folding is not accepted")
 		}
-		colon := bytes.IndexByte(line, ':')
+		colon := strings.IndexByte(line, ':')
 		if colon <= 0 {
 			return nil, headErrorf("header line without a field name and colon")
 		}
@@ -141,16 +147,16 @@ func ParseHead(b []byte) (*Head, error) {
 		if !isToken(name) {
 			return nil, headErrorf("invalid header field name")
 		}
-		value := bytes.Trim(line[colon+1:], " \t")
-		for _, c := range value {
-			if (c < ' ' && c != '\t') || c == 0x7f {
+		value := strings.Trim(line[colon+1:], " \t")
+		for i := 0; i < len(value); i++ {
+			if c := value[i]; (c < ' ' && c != '\t') || c == 0x7f {
 				return nil, headErrorf("header %s contains a control character", name)
 			}
 		}
 		if len(h.Fields) == maxHeaderFields {
 			return nil, headErrorf("more than %d header fields", maxHeaderFields)
 		}
-		h.Fields = append(h.Fields, Field{Name: string(name), Value: string(value)})
+		h.Fields = append(h.Fields, Field{Name: name, Value: value})
 	}
 	if len(rest) != 0 {
 		return nil, headErrorf("data after the end of the head")
@@ -161,25 +167,25 @@ func ParseHead(b []byte) (*Head, error) {
 // cutLine splits off one line ending in LF (a preceding CR is dropped).
 // A bare CR inside a line is refused by the callers' control-character
 // checks.
-func cutLine(b []byte) (line, rest []byte, ok bool) {
-	i := bytes.IndexByte(b, '\n')
+func cutLine(s string) (line, rest string, ok bool) {
+	i := strings.IndexByte(s, '\n')
 	if i < 0 {
-		return nil, b, false
+		return "", s, false
 	}
-	line, rest = b[:i], b[i+1:]
+	line, rest = s[:i], s[i+1:]
 	if n := len(line); n > 0 && line[n-1] == '\r' {
 		line = line[:n-1]
 	}
 	return line, rest, true
 }
 
-// isToken reports whether b is a non-empty RFC 9110 token.
-func isToken(b []byte) bool {
-	if len(b) == 0 {
+// isToken reports whether s is a non-empty RFC 9110 token.
+func isToken(s string) bool {
+	if len(s) == 0 {
 		return false
 	}
-	for _, c := range b {
-		if !tokenChar[c] {
+	for i := 0; i < len(s); i++ {
+		if !tokenChar[s[i]] {
 			return false
 		}
 	}

@@ -209,7 +209,7 @@ func FuzzParseHead(f *testing.F) {
 			}
 			return
 		}
-		if !isToken([]byte(h.Method)) || strings.ContainsAny(h.Target, " \r\n\t") || (h.Proto != "HTTP/1.1" && h.Proto != "HTTP/1.0") {
+		if !isToken(h.Method) || strings.ContainsAny(h.Target, " \r\n\t") || (h.Proto != "HTTP/1.1" && h.Proto != "HTTP/1.0") {
 			t.Fatalf("accepted a bad request line: %q %q %q", h.Method, h.Target, h.Proto)
 		}
 		var sb strings.Builder

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/palisade-sandbox/palisade/pkg/ocsf"
+	"github.com/palisade-sandbox/palisade/pkg/testutil"
 )
 
 // TestUnmappedAppendJSON: the hand-written encoding of
@@ -58,6 +59,8 @@ func BenchmarkRequestEvent(b *testing.B) {
 	shared := conn.sharedEvents(src.Sandbox)
 	w := ocsf.NewWriter(io.Discard)
 	b.ReportAllocs()
+	b.ResetTimer()
+	defer testutil.CPUPerOp(b)()
 	for range b.N {
 		c := conn
 		rr := &Record{
