@@ -24,7 +24,8 @@ type tcpSubstrate struct {
 }
 
 // listenTCPSubstrate binds both before the policy loads (and before the
-// capabilities go: port 53 is privileged). nil when neither flag is set.
+// capabilities go, should ADDR be a privileged port). nil when neither
+// flag is set.
 func listenTCPSubstrate(ctx context.Context, f *flags) (*tcpSubstrate, error) {
 	if f.dnsListen == "" {
 		return nil, nil

@@ -53,10 +53,11 @@ type Config struct {
 	// FencePort is its fence listener, where every other TCP connection
 	// from the sandbox is redirected. Both are required and distinct.
 	ProxyPort, FencePort uint16
-	// DNS admits the sandbox's DNS (UDP and TCP port 53) to the host
-	// address, where the proxy's policy DNS answers; without it DNS
-	// fails at once, as every other UDP does.
-	DNS bool
+	// DNSPort, when not 0, is the proxy's policy DNS listener on the host
+	// address: the sandbox may send DNS (UDP and TCP) to the host address
+	// port 53, which is redirected there. Without it DNS fails at once,
+	// as every other UDP does.
+	DNSPort uint16
 	// TransparentPort, when not 0, is the proxy's transparent listener:
 	// TCP connections to SyntheticRange are redirected there instead of
 	// to the fence listener.
@@ -99,6 +100,9 @@ func (c Config) validate() error {
 	}
 	if c.TransparentPort != 0 && (c.TransparentPort == c.ProxyPort || c.TransparentPort == c.FencePort) {
 		return fmt.Errorf("fence: TransparentPort %d: must differ from ProxyPort and FencePort", c.TransparentPort)
+	}
+	if c.DNSPort != 0 && (c.DNSPort == 53 || c.DNSPort == c.ProxyPort || c.DNSPort == c.FencePort || c.DNSPort == c.TransparentPort) {
+		return fmt.Errorf("fence: DNSPort %d: must differ from 53 and the other ports", c.DNSPort)
 	}
 	if c.ProxyPort == c.FencePort {
 		return fmt.Errorf("fence: FencePort %d: must differ from ProxyPort", c.FencePort)

@@ -120,7 +120,7 @@ func Setup(ctx context.Context, cfg Config) (_ *Fence, err error) {
 	f.HostAddr, f.SandboxAddr = hostAndSandbox(f.Prefix)
 
 	if err := applyNft(sbxNs, func(c *nftables.Conn) {
-		_ = addSandboxRules(c, sandboxSpec{hostAddr: f.HostAddr, proxyPort: cfg.ProxyPort, dns: cfg.DNS})
+		_ = addSandboxRules(c, sandboxSpec{hostAddr: f.HostAddr, proxyPort: cfg.ProxyPort, dns: cfg.DNSPort != 0})
 	}); err != nil {
 		return nil, wrap("sandbox nftables table inet "+SandboxTable, err)
 	}
@@ -129,7 +129,7 @@ func Setup(ctx context.Context, cfg Config) (_ *Fence, err error) {
 	if err := applyNft(hostNs, func(c *nftables.Conn) {
 		_ = addHostRules(c, hostSpec{table: f.Table, hostIf: f.HostIf, hostAddr: f.HostAddr,
 			proxyPort: cfg.ProxyPort, fencePort: cfg.FencePort,
-			dns: cfg.DNS, transparentPort: cfg.TransparentPort, synthetic: SyntheticRange})
+			dnsPort: cfg.DNSPort, transparentPort: cfg.TransparentPort, synthetic: SyntheticRange})
 	}); err != nil {
 		if errors.Is(err, unix.EEXIST) {
 			err = fmt.Errorf("%w (leftover of an earlier sandbox of this name: run sandbox-supervisor gc)", err)

@@ -26,8 +26,9 @@ type hostSpec struct {
 	hostAddr  netip.Addr
 	proxyPort uint16
 	fencePort uint16
-	// dns admits UDP and TCP port 53 to hostAddr (the policy DNS).
-	dns bool
+	// dnsPort, when not 0, is the policy DNS listener: UDP and TCP to
+	// hostAddr port 53 are redirected there.
+	dnsPort uint16
 	// transparentPort, when not 0, receives the TCP connections to the
 	// synthetic range (redirected ahead of the fence).
 	transparentPort uint16
@@ -115,7 +116,7 @@ func addSandboxRules(c *nftables.Conn, s sandboxSpec) []*nftables.Rule {
 //	table inet palisade-NAME {
 //	  chain prerouting { type nat hook prerouting priority dstnat - 1; policy accept;
 //	    iifname IF meta nfproto ipv4 ip daddr HOST tcp dport PROXY accept
-//	    iifname IF ip daddr HOST tcp dport 53 accept                  # dns
+//	    iifname IF ip daddr HOST udp/tcp dport 53 counter redirect to :DNS
 //	    iifname IF ip daddr 198.18.0.0/15 meta l4proto tcp counter redirect to :TRANSPARENT
 //	    iifname IF meta nfproto ipv4 meta l4proto tcp counter redirect to :FENCE
 //	  }
@@ -123,7 +124,7 @@ func addSandboxRules(c *nftables.Conn, s sandboxSpec) []*nftables.Rule {
 //	    iifname IF ct state established,related accept
 //	    iifname IF meta nfproto ipv4 ip daddr HOST tcp dport PROXY accept
 //	    iifname IF meta nfproto ipv4 ip daddr HOST tcp dport FENCE accept
-//	    iifname IF ip daddr HOST udp/tcp dport 53 accept              # dns
+//	    iifname IF ip daddr HOST udp/tcp dport DNS ct status dnat accept
 //	    iifname IF ip daddr HOST tcp dport TRANSPARENT ct status dnat accept
 //	    iifname IF counter drop
 //	  }
@@ -149,8 +150,10 @@ func addHostRules(c *nftables.Conn, s hostSpec) []*nftables.Rule {
 	fromIf := iifname(s.hostIf)
 
 	rule(pre, fromIf, ipv4Daddr(s.hostAddr), l4Dport(unix.IPPROTO_TCP, s.proxyPort), verdict(expr.VerdictAccept))
-	if s.dns {
-		rule(pre, fromIf, ipv4Daddr(s.hostAddr), l4Dport(unix.IPPROTO_TCP, 53), verdict(expr.VerdictAccept))
+	if s.dnsPort != 0 {
+		for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
+			rule(pre, fromIf, ipv4Daddr(s.hostAddr), l4Dport(proto, 53), counter(), redirectTo(s.dnsPort))
+		}
 	}
 	if s.transparentPort != 0 {
 		rule(pre, fromIf, ipv4DaddrIn(s.synthetic), l4proto(unix.IPPROTO_TCP), counter(), redirectTo(s.transparentPort))
@@ -160,13 +163,15 @@ func addHostRules(c *nftables.Conn, s hostSpec) []*nftables.Rule {
 	rule(in, fromIf, ctState(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), verdict(expr.VerdictAccept))
 	rule(in, fromIf, ipv4Daddr(s.hostAddr), l4Dport(unix.IPPROTO_TCP, s.proxyPort), verdict(expr.VerdictAccept))
 	rule(in, fromIf, ipv4Daddr(s.hostAddr), l4Dport(unix.IPPROTO_TCP, s.fencePort), verdict(expr.VerdictAccept))
-	if s.dns {
-		rule(in, fromIf, ipv4Daddr(s.hostAddr), l4Dport(unix.IPPROTO_UDP, 53), verdict(expr.VerdictAccept))
-		rule(in, fromIf, ipv4Daddr(s.hostAddr), l4Dport(unix.IPPROTO_TCP, 53), verdict(expr.VerdictAccept))
+	// The policy DNS and transparent listeners take only what the
+	// redirects above sent them (conntrack status DNAT): a direct dial of
+	// either port is fenced (TCP went to the fence listener instead).
+	if s.dnsPort != 0 {
+		for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
+			rule(in, fromIf, ipv4Daddr(s.hostAddr), l4Dport(proto, s.dnsPort), ctStatusDNAT(), verdict(expr.VerdictAccept))
+		}
 	}
 	if s.transparentPort != 0 {
-		// Only what the redirect above sent here: a direct dial of the
-		// port was redirected to the fence instead.
 		rule(in, fromIf, ipv4Daddr(s.hostAddr), l4Dport(unix.IPPROTO_TCP, s.transparentPort), ctStatusDNAT(), verdict(expr.VerdictAccept))
 	}
 	rule(in, fromIf, counter(), verdict(expr.VerdictDrop))

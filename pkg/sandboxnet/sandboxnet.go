@@ -32,6 +32,9 @@ const (
 	// started with the policy DNS when the policy has a protocol: tcp
 	// endpoint.
 	DefaultTransparentPort = 3130
+	// DefaultDNSPort is the proxy's policy DNS listener (UDP and TCP);
+	// the sandbox asks port 53 of the same address, redirected there.
+	DefaultDNSPort = 3131
 	// ResolvName is the sandbox's /etc/resolv.conf (policy DNS), in the
 	// sandbox's state directory.
 	ResolvName          = "resolv.conf"

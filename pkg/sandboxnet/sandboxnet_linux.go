@@ -63,7 +63,7 @@ func (a *Attacher) Attach(ctx context.Context, name string, initPID int) ([]stri
 		StateDir: c.FenceStateDir,
 	}
 	if tcp {
-		fc.DNS, fc.TransparentPort = true, DefaultTransparentPort
+		fc.DNSPort, fc.TransparentPort = DefaultDNSPort, DefaultTransparentPort
 	}
 	f, err := fence.Setup(ctx, fc)
 	if err != nil {
@@ -185,7 +185,7 @@ func (p *proxyProc) args() []string {
 		a = append(a, "--upstream-ca-bundle", c.UpstreamCABundle)
 	}
 	if p.tcp {
-		a = append(a, "--dns-listen", netip.AddrPortFrom(host, 53).String(),
+		a = append(a, "--dns-listen", netip.AddrPortFrom(host, DefaultDNSPort).String(),
 			"--transparent-listen", netip.AddrPortFrom(host, DefaultTransparentPort).String())
 	}
 	a = append(a, "--ca-out", filepath.Join(p.dir, CACertName))

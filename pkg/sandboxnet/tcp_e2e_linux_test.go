@@ -5,6 +5,7 @@ package sandboxnet
 import (
 	"encoding/json"
 	"net/netip"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -59,6 +60,18 @@ time.sleep(6.5)
 print("expired=%s" % probe((syn, 7007))[0])
 r2, syn2 = probe(("echo.test", 7007))
 print("again=%s" % r2)
+ns = [l.split()[1] for l in open("/etc/resolv.conf") if l.startswith("nameserver")][0]
+q = b"\x00\x01\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x04echo\x04test\x00\x00\x01\x00\x01"
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+u.settimeout(2)
+try:
+    u.sendto(q, (ns, 53)); u.recv(512); print("dns_53=answered")
+except OSError as e:
+    print("dns_53=error:%s" % e.errno)
+try:
+    u.sendto(q, (ns, DNSPORT)); u.recv(512); print("dns_direct=answered")
+except OSError as e:
+    print("dns_direct=error:%s" % e.errno)
 PY
 printf 'bash=%s\n' "$(bash -c 'exec 3<>/dev/tcp/echo.test/7007 && printf hi >&3 && timeout 3 head -c 2 <&3' 2>/dev/null)"
 printf 'resolv=%s\n' "$(grep -c '^nameserver' /etc/resolv.conf)"
@@ -75,7 +88,8 @@ printf 'resolv=%s\n' "$(grep -c '^nameserver' /etc/resolv.conf)"
 func TestTransparentTCPEndToEnd(t *testing.T) {
 	l := newLab(t, labTCPEcho)
 	real := l.inet.V4[0].String()
-	out, err := l.command(strings.ReplaceAll(tcpScript, "REAL", real)).Output()
+	script := strings.ReplaceAll(strings.ReplaceAll(tcpScript, "REAL", real), "DNSPORT", strconv.Itoa(DefaultDNSPort))
+	out, err := l.command(script).Output()
 	if err != nil {
 		t.Fatalf("sandbox: %v\n%s", err, out)
 	}
@@ -97,6 +111,11 @@ func TestTransparentTCPEndToEnd(t *testing.T) {
 	}
 	if r["bash"] != "" {
 		t.Errorf("bash (not in the entry): got %q back, want nothing", r["bash"])
+	}
+	// Port 53 of the host address is redirected to the policy DNS; its
+	// own (unprivileged) port is not reachable directly.
+	if r["dns_53"] != "answered" || r["dns_direct"] == "answered" || r["dns_direct"] == "" {
+		t.Errorf("raw DNS to port 53: %q, to port %d directly: %q; want answered, then an error", r["dns_53"], DefaultDNSPort, r["dns_direct"])
 	}
 	if r["resolv"] != "1" {
 		t.Errorf("/etc/resolv.conf has %q nameservers, want the policy DNS only", r["resolv"])
