@@ -315,6 +315,31 @@ func (u proxyUnmapped) AppendJSON(b []byte) []byte {
 	b = ocsf.AppendJSONString(b, u.Listener)
 	b = append(b, `,"reason":`...)
 	b = ocsf.AppendJSONString(b, u.Reason)
+	if m := u.Transparent; m != nil {
+		b = append(b, `,"transparent":{"generation":`...)
+		b = strconv.AppendInt(b, m.Generation, 10)
+		if m.MappingID != "" {
+			b = append(b, `,"mapping_id":`...)
+			b = ocsf.AppendJSONString(b, m.MappingID)
+		}
+		if m.Name != "" {
+			b = append(b, `,"name":`...)
+			b = ocsf.AppendJSONString(b, m.Name)
+		}
+		if len(m.Real) > 0 {
+			b = append(b, `,"real":[`...)
+			for i, r := range m.Real {
+				if i > 0 {
+					b = append(b, ',')
+				}
+				b = ocsf.AppendJSONString(b, r)
+			}
+			b = append(b, ']')
+		}
+		b = append(b, `,"synthetic":`...)
+		b = ocsf.AppendJSONString(b, m.Synthetic)
+		b = append(b, '}')
+	}
 	return append(b, '}')
 }
 

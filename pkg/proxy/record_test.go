@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"net/url"
+	"reflect"
 	"testing"
 	"time"
 
@@ -16,20 +17,47 @@ import (
 
 // TestUnmappedAppendJSON: the hand-written encoding of
 // unmapped.egress_proxy is the one encoding/json gives the same struct
-// (as Marshal runs it: no HTML escaping), hostile strings included.
+// (as Marshal runs it: no HTML escaping), hostile strings included. Every
+// field is filled by reflection, so a field added to proxyUnmapped (or
+// to a struct it holds) that AppendJSON does not write fails here.
 func TestUnmappedAppendJSON(t *testing.T) {
 	type plain proxyUnmapped // the same fields and tags, no methods
 	strs := []string{"", "proc", "enforce", `"},"x":"`, `\`, "a\nb\r\t\x00\x1f\x7f", "<&>", "\u2028\u2029", "\xff\xfe", "é😀"}
 	r := rand.New(rand.NewPCG(1, 2))
-	pick := func() string { return strs[r.IntN(len(strs))] }
-	for i := range 2000 {
-		u := proxyUnmapped{
-			Attribution: pick(), Audit: r.IntN(2) == 0, BytesDown: r.Int64() - r.Int64(), BytesUp: r.Int64N(1 << 40),
-			Enforcement: pick(), Generation: r.Int64N(100) - 3, Kind: pick(), L7: pick(), Listener: pick(), Reason: pick(),
+	var fill func(v reflect.Value)
+	fill = func(v reflect.Value) {
+		switch v.Kind() {
+		case reflect.String:
+			v.SetString(strs[r.IntN(len(strs))])
+		case reflect.Bool:
+			v.SetBool(r.IntN(2) == 0)
+		case reflect.Int, reflect.Int64:
+			v.SetInt(r.Int64N(1<<40) - r.Int64N(1<<40))
+		case reflect.Pointer:
+			if r.IntN(3) == 0 {
+				v.SetZero()
+				return
+			}
+			v.Set(reflect.New(v.Type().Elem()))
+			fill(v.Elem())
+		case reflect.Slice:
+			n := r.IntN(3)
+			s := reflect.MakeSlice(v.Type(), n, n)
+			for i := range n {
+				fill(s.Index(i))
+			}
+			v.Set(s)
+		case reflect.Struct:
+			for i := range v.NumField() {
+				fill(v.Field(i))
+			}
+		default:
+			t.Fatalf("teach this test (and AppendJSON) the field kind %s", v.Kind())
 		}
-		if i%2 == 0 {
-			u.Connector = &connectorUnmapped{Exe: pick(), PID: r.IntN(1<<22) - 5}
-		}
+	}
+	for range 3000 {
+		var u proxyUnmapped
+		fill(reflect.ValueOf(&u).Elem())
 		var buf bytes.Buffer
 		enc := json.NewEncoder(&buf)
 		enc.SetEscapeHTML(false)
