@@ -432,14 +432,15 @@ func (ix *inspector) serve(w http.ResponseWriter, r *http.Request, rr *Record) {
 var methodOverrideFields = []string{"X-Http-Method-Override", "X-Http-Method", "X-Method-Override"}
 
 // checkL7 decides a request against the endpoint's L7 rules under its own
-// method and under every method an override field names: an upstream
-// that honours the field acts on that method (a GET carrying
-// "X-HTTP-Method-Override: DELETE" is a DELETE to it). values reads a
-// request field's values by canonical name.
+// method and under every method an override field or the "_method" query
+// parameter (Symfony, Laravel) names: an upstream that honours them acts
+// on that method (a GET carrying "X-HTTP-Method-Override: DELETE" is a
+// DELETE to it). values reads a request field's values by canonical name.
+// A "_method" in a form body is not seen (bodies are not read).
 func checkL7(ep *policy.Endpoint, method, path string, q url.Values, ctype string, values func(string) []string) (bool, string) {
 	ok, why := ep.CheckRequest(method, path, q, ctype)
-	for _, f := range methodOverrideFields {
-		for _, v := range values(f) {
+	also := func(vv []string) {
+		for _, v := range vv {
 			for _, m := range strings.Split(v, ",") {
 				if ok {
 					ok, why = ep.CheckRequest(strings.ToUpper(strings.TrimSpace(m)), path, q, ctype)
@@ -447,6 +448,10 @@ func checkL7(ep *policy.Endpoint, method, path string, q url.Values, ctype strin
 			}
 		}
 	}
+	for _, f := range methodOverrideFields {
+		also(values(f))
+	}
+	also(q["_method"])
 	return ok, why
 }
 

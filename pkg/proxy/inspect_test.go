@@ -316,6 +316,7 @@ func TestInspectedTunnelSmugglingCorpus(t *testing.T) {
 		// method: it is decided too.
 		{"method override field", "GET /x HTTP/1.1\r\nHost: {H}\r\nX-HTTP-Method-Override: DELETE\r\n\r\n", 403, policy.L7AccessDenied},
 		{"method override variant", "GET /x HTTP/1.1\r\nHost: {H}\r\nX-Method-Override: put\r\n\r\n", 403, policy.L7AccessDenied},
+		{"method override parameter", "GET /x?_method=DELETE HTTP/1.1\r\nHost: {H}\r\n\r\n", 403, policy.L7AccessDenied},
 		// Held in the red-team pass (regression guards).
 		{"tab in the request line", "GET\t/x HTTP/1.1\r\nHost: {H}\r\n\r\n", 400, ReasonMalformed},
 		{"OPTIONS *", "OPTIONS * HTTP/1.1\r\nHost: {H}\r\n\r\n", 400, ReasonMalformed},
