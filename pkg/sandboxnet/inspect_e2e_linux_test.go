@@ -226,6 +226,8 @@ c() { n=$1; shift; printf '%s=' "$n"; curl -s -o /tmp/b -w '%{http_code} %{http_
 c get_h1 --http1.1 "$B/echo/a?token=querysecret"
 c post_h1 --http1.1 -X POST -d payload "$B/echo/a"
 c get_h2 --http2 "$B/echo/b"
+c post_gitsuffix --http2 -X POST -H 'Content-Type: application/json' -d '{}' "$B/api/v4/projects/1/repository/files/git-upload-pack?branch=main"
+c get_override --http1.1 -H 'X-HTTP-Method-Override: DELETE' "$B/echo/a"
 c post_h2 --http2 -X POST -d payload "$B/echo/b"
 printf 'keepalive=%s\n' "$(curl -s --http1.1 -o /dev/null -o /dev/null -w '%{http_code}:%{num_connects} ' "$B/echo/1" "$B/echo/2")"
 printf 'python_get=%s\n' "$(python3 -c '
@@ -304,6 +306,10 @@ func TestInspectedHTTPSInSandbox(t *testing.T) {
 		t.Errorf("post_h1 denial body: %q", r["post_h1"])
 	}
 	check("get_h2", "200 2 ")
+	// Red-team regressions in a real sandbox: a REST write whose path ends
+	// in git's fetch name, and a GET that frameworks read as a DELETE.
+	check("post_gitsuffix", `403 2 {"error":"policy_denied"`)
+	check("get_override", `403 1.1 {"error":"policy_denied"`)
 	check("post_h2", `403 2 {"error":"policy_denied"`)
 	check("keepalive", "200:1 200:0 ") // the second request reused the connection
 	check("python_get", "200")
