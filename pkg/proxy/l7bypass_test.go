@@ -391,3 +391,27 @@ func TestPassthroughSNIAfterPostgresSSLRequest(t *testing.T) {
 		t.Fatalf("server names the upstream saw: %q", got)
 	}
 }
+
+// h2c with prior knowledge inside a plaintext inspected tunnel is not
+// spoken: the preface is a malformed HTTP/1.1 head (400), and nothing
+// reaches the upstream.
+func TestInspectedPlaintextH2CPriorKnowledgeRefused(t *testing.T) {
+	spy := newHeaderSpy(t)
+	e := newEnv(t, restPolicy(spy.port, "read-only", ""), func(c *Config) { c.CA, _ = tlsca.New(tlsca.Options{}) })
+	c, resp, br := e.connect(fmt.Sprintf("allowed.test:%d", spy.port))
+	if resp.StatusCode != 200 {
+		t.Fatalf("CONNECT %d", resp.StatusCode)
+	}
+	fr := http2.NewFramer(c, nil)
+	io.WriteString(c, http2.ClientPreface)
+	fr.WriteSettings()
+	r, err := http.ReadResponse(br, nil)
+	if err != nil || r.StatusCode != 400 {
+		t.Fatalf("h2c preface: %v %v", r, err)
+	}
+	spy.mu.Lock()
+	defer spy.mu.Unlock()
+	if spy.count != 0 {
+		t.Fatalf("the upstream saw %d requests", spy.count)
+	}
+}
