@@ -144,11 +144,27 @@ func (m RequestMatch) matches(method, path string, query url.Values, deny bool) 
 // denyPathMatch is pathGlob for a deny rule: case-insensitive, with a
 // trailing slash optional on either side.
 func denyPathMatch(pattern, path string) bool {
-	pattern, path = strings.ToLower(pattern), strings.ToLower(path)
-	if pathGlob(pattern, path) || pathGlob(pattern, path+"/") {
+	pattern, path = asciiLower(pattern), asciiLower(path)
+	if pathGlob(pattern, path) {
 		return true
 	}
-	return len(path) > 1 && strings.HasSuffix(path, "/") && pathGlob(pattern, strings.TrimSuffix(path, "/"))
+	if len(path) > 1 && strings.HasSuffix(path, "/") {
+		return pathGlob(pattern, path[:len(path)-1])
+	}
+	return pathGlob(pattern, path+"/")
+}
+
+// asciiLower lower-cases ASCII letters only: a decoded path may hold any
+// byte, and a Unicode mapping would change its length (and what "?"
+// matches).
+func asciiLower(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
 }
 
 // denyQueryValues collects the values of every query parameter a server

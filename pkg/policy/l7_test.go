@@ -2,6 +2,7 @@ package policy
 
 import (
 	"net/url"
+	"strings"
 	"testing"
 )
 
@@ -145,4 +146,36 @@ func TestAccessAllowsRequestGit(t *testing.T) {
 	if ok, why := ep.CheckRequest("POST", "/blocked/r.git/git-upload-pack", nil, GitUploadPackRequestType); ok || why != L7DeniedByRule {
 		t.Errorf("deny rule did not win over the git fetch reading: %v %s", ok, why)
 	}
+}
+
+// A deny rule matches at least what the same rule matches strictly, and
+// every case and trailing-slash spelling of it: deny only widens.
+func FuzzDenyPathMatch(f *testing.F) {
+	f.Add("/admin/**", "/admin")
+	f.Add("/api/users/1", "/API/users/1/")
+	f.Add("/v?/x", "/V1/X")
+	f.Fuzz(func(t *testing.T, pat, s string) {
+		if len(pat) > 64 || len(s) > 256 {
+			return
+		}
+		if pathGlob(pat, s) && !denyPathMatch(pat, s) {
+			t.Fatalf("deny %q misses %q, which the strict match selects", pat, s)
+		}
+		if denyPathMatch(pat, s) != denyPathMatch(pat, asciiUpper(s)) {
+			t.Fatalf("deny %q depends on the case of %q", pat, s)
+		}
+		if len(s) > 1 && !strings.HasSuffix(s, "/") && denyPathMatch(pat, s) != denyPathMatch(pat, s+"/") {
+			t.Fatalf("deny %q depends on a trailing slash after %q", pat, s)
+		}
+	})
+}
+
+func asciiUpper(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if 'a' <= c && c <= 'z' {
+			b[i] = c - 'a' + 'A'
+		}
+	}
+	return string(b)
 }
