@@ -8,7 +8,9 @@
 #    cached / not cached vs passthrough;   target: cached adds <= 2 ms p50
 #  - bulk download (PALISADE_BENCH_MB, default 64 MiB): terminated vs
 #    passthrough;                           target: >= 0.7x
-# ROUNDS rounds (default 5), medians of the per-round ratios. No root.
+# ROUNDS rounds (default 5), medians of the per-round ratios. The
+# keep-alive rows also give the process's CPU per request, which the load
+# of a shared machine moves much less than requests/s. No root.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROUNDS=${ROUNDS:-5}
@@ -25,7 +27,8 @@ echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 awk -v rounds="$ROUNDS" '
 function metric(line, unit,   i, n, f) { n = split(line, f, /[ \t]+/); for (i = 2; i <= n; i++) if (f[i] == unit) return f[i-1]; return 0 }
 { split($1, parts, "/"); name = parts[2] "/" parts[3]; sub(/-[0-9]+$/, "", name); k = ++cnt[name]
-  rps[name, k] = metric($0, "req/s"); p50[name, k] = metric($0, "p50-us"); p99[name, k] = metric($0, "p99-us"); mbs[name, k] = metric($0, "MB/s") }
+  rps[name, k] = metric($0, "req/s"); p50[name, k] = metric($0, "p50-us"); p99[name, k] = metric($0, "p99-us"); mbs[name, k] = metric($0, "MB/s")
+  cpu[name, k] = metric($0, "cpu-us/req") }
 function median(arr, n,   i, j, t, v) { for (i = 1; i <= n; i++) v[i] = arr[i]
   for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }
   return (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2 }
@@ -34,6 +37,7 @@ END {
   for (k = 1; k <= n; k++) {
     ka[k] = rps["keepalive/terminated", k] / rps["keepalive/passthrough", k]
     kd[k] = rps["keepalive/terminated", k] / rps["keepalive/direct", k]
+    kc[k] = cpu["keepalive/passthrough", k] / cpu["keepalive/terminated", k]
     tc[k] = (p50["fresh/terminated-cached", k] - p50["fresh/passthrough", k]) / 1000
     tu[k] = (p50["fresh/terminated-uncached", k] - p50["fresh/passthrough", k]) / 1000
     bk[k] = mbs["bulk/terminated", k] / mbs["bulk/passthrough", k]
@@ -43,10 +47,13 @@ END {
     split("", v); for (k = 1; k <= cnt[s]; k++) v[k] = p50[s, k]; m50 = median(v, cnt[s])
     split("", v); for (k = 1; k <= cnt[s]; k++) v[k] = p99[s, k]; m99 = median(v, cnt[s])
     split("", v); for (k = 1; k <= cnt[s]; k++) v[k] = mbs[s, k]; mm = median(v, cnt[s])
+    split("", v); for (k = 1; k <= cnt[s]; k++) v[k] = cpu[s, k]; mc = median(v, cnt[s])
     if (mm > 0) printf "median %-28s %8.1f MB/s\n", s, mm
+    else if (mc > 0) printf "median %-28s %8.0f req/s  p50 %6.0f us  p99 %6.0f us  CPU %5.1f us/req\n", s, mr, m50, m99, mc
     else printf "median %-28s %8.0f req/s  p50 %6.0f us  p99 %6.0f us\n", s, mr, m50, m99
   }
   printf "keep-alive requests/s, terminated / passthrough: median %.2fx over %d rounds (target >= 0.70x); / direct %.2fx\n", median(ka, n), n, median(kd, n)
+  printf "keep-alive CPU per request (client, proxy and server), passthrough / terminated: median %.2fx (the same ratio if requests/s followed CPU alone)\n", median(kc, n)
   printf "fresh-connection TTFB p50 added over passthrough: leaf cached %+.2f ms (target <= 2 ms), not cached %+.2f ms\n", median(tc, n), median(tu, n)
   printf "bulk throughput, terminated / passthrough: median %.2fx (target >= 0.70x)\n", median(bk, n)
 }' "$tmp"
