@@ -25,5 +25,10 @@
 // eligible name get NOERROR with no data (the synthetic range is IPv4
 // only; IPv6 stays fenced), other types likewise.
 //
+// egress-proxy serves it (--dns-listen, with --transparent-listen) when
+// sandboxnet starts a sandbox whose policy has a `protocol: tcp`
+// endpoint; TCPNames gives the eligible names of a policy and ResolvConf
+// the sandbox's /etc/resolv.conf.
+//
 // DNS messages are parsed by github.com/miekg/dns, never by hand.
 package policydns

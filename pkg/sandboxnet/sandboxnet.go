@@ -5,6 +5,12 @@
 // the proxy writes its inspection CA's certificate, and the attacher
 // combines it with the system roots into the bundle the sandbox trusts.
 //
+// When the starting policy has a `protocol: tcp` endpoint, the proxy
+// also serves the policy DNS and the transparent TCP listener, the fence
+// admits DNS to the host address and redirects the synthetic range, and
+// the attacher (a sandbox.ResolvSource) gives the sandbox a resolv.conf
+// naming the policy DNS.
+//
 // The proxy reports readiness on a pipe; a proxy that is not ready within
 // the timeout fails the sandbox (exit 125). If the proxy dies, egress
 // fails closed (the fence redirects nothing anywhere but the proxy's
