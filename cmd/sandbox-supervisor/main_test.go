@@ -631,15 +631,34 @@ func TestEarlySIGTERMIsHandled(t *testing.T) {
 	bin := testutil.Binary(t, "sandbox-supervisor")
 	wd, st := sandboxDirs(t)
 	handled := 0
+	// Fixed delays sweep the start on an idle host; on a loaded one the
+	// supervisor may not catch signals within 12 ms, so the last run
+	// signals once the sandbox's state directory exists: the supervisor
+	// caught signals before it created it, so that SIGTERM must be
+	// handled.
+	stateMade := time.Duration(-1)
 	for _, delay := range []time.Duration{0, 500 * time.Microsecond, time.Millisecond, 1500 * time.Microsecond, 2 * time.Millisecond,
-		3 * time.Millisecond, 4 * time.Millisecond, 6 * time.Millisecond, 8 * time.Millisecond, 12 * time.Millisecond} {
+		3 * time.Millisecond, 4 * time.Millisecond, 6 * time.Millisecond, 8 * time.Millisecond, 12 * time.Millisecond, stateMade} {
 		name := testutil.UniqueName("term-")
 		cmd := exec.Command(bin, "run", "--state-dir", st, "--workdir", wd, "--name", name, "--", "/bin/sh", "-c",
 			`trap 'exit 42' TERM; i=0; while [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done; exit 1`)
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(delay)
+		if delay == stateMade {
+			for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(time.Millisecond) {
+				if _, err := os.Stat(filepath.Join(st, name)); err == nil {
+					break
+				}
+				if time.Now().After(deadline) {
+					cmd.Process.Kill()
+					cmd.Wait()
+					t.Fatal("the sandbox's state directory never appeared")
+				}
+			}
+		} else {
+			time.Sleep(delay)
+		}
 		cmd.Process.Signal(syscall.SIGTERM)
 		done := make(chan error, 1)
 		go func() { done <- cmd.Wait() }()
@@ -650,6 +669,9 @@ func TestEarlySIGTERMIsHandled(t *testing.T) {
 			t.Fatalf("delay %v: the run did not end after SIGTERM", delay)
 		}
 		ws := cmd.ProcessState.Sys().(syscall.WaitStatus)
+		if delay == stateMade && ws.Signaled() {
+			t.Fatal("SIGTERM after the state directory was made killed the supervisor: it catches signals too late")
+		}
 		if !ws.Signaled() {
 			handled++
 			if code := ws.ExitStatus(); code != 42 && code != 143 {
