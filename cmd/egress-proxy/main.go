@@ -25,6 +25,7 @@ import (
 	"github.com/palisade-sandbox/palisade/pkg/attribution"
 	"github.com/palisade-sandbox/palisade/pkg/cgroup"
 	"github.com/palisade-sandbox/palisade/pkg/cli"
+	"github.com/palisade-sandbox/palisade/pkg/feature"
 	"github.com/palisade-sandbox/palisade/pkg/fence"
 	"github.com/palisade-sandbox/palisade/pkg/ocsf"
 	"github.com/palisade-sandbox/palisade/pkg/proxy"
@@ -292,7 +293,11 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		resolver = hr
 	}
 
-	// The inspection CA: generated here, its key only ever in memory.
+	// The inspection CA: generated here, its key only ever in memory, so
+	// that memory never reaches a core file first.
+	if err := proxy.NoCoreDumps(); err != nil && !errors.Is(err, feature.ErrNotSupported) {
+		return cli.Failf("%v", err)
+	}
 	ca, err := tlsca.New(tlsca.Options{Name: f.sandbox})
 	if err != nil {
 		return cli.Failf("%v", err)

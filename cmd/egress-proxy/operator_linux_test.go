@@ -5,10 +5,12 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -104,6 +106,12 @@ func TestStandaloneHelpExampleAndQuietDefaults(t *testing.T) {
 	p := startProxy(t, pol, hosts, trust...)
 	if s := p.stderr.String(); strings.Contains(s, "RLIMIT_NOFILE") || strings.Contains(s, "descriptor limit") {
 		t.Errorf("default settings warn about the descriptor limit:\n%s", s)
+	}
+	// The CA key lives in this process's memory only: no core file.
+	if lim, err := os.ReadFile(fmt.Sprintf("/proc/%d/limits", p.cmd.Process.Pid)); err != nil {
+		t.Error(err)
+	} else if !regexp.MustCompile(`(?m)^Max core file size\s+0\s+0\s`).Match(lim) {
+		t.Errorf("the proxy may dump core (its CA key with it):\n%s", lim)
 	}
 	for _, ex := range helpExamples(t) {
 		runExample(p, ex[0])

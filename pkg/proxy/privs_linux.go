@@ -49,3 +49,18 @@ func DropCapabilities(keep []int) error {
 	}
 	return nil
 }
+
+// NoCoreDumps keeps the process's memory (the inspection CA's private
+// key lives only there) out of core files and away from same-uid
+// debuggers: RLIMIT_CORE 0, and the process is made non-dumpable, which
+// also makes its /proc/<pid> files root-owned. Call it before the key is
+// generated.
+func NoCoreDumps() error {
+	if err := unix.Setrlimit(unix.RLIMIT_CORE, &unix.Rlimit{}); err != nil {
+		return fmt.Errorf("proxy: setrlimit(RLIMIT_CORE, 0): %w", err)
+	}
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fmt.Errorf("proxy: prctl(PR_SET_DUMPABLE, 0): %w", err)
+	}
+	return nil
+}

@@ -12,3 +12,6 @@ var ErrCapsCgo = feature.ErrNotSupported
 
 // DropCapabilities is not supported off Linux.
 func DropCapabilities([]int) error { return feature.ErrNotSupported }
+
+// NoCoreDumps is not supported off Linux.
+func NoCoreDumps() error { return feature.ErrNotSupported }
