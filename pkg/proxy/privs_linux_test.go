@@ -15,6 +15,10 @@ import (
 // the test binary: the change lasts for the process's life.
 func TestNoCoreDumps(t *testing.T) {
 	if os.Getenv("PALISADE_NOCORE_CHILD") == "1" {
+		// A fresh exec is dumpable; otherwise the check below proves nothing.
+		if d, _ := unix.PrctlRetInt(unix.PR_GET_DUMPABLE, 0, 0, 0, 0); d != 1 {
+			t.Fatalf("the child starts with PR_GET_DUMPABLE = %d, want 1", d)
+		}
 		if err := NoCoreDumps(); err != nil {
 			t.Fatal(err)
 		}
@@ -27,9 +31,6 @@ func TestNoCoreDumps(t *testing.T) {
 			t.Fatalf("RLIMIT_CORE = %+v, %v; want 0/0", rl, err)
 		}
 		return
-	}
-	if d, _ := unix.PrctlRetInt(unix.PR_GET_DUMPABLE, 0, 0, 0, 0); d == 0 {
-		t.Fatal("the test process is already non-dumpable: the child's check would prove nothing")
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestNoCoreDumps$", "-test.count=1")
 	cmd.Env = append(os.Environ(), "PALISADE_NOCORE_CHILD=1")
