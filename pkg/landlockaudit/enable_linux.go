@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -114,6 +115,10 @@ func acquire() (*Lease, error) {
 }
 
 // acquireLocked is Acquire for a caller holding the host lock.
+// beforeEnable, when set (tests only), runs after the record is written
+// and before audit is turned on.
+var beforeEnable func()
+
 func acquireLocked() (*Lease, error) {
 	cs := readCoord()
 	pruneHolders(&cs)
@@ -149,14 +154,28 @@ func acquireLocked() (*Lease, error) {
 			set.Mask |= unix.AUDIT_STATUS_BACKLOG_LIMIT
 			set.BacklogLimit = Backlog
 		}
-		if err := setStatus(set); err != nil {
-			return nil, err
-		}
+		// The record comes first: a supervisor killed between the two
+		// steps then leaves a record the next one restores from, never
+		// audit on with nobody to turn it off.
+		prev := cs
+		prev.Holders = maps.Clone(cs.Holders)
 		cs.EnabledByPalisade = true
 		if set.Mask&unix.AUDIT_STATUS_BACKLOG_LIMIT != 0 {
 			cs.PrevBacklogLimit = st.BacklogLimit
 		}
+		cs.Holders[l.token] = true
+		if err := writeCoord(cs); err != nil {
+			return nil, err // nothing changed yet
+		}
+		if beforeEnable != nil {
+			beforeEnable()
+		}
+		if err := setStatus(set); err != nil {
+			writeCoord(prev)
+			return nil, err
+		}
 		l.Mode, l.Detail = ModeEnabled, "audit enabled while sandboxes run"
+		return l, nil
 	}
 	cs.Holders[l.token] = true
 	if err := writeCoord(cs); err != nil {

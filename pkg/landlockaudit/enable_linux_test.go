@@ -136,6 +136,33 @@ func TestAcquireEnablesAndRestores(t *testing.T) {
 	}
 }
 
+// The record that a supervisor turned audit on is on disk before audit
+// is: a supervisor killed between the two steps leaves a record the next
+// one restores from, never audit on with nobody to turn it off.
+func TestRecordWrittenBeforeAuditIsEnabled(t *testing.T) {
+	holdIdle(t)
+	kernelBacklog(t)
+	var recorded, enabledYet, called bool
+	beforeEnable = func() {
+		called = true
+		recorded = readCoord().EnabledByPalisade
+		st, _ := GetStatus()
+		enabledYet = st.Enabled != 0
+	}
+	t.Cleanup(func() { beforeEnable = nil })
+	l, err := acquireLocked()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.releaseLocked() })
+	if !called {
+		t.Fatal("acquire did not turn audit on (the test's precondition is audit off)")
+	}
+	if !recorded || enabledYet {
+		t.Fatalf("when audit was turned on: record written %v, audit already on %v; want true, false", recorded, enabledYet)
+	}
+}
+
 // An operator who changes the backlog limit while sandboxes run keeps
 // it: the last release turns audit off but leaves the limit alone.
 func TestBacklogLimitChangedMeanwhileIsKept(t *testing.T) {
