@@ -93,6 +93,14 @@ func TestIncludeKeptRefusesALiveSandbox(t *testing.T) {
 	bin := testutil.Binary(t, "sandbox-supervisor")
 	wd, st := sandboxDirs(t)
 	name := testutil.UniqueName("live-")
+	// Runs after startReady's kill (cleanups run last first): the kept
+	// sandbox's state and cgroups go, so runs leave nothing on the host.
+	t.Cleanup(func() {
+		supervise(t, bin, "gc", "--state-dir", st, "--apply", "--stale-after", "0s", "--include-kept", name)
+		if _, err := os.Stat("/sys/fs/cgroup/pids/palisade/" + name); !os.IsNotExist(err) {
+			t.Errorf("the kept sandbox's cgroup is left after gc --include-kept: %v", err)
+		}
+	})
 	startReady(t, bin, "run", "--state-dir", st, "--workdir", wd, "--name", name, "--keep", "--", "/bin/sh", "-c", "echo ready; exec sleep 60")
 	out, _ := supervise(t, bin, "gc", "--state-dir", st, "--apply", "--include-kept", name)
 	if !lineHas(out, "keep    "+name, "alive") {
