@@ -16,8 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/containerd/console"
-
 	"github.com/palisade-sandbox/palisade/pkg/state"
 	"github.com/palisade-sandbox/palisade/pkg/testutil"
 )
@@ -100,16 +98,7 @@ func TestDetachedSandboxConcurrentExecs(t *testing.T) {
 
 	// The terminal exec writes to /tmp and waits for the other to
 	// answer; the other reads it and answers: both run at once.
-	m, slavePath, err := console.NewPty()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	slave, err := os.OpenFile(slavePath, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer slave.Close()
+	m, slave := testutil.Pty(t)
 	script := `echo shared > /tmp/shared; i=0; while [ ! -e /tmp/done ] && [ $i -lt 400 ]; do sleep 0.025; i=$((i+1)); done; ` +
 		`echo "tty=$(tty) uid=$(id -u) pidns=$(readlink /proc/self/ns/pid) netns=$(readlink /proc/self/ns/net) done=$(cat /tmp/done)"`
 	ttyCmd := exec.Command(bin, "exec", "--state-dir", st, "--tty", name, "--", script)

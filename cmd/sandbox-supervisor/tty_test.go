@@ -3,13 +3,10 @@ package main
 import (
 	"bytes"
 	"io"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/containerd/console"
 
 	"github.com/palisade-sandbox/palisade/pkg/testutil"
 )
@@ -63,22 +60,10 @@ func TestTTYLineEndsOnce(t *testing.T) {
 func ttyLineEnds(t *testing.T, separate bool) {
 	bin := testutil.Binary(t, "sandbox-supervisor")
 	wd, st := sandboxDirs(t)
-	pty := func() (console.Console, *os.File) {
-		m, path, err := console.NewPty()
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := os.OpenFile(path, os.O_RDWR, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close(); m.Close() })
-		return m, s
-	}
-	outMaster, outSlave := pty()
+	outMaster, outSlave := testutil.Pty(t)
 	inSlave := outSlave
 	if separate {
-		_, inSlave = pty()
+		_, inSlave = testutil.Pty(t)
 	}
 	cmd := exec.Command(bin, "run", "--state-dir", st, "--workdir", wd, "--tty", "--", "printf", `a\nb\n`)
 	cmd.Stdin, cmd.Stdout = inSlave, outSlave

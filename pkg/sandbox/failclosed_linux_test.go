@@ -14,6 +14,7 @@ import (
 	"github.com/containerd/console"
 
 	"github.com/palisade-sandbox/palisade/pkg/feature"
+	"github.com/palisade-sandbox/palisade/pkg/testutil"
 )
 
 // missing simulates kernels without the named features through the
@@ -153,16 +154,7 @@ func TestTTY(t *testing.T) {
 // window-size change of the caller's terminal reaches it.
 func TestTTYWindowSize(t *testing.T) {
 	f := newFixture(t)
-	caller, slavePath, err := console.NewPty()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer caller.Close()
-	slave, err := os.OpenFile(slavePath, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer slave.Close()
+	caller, slave := testutil.Pty(t)
 	caller.Resize(console.WinSize{Height: 33, Width: 111})
 	env, _ := BuildEnv(EnvInput{Workdir: f.workdir, Name: "t", TTY: true})
 	o := f.options([]string{"/bin/sh", "-c", `stty size; trap 'stty size; exit 0' WINCH; echo ready; i=0; while [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; exit 3`}, env)

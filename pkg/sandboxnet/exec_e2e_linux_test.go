@@ -15,8 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/containerd/console"
-
 	"github.com/palisade-sandbox/palisade/pkg/fence"
 	"github.com/palisade-sandbox/palisade/pkg/state"
 	"github.com/palisade-sandbox/palisade/pkg/testutil"
@@ -60,16 +58,7 @@ func TestExecEgressAndReload(t *testing.T) {
 	}
 
 	// A second exec, on a terminal, at the same time: the same rules.
-	m, slavePath, err := console.NewPty()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	slave, err := os.OpenFile(slavePath, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer slave.Close()
+	m, slave := testutil.Pty(t)
 	ttyExec := exec.Command(l.sup, "exec", "--tty", "--state-dir", l.state, name, "--",
 		`sleep 0.2; a=$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 http://allowed.test/); d=$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 http://denied.test/); echo "tty_allowed=$a tty_denied=$d tty=$(tty)"`)
 	ttyExec.Stdin, ttyExec.Stdout, ttyExec.Stderr = slave, slave, slave
