@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"syscall"
 	"time"
@@ -113,6 +114,13 @@ Flags:
   --head-timeout D       request head read timeout, 408 beyond (default 10s)
   --connect-timeout D    upstream resolve+connect timeout, 504 beyond (default 10s)
   --idle-timeout D       close tunnels idle this long (default 15m)
+  --procs N              CPUs that run proxy code at once (Go's GOMAXPROCS;
+                         0: all). Default 1 in sandbox mode: one proxy per
+                         sandbox, and one scheduler thread answers a new
+                         connection sooner than two handing it to each
+                         other (docs/egress-proxy.md has the figures); all
+                         CPUs standalone. A GOMAXPROCS environment
+                         variable replaces the default, not the flag.
   --deny-window D        report a repeated denial at most once per D, with a
                          count (default 10s; 0 reports every one)
   --log-format F         text or json logs on stderr (default text)
@@ -161,7 +169,7 @@ type flags struct {
 	caOut, upstreamCA                                       string
 	dnsListen, transparentListen                            string
 	dnsTTL                                                  time.Duration
-	initPID, readyFD, maxConns, maxHeadBytes                int
+	initPID, readyFD, maxConns, maxHeadBytes, procs         int
 	maxConnsSet                                             bool
 	headTimeout, connectTimeout, idleTimeout, denyWindow    time.Duration
 }
@@ -187,6 +195,7 @@ func parseFlags(args []string, stdout io.Writer) (*flags, bool, error) {
 	fs.StringVar(&f.pins, "pins", "", "binary pin file")
 	fs.IntVar(&f.readyFD, "ready-fd", -1, "readiness fd")
 	fs.IntVar(&f.maxConns, "max-conns", proxy.DefaultMaxConns, "concurrent connections")
+	fs.IntVar(&f.procs, "procs", -1, "CPUs running proxy code at once")
 	fs.IntVar(&f.maxHeadBytes, "max-head-bytes", proxy.DefaultMaxHeadBytes, "request head limit")
 	fs.DurationVar(&f.headTimeout, "head-timeout", proxy.DefaultHeadTimeout, "head read timeout")
 	fs.DurationVar(&f.connectTimeout, "connect-timeout", proxy.DefaultConnectTimeout, "upstream connect timeout")
@@ -220,6 +229,8 @@ func parseFlags(args []string, stdout io.Writer) (*flags, bool, error) {
 		return nil, false, cli.Usagef("--ready-fd %d: want 3 or more (0-2 are stdio)", f.readyFD)
 	case f.maxConns < 1:
 		return nil, false, cli.Usagef("--max-conns %d: want at least 1", f.maxConns)
+	case f.procs < -1:
+		return nil, false, cli.Usagef("--procs %d: want 0 (all CPUs) or more", f.procs)
 	case f.maxHeadBytes < 512 || f.maxHeadBytes > 1<<20:
 		return nil, false, cli.Usagef("--max-head-bytes %d: want 512..1048576", f.maxHeadBytes)
 	case f.headTimeout <= 0:
@@ -246,6 +257,24 @@ func parseFlags(args []string, stdout io.Writer) (*flags, bool, error) {
 	return f, false, nil
 }
 
+// schedulerProcs is the GOMAXPROCS the proxy runs with (0: the runtime's
+// default, every CPU within the cgroup's limit), or -1 to keep what the
+// runtime chose: --procs when given, else 1 in sandbox
+// mode unless the GOMAXPROCS environment variable chose. One proxy
+// serves one sandbox; with one P the goroutine that a new connection
+// wakes runs on the thread the poller woke, instead of another thread
+// being woken to run it while a third spins, which doubled the time to
+// answer a CONNECT on the 2-CPU machine of docs/egress-proxy.md.
+func schedulerProcs(flag int, sandbox, env bool) int {
+	switch {
+	case flag >= 0:
+		return flag
+	case sandbox && !env:
+		return 1
+	}
+	return -1
+}
+
 func productVersion() string {
 	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
 		return bi.Main.Version
@@ -265,6 +294,15 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	log, err := cli.NewLogger(f.logFormat, stderr, level)
 	if err != nil {
 		return err
+	}
+	if n := schedulerProcs(f.procs, f.cgroup != "", os.Getenv("GOMAXPROCS") != ""); n >= 0 {
+		prev := runtime.GOMAXPROCS(0)
+		defer runtime.GOMAXPROCS(prev) // run is called in-process by tests
+		if n == 0 {
+			runtime.SetDefaultGOMAXPROCS() // CPUs, within the cgroup's CPU limit
+		} else {
+			runtime.GOMAXPROCS(n)
+		}
 	}
 	if n, note, err := proxy.FitFDLimit(f.maxConns, f.maxConnsSet); err != nil {
 		log.Warn("file descriptor limit", "err", err)

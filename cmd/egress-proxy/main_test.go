@@ -43,6 +43,7 @@ func TestUsageErrors(t *testing.T) {
 		{"--policy", "p.yaml", "--init-pid", "7"},
 		{"--policy", "p.yaml", "--ready-fd", "1"},
 		{"--policy", "p.yaml", "--max-conns", "0"},
+		{"--policy", "p.yaml", "--procs", "-2"},
 		{"--policy", "p.yaml", "--max-head-bytes", "10"},
 		{"--policy", "p.yaml", "--head-timeout", "0s"},
 		{"--policy", "p.yaml", "--idle-timeout", "-1s"},
@@ -85,4 +86,22 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+func TestSchedulerProcs(t *testing.T) {
+	for _, c := range []struct {
+		flag         int
+		sandbox, env bool
+		want         int
+	}{
+		{-1, true, false, 1},   // sandbox mode: one P
+		{-1, true, true, -1},   // GOMAXPROCS in the environment wins over the default
+		{-1, false, false, -1}, // standalone: the runtime's choice
+		{4, true, true, 4},     // the flag wins over everything
+		{0, true, false, 0},    // 0: the runtime's default, every CPU
+	} {
+		if got := schedulerProcs(c.flag, c.sandbox, c.env); got != c.want {
+			t.Errorf("schedulerProcs(%d, sandbox %v, env %v) = %d, want %d", c.flag, c.sandbox, c.env, got, c.want)
+		}
+	}
 }

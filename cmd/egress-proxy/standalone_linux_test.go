@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -130,7 +131,7 @@ network_policies:
       - path: ` + curlBin + `
 `
 	os.WriteFile(policyPath, []byte(policyText), 0o600)
-	p := startProxy(t, policyPath, hosts)
+	p := startProxy(t, policyPath, hosts, "--procs", "3")
 
 	// Allowed over forward HTTP and over CONNECT (TLS end to end).
 	code, body := curl(t, curlBin, p.addr, "http://allowed.test/hello?token=SECRET")
@@ -187,6 +188,15 @@ network_policies:
 	}
 	if st.Counters.Allowed != 2 || st.Counters.Denied != 4 || st.Policy.Generation != 1 {
 		t.Errorf("status: %+v", st)
+	}
+	resp, err := cl.Get("http://proxy/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(metrics), "\npalisade_proxy_go_maxprocs 3\n") {
+		t.Errorf("--procs 3 not in force; metrics:\n%s", metrics)
 	}
 
 	// SIGHUP reloads a tightened policy.

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -147,6 +148,8 @@ func (p *Proxy) WriteMetrics(w io.Writer) error {
 		gen = g.Number
 	}
 	fmt.Fprintf(bw, "palisade_proxy_policy_generation %d\n", gen)
+	metric("palisade_proxy_go_maxprocs", "gauge", "CPUs that run proxy code at once (--procs).")
+	fmt.Fprintf(bw, "palisade_proxy_go_maxprocs %d\n", runtime.GOMAXPROCS(0))
 	metric("palisade_proxy_active_connections", "gauge", "Client connections being served.")
 	fmt.Fprintf(bw, "palisade_proxy_active_connections %d\n", c.ActiveConnections)
 	metric("palisade_proxy_active_tunnels", "gauge", "Open CONNECT tunnels and forwarded requests.")
