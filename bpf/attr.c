@@ -64,7 +64,14 @@ struct proc_info {
 	__u64 start_time; // group leader's start time, ns since boot
 	__u64 exe_ino;
 	__u32 exe_dev; // kernel dev_t: major << 20 | minor
-	__u32 pad;
+	// exec_seq numbers the process's image: 0 from fork (or seeding),
+	// a fresh value from the execs counter at every exec
+	// (EXEC_SEQ_UNKNOWN: not cacheable). In the procs
+	// map only (a connection's snapshot leaves it 0): userspace keys
+	// what it learnt about an image (its path, its hash) by tgid, start
+	// time and exec_seq, and an exec, even of the same file under
+	// another name, starts a new key.
+	__u32 exec_seq;
 	char comm[16];
 };
 
@@ -123,6 +130,17 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 } passes SEC(".maps");
+
+// execs[0] numbers the execs of sandbox tasks (exec_seq).
+// EXEC_SEQ_UNKNOWN marks an image userspace must not cache (the counter
+// could not be read, or it wrapped after 2^32 execs).
+#define EXEC_SEQ_UNKNOWN 0xffffffff
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} execs SEC(".maps");
 
 static __always_inline void fill_proc(struct task_struct *task, struct proc_info *p)
 {
@@ -236,11 +254,22 @@ int proc_exec(struct bpf_raw_tracepoint_args *ctx)
 {
 	struct task_struct *task = (struct task_struct *)ctx->args[0];
 	struct proc_info p = {};
-	__u32 tgid;
+	__u32 tgid, zero = 0, *seq;
 
 	if (!in_sandbox())
 		return 0;
 	fill_proc(task, &p);
+	p.exec_seq = EXEC_SEQ_UNKNOWN;
+	seq = bpf_map_lookup_elem(&execs, &zero);
+	if (seq) {
+		// Added, then read: two execs racing may read the same value,
+		// but each reads a value above any read before its own add,
+		// which is what makes a process's next image a new key.
+		__sync_fetch_and_add(seq, 1);
+		p.exec_seq = *seq;
+		if (p.exec_seq == 0 || p.exec_seq == EXEC_SEQ_UNKNOWN)
+			p.exec_seq = EXEC_SEQ_UNKNOWN; // wrapped: uncacheable
+	}
 	tgid = p.tgid;
 	bpf_map_update_elem(&procs, &tgid, &p, BPF_ANY);
 	return 0;

@@ -31,7 +31,7 @@ type AttrProcInfo struct {
 	StartTime uint64
 	ExeIno    uint64
 	ExeDev    uint32
-	Pad       uint32
+	ExecSeq   uint32
 	Comm      [16]int8
 }
 
@@ -41,6 +41,7 @@ type AttrProcInfo struct {
 const (
 	AttrMapConnectFds      = "connect_fds"
 	AttrMapConns           = "conns"
+	AttrMapExecs           = "execs"
 	AttrMapPasses          = "passes"
 	AttrMapProcs           = "procs"
 	AttrMapSandboxCgroup   = "sandbox_cgroup"
@@ -116,6 +117,7 @@ type AttrProgramSpecs struct {
 type AttrMapSpecs struct {
 	ConnectFds    *ebpf.MapSpec `ebpf:"connect_fds"`
 	Conns         *ebpf.MapSpec `ebpf:"conns"`
+	Execs         *ebpf.MapSpec `ebpf:"execs"`
 	Passes        *ebpf.MapSpec `ebpf:"passes"`
 	Procs         *ebpf.MapSpec `ebpf:"procs"`
 	SandboxCgroup *ebpf.MapSpec `ebpf:"sandbox_cgroup"`
@@ -149,6 +151,7 @@ func (o *AttrObjects) Close() error {
 type AttrMaps struct {
 	ConnectFds    *ebpf.Map `ebpf:"connect_fds"`
 	Conns         *ebpf.Map `ebpf:"conns"`
+	Execs         *ebpf.Map `ebpf:"execs"`
 	Passes        *ebpf.Map `ebpf:"passes"`
 	Procs         *ebpf.Map `ebpf:"procs"`
 	SandboxCgroup *ebpf.Map `ebpf:"sandbox_cgroup"`
@@ -158,6 +161,7 @@ func (m *AttrMaps) Close() error {
 	return _AttrClose(
 		m.ConnectFds,
 		m.Conns,
+		m.Execs,
 		m.Passes,
 		m.Procs,
 		m.SandboxCgroup,

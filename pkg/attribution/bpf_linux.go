@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"strconv"
+	"sync"
 	"sync/atomic"
 
 	"github.com/cilium/ebpf"
@@ -44,7 +45,12 @@ type BPFConfig struct {
 // descriptor has been passed in the sandbox since the socket connected
 // (so only the connector and its descendants can hold it), the connector
 // still runs the executable it connected with (same dev+inode) and still
-// holds the socket (one fd table read). Otherwise the /proc backend's
+// holds the socket (one fd table read). What is read about an image
+// (the executable's path and hash, an ancestor's path) is cached by
+// tgid, start time and the image's exec_seq from the process-tree map,
+// so a repeat connection from the same image reads /proc once (the fd
+// link); an exec, even of the same file under another name, is a new
+// image. Otherwise the /proc backend's
 // exhaustive check names the holder, and a recorded connector that
 // differs from it is reported as Identity.Connector. Ancestors come from
 // the process-tree map, not a /proc walk.
@@ -54,7 +60,9 @@ type BPFBackend struct {
 	links  []link.Link
 	closed atomic.Bool
 
-	fast, exhaustive, unrecorded, handedOff atomic.Uint64
+	images imageCache
+
+	fast, exhaustive, unrecorded, handedOff, imageHits atomic.Uint64
 }
 
 var _ Backend = (*BPFBackend)(nil)
@@ -208,13 +216,15 @@ func (b *BPFBackend) Close() error {
 // Counters returns the backend's counters: how lookups were answered
 // (fast: the recorded connector; exhaustive: the /proc search;
 // unrecorded: no record for the socket; handed_off: holder and recorded
-// connector differ), and the /proc backend's own.
+// connector differ; image_cached: fast-path answers whose executable was
+// named from the image cache), and the /proc backend's own.
 func (b *BPFBackend) Counters() map[string]uint64 {
 	c := b.proc.Counters()
 	c["bpf_fast"] = b.fast.Load()
 	c["bpf_exhaustive"] = b.exhaustive.Load()
 	c["bpf_unrecorded"] = b.unrecorded.Load()
 	c["bpf_handed_off"] = b.handedOff.Load()
+	c["bpf_image_cached"] = b.imageHits.Load()
 	return c
 }
 
@@ -269,6 +279,9 @@ func (b *BPFBackend) fastPath(ctx context.Context, rec *palisadebpf.AttrConnInfo
 		return nil // a descriptor may have been passed since the connect
 	}
 	tgid := int(rec.Proc.Tgid)
+	if cur, ok := b.image(tgid, &rec.Proc); ok {
+		return b.imageFastPath(ctx, rec, inode, cur)
+	}
 	if !b.sameExe(tgid, &rec.Proc) {
 		return nil // exec'd (or exited, or the pid was reused)
 	}
@@ -285,13 +298,60 @@ func (b *BPFBackend) fastPath(ctx context.Context, rec *palisadebpf.AttrConnInfo
 	if err != nil || !b.sameExe(tgid, &rec.Proc) {
 		return nil
 	}
-	id := &Identity{PID: tgid, Exe: exe, SHA256: sum, Backend: BackendBPFFast, Ancestors: b.ancestors(tgid)}
+	id := &Identity{PID: tgid, Exe: exe, SHA256: sum, Backend: BackendBPFFast, Ancestors: b.ancestors(tgid, nil)}
 	// Still the holder after the reads (the fd was not closed and its
 	// number reused meanwhile).
 	if link, err := os.Readlink(b.procPath(tgid, "fd/"+strconv.Itoa(fd))); err != nil || link != string(want) {
 		return nil
 	}
 	return id
+}
+
+// image returns the process-tree entry of tgid when it is the process
+// that connected (same start time) running the image it connected with
+// (same executable dev+inode) and that image's exec_seq is cacheable.
+func (b *BPFBackend) image(tgid int, connected *palisadebpf.AttrProcInfo) (palisadebpf.AttrProcInfo, bool) {
+	var cur palisadebpf.AttrProcInfo
+	if err := b.objs.Procs.Lookup(uint32(tgid), &cur); err != nil {
+		return cur, false
+	}
+	return cur, cur.StartTime != 0 && cur.StartTime == connected.StartTime && cur.ExecSeq != execSeqUnknown &&
+		cur.ExeIno == connected.ExeIno && cur.ExeDev == connected.ExeDev
+}
+
+// imageFastPath is the fast path for a connector whose process-tree
+// entry (cur) shows it still runs the image it connected with: the
+// executable's name and hash are read once per image (imageCache) and
+// ancestors are named from the cache too, so a connection costs map
+// lookups and one fd readlink. The entry is read again after the holder
+// check: an exec in between (a new exec_seq) falls back.
+func (b *BPFBackend) imageFastPath(ctx context.Context, rec *palisadebpf.AttrConnInfo, inode uint64, cur palisadebpf.AttrProcInfo) *Identity {
+	tgid := int(rec.Proc.Tgid)
+	if b.holdingFD(tgid, rec, socketLink(inode)) < 0 {
+		return nil // handed to a descendant and closed here
+	}
+	key := imageKeyOf(&cur)
+	img, cached := b.images.get(key)
+	if !cached || img.sum == "" {
+		var err error
+		if img.exe, err = os.Readlink(b.procPath(tgid, "exe")); err != nil {
+			return nil
+		}
+		if img.sum, err = b.proc.hashes.Sum(ctx, b.procPath(tgid, "exe")); err != nil || !b.sameExe(tgid, &rec.Proc) {
+			return nil
+		}
+	}
+	ancestors := b.ancestors(tgid, &cur)
+	var again palisadebpf.AttrProcInfo
+	if err := b.objs.Procs.Lookup(uint32(tgid), &again); err != nil || imageKeyOf(&again) != key {
+		return nil // exec'd or exited while being named
+	}
+	if cached && img.sum != "" {
+		b.imageHits.Add(1)
+	} else {
+		b.images.put(key, img)
+	}
+	return &Identity{PID: tgid, Exe: img.exe, SHA256: img.sum, Backend: BackendBPFFast, Ancestors: ancestors}
 }
 
 // holdingFD returns a descriptor of pid that is the socket (want), or -1:
@@ -336,15 +396,18 @@ func (b *BPFBackend) exeOf(pid int, p *palisadebpf.AttrProcInfo) string {
 
 // ancestors walks the process-tree map from pid's parent up, nearest
 // first, stopping before the sandbox init, at a process the map does
-// not know (outside the sandbox) and at MaxAncestors.
-func (b *BPFBackend) ancestors(pid int) []Process {
+// not know (outside the sandbox) and at MaxAncestors. self is pid's
+// entry when the caller has it. An ancestor's name comes from the image
+// cache when its entry is cacheable, else from /proc (and is cached).
+func (b *BPFBackend) ancestors(pid int, self *palisadebpf.AttrProcInfo) []Process {
 	var out []Process
 	var info palisadebpf.AttrProcInfo
-	cur := uint32(pid)
+	if self != nil {
+		info = *self
+	} else if err := b.objs.Procs.Lookup(uint32(pid), &info); err != nil {
+		return nil
+	}
 	for len(out) < MaxAncestors {
-		if err := b.objs.Procs.Lookup(cur, &info); err != nil {
-			break
-		}
 		ppid := info.Ppid
 		if ppid == 0 || int(ppid) == b.proc.cfg.InitPID || ppid == uint32(pid) {
 			break
@@ -353,12 +416,67 @@ func (b *BPFBackend) ancestors(pid int) []Process {
 		if err := b.objs.Procs.Lookup(ppid, &pinfo); err != nil {
 			break // not a sandbox process
 		}
-		exe, err := os.Readlink(b.procPath(int(ppid), "exe"))
-		if err != nil {
-			break // exited: the chain above it is no longer knowable
+		cacheable := pinfo.StartTime != 0 && pinfo.ExecSeq != execSeqUnknown
+		img, ok := b.images.get(imageKeyOf(&pinfo))
+		if !ok || !cacheable {
+			exe, err := os.Readlink(b.procPath(int(ppid), "exe"))
+			if err != nil {
+				break // exited: the chain above it is no longer knowable
+			}
+			img = imageInfo{exe: exe}
+			if cacheable {
+				b.images.put(imageKeyOf(&pinfo), img)
+			}
 		}
-		out = append(out, Process{PID: int(ppid), Exe: exe})
-		cur = ppid
+		out = append(out, Process{PID: int(ppid), Exe: img.exe})
+		info = pinfo
 	}
 	return out
+}
+
+// execSeqUnknown is bpf/attr.c's EXEC_SEQ_UNKNOWN: an image not to cache.
+const execSeqUnknown = 0xffffffff
+
+// imageKey names one image of one process: an exec starts a new one
+// (bpf/attr.c numbers them), a reused pid has another start time.
+type imageKey struct {
+	tgid    uint32
+	execSeq uint32
+	start   uint64
+}
+
+func imageKeyOf(p *palisadebpf.AttrProcInfo) imageKey {
+	return imageKey{tgid: p.Tgid, execSeq: p.ExecSeq, start: p.StartTime}
+}
+
+// imageInfo is what was read once about an image: the executable's
+// path (/proc/PID/exe when first asked) and its sha256 ("" when it was
+// named only as an ancestor).
+type imageInfo struct{ exe, sum string }
+
+// maxImages bounds the image cache; when full it is emptied (entries of
+// exited processes are never asked for again, and refilling costs one
+// /proc read per live image).
+const maxImages = 4096
+
+// imageCache maps process images to what was read about them.
+type imageCache struct {
+	mu sync.Mutex
+	m  map[imageKey]imageInfo
+}
+
+func (c *imageCache) get(k imageKey) (imageInfo, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v, ok := c.m[k]
+	return v, ok
+}
+
+func (c *imageCache) put(k imageKey, v imageInfo) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= maxImages {
+		c.m = make(map[imageKey]imageInfo)
+	}
+	c.m[k] = v
 }

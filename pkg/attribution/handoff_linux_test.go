@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -278,4 +279,50 @@ func TestBPFBackendAttachFailure(t *testing.T) {
 	if _, err := NewBPFBackend(BPFConfig{}); err == nil || !strings.Contains(err.Error(), "CgroupPath") {
 		t.Errorf("no cgroup: %v, want an error naming CgroupPath", err)
 	}
+}
+
+// The fast path names an image once (imageFastPath) and must not keep
+// that name across an exec: a connector that execs the same file under
+// another name (a hard link: same inode, so the executable still matches
+// the record) is named by its new path, as /proc names it.
+func TestImageCacheFollowsExec(t *testing.T) {
+	s := newTestSandbox(t, 128)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "image-a"), filepath.Join(dir, "image-b")
+	copyFile(t, self, a, nil)
+	if err := os.Chmod(a, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(a, b); err != nil {
+		t.Fatal(err)
+	}
+	pb, bb := s.backend(t, nil), s.bpfBackend(t)
+	ctx := context.Background()
+	c := s.spawnArgs(a, "execwait", "4", b)
+	name := func(what, want string) {
+		t.Helper()
+		pid, perr := pb.Lookup(ctx, c.client, c.proxy)
+		bid, berr := bb.Lookup(ctx, c.client, c.proxy)
+		if perr != nil || berr != nil {
+			t.Fatalf("%s: proc %v, bpf %v", what, perr, berr)
+		}
+		if bid.Exe != want || bid.PID != c.pid || bid.Backend != BackendBPFFast || !identityEqual(*pid, *bid) {
+			t.Errorf("%s: bpf %+v, proc %+v; want pid %d %s from the fast path", what, *bid, *pid, c.pid, want)
+		}
+	}
+	name("first lookup", a)
+	hits := bb.Counters()["bpf_image_cached"]
+	name("second lookup", a)
+	if got := bb.Counters()["bpf_image_cached"]; got != hits+1 {
+		t.Errorf("image_cached %d after a repeat lookup, want %d: the image was read again", got, hits+1)
+	}
+	if err := syscall.Kill(c.pid, syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	waitExe(t, c.pid, b)
+	name("after exec of the same file under another name", b)
 }

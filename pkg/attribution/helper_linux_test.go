@@ -9,8 +9,10 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"os/signal"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -75,7 +77,7 @@ func runHelper(mode string, args []string) error {
 		return nil
 	case "recv":
 		return helperRecv(args)
-	case "exechand", "forkhand", "forkexit", "exit", "scmsend":
+	case "exechand", "execwait", "forkhand", "forkexit", "exit", "scmsend":
 		return helperHandOff(mode, args)
 	case "client", "share", "sibling":
 	default:
@@ -207,6 +209,18 @@ func helperHandOff(mode string, args []string) error {
 	}
 	line := fmt.Sprintf("ready %s %d %d %s", tag, os.Getpid(), os.Getppid(), local)
 	switch mode {
+	case "execwait":
+		// Like exechand, once SIGUSR1 arrives: the test names the
+		// connector before and after its exec.
+		usr1 := make(chan os.Signal, 1)
+		signal.Notify(usr1, syscall.SIGUSR1)
+		fmt.Println(line)
+		select {
+		case <-usr1:
+		case <-time.After(helperLife):
+			return nil
+		}
+		fallthrough
 	case "exechand":
 		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, 0); err != nil {
 			return err
@@ -216,7 +230,9 @@ func helperHandOff(mode string, args []string) error {
 				return err
 			}
 		}
-		fmt.Println(line)
+		if mode == "exechand" {
+			fmt.Println(line)
+		}
 		return unix.Exec(arg, []string{arg, "holder"}, os.Environ())
 	case "exit":
 		fmt.Println(line)
