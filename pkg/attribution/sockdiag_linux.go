@@ -90,6 +90,15 @@ func (d *sockDiag) lookup(nsPath string, client, proxy netip.AddrPort) (inode, c
 	if d.denied {
 		return 0, 0, false, errDiagUnavailable
 	}
+	if d.pinned && d.fd >= 0 {
+		// Pinned to the sandbox's namespace while it lived: the proxy
+		// serves that one sandbox, whose namespace does not change
+		// under it, and could not open a socket in another one anyway
+		// (no CAP_SYS_ADMIN any more). Not stat'ing the namespace path
+		// again saves a sixth of a lookup. Should the init die and its
+		// pid be reused, queries miss and /proc decides.
+		return d.query(client, proxy)
+	}
 	var st unix.Stat_t
 	if err := unix.Stat(nsPath, &st); err != nil {
 		return 0, 0, false, err

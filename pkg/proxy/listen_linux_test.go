@@ -16,9 +16,9 @@ import (
 	"github.com/palisade-sandbox/palisade/pkg/testutil"
 )
 
-// acceptedCongestion listens with cc, connects once over loopback and
-// returns the congestion control of the accepted connection.
-func acceptedCongestion(t *testing.T, cc string) string {
+// acceptedSockopts listens with cc, connects once over loopback and
+// runs get on the accepted connection's descriptor.
+func acceptedSockopts(t *testing.T, cc string, get func(fd int)) {
 	t.Helper()
 	ln, err := Listen(context.Background(), "127.0.0.1:0", cc)
 	if err != nil {
@@ -40,15 +40,44 @@ func acceptedCongestion(t *testing.T, cc string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	rc.Control(func(fd uintptr) { get(int(fd)) })
+}
+
+// acceptedCongestion returns the congestion control of a connection
+// accepted by a listener made with cc.
+func acceptedCongestion(t *testing.T, cc string) string {
+	t.Helper()
 	var got string
 	var gerr error
-	rc.Control(func(fd uintptr) {
-		got, gerr = unix.GetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION)
+	acceptedSockopts(t, cc, func(fd int) {
+		got, gerr = unix.GetsockoptString(fd, unix.IPPROTO_TCP, unix.TCP_CONGESTION)
 	})
 	if gerr != nil {
 		t.Fatal(gerr)
 	}
 	return strings.TrimRight(got, "\x00")
+}
+
+// Accepted connections keep Go's default keep-alive, now inherited from
+// the listener instead of set per connection.
+func TestListenAcceptedKeepAlive(t *testing.T) {
+	for _, cc := range []string{"", DefaultClientCongestion} {
+		acceptedSockopts(t, cc, func(fd int) {
+			for _, o := range []struct {
+				what              string
+				level, name, want int
+			}{
+				{"SO_KEEPALIVE", unix.SOL_SOCKET, unix.SO_KEEPALIVE, 1},
+				{"TCP_KEEPIDLE", unix.IPPROTO_TCP, unix.TCP_KEEPIDLE, 15},
+				{"TCP_KEEPINTVL", unix.IPPROTO_TCP, unix.TCP_KEEPINTVL, 15},
+				{"TCP_KEEPCNT", unix.IPPROTO_TCP, unix.TCP_KEEPCNT, 9},
+			} {
+				if got, err := unix.GetsockoptInt(fd, o.level, o.name); err != nil || got != o.want {
+					t.Errorf("cc %q: accepted connection's %s = %d (%v), want %d", cc, o.what, got, err, o.want)
+				}
+			}
+		})
+	}
 }
 
 func systemCongestion(t *testing.T) string {

@@ -4,8 +4,11 @@ package proxy
 
 import "syscall"
 
-// congestionControl is a no-op off Linux: accepted connections keep the
+// listenerOptions is a no-op off Linux: accepted connections keep the
 // system's congestion control.
-func congestionControl(string) func(network, address string, rc syscall.RawConn) error {
+func listenerOptions(string) func(network, address string, rc syscall.RawConn) error {
 	return nil
 }
+
+// acceptedKeepAlive leaves keep-alive to Go's net package per connection.
+const acceptedKeepAlive = 0
