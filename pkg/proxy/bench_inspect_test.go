@@ -31,7 +31,9 @@ import (
 // loopback: one HTTPS upstream (HTTP/1.1), the proxy with its events
 // marshalled and written (to io.Discard), the client. The keep-alive
 // rows also report the process's CPU time per request (cpu-us/req), which
-// the load of a shared machine moves much less than requests/s.
+// the load of a shared machine moves much less than requests/s; the
+// bulk rows report it per MiB (cpu-us/MiB) and as CPUs kept busy (cpus):
+// throughput is the one divided by the other.
 
 type benchLab struct {
 	env      *testEnv
@@ -211,9 +213,13 @@ func BenchmarkInspect(b *testing.B) {
 			u := l.url(path, "allowed.test", "/bytes?n="+strconv.FormatInt(mb<<20, 10))
 			b.SetBytes(mb << 20)
 			b.ResetTimer()
+			start, cpu0 := time.Now(), testutil.ProcessCPU()
 			for range b.N {
 				fetch(b, tr, u)
 			}
+			cpu, wall := testutil.ProcessCPU()-cpu0, time.Since(start)
+			b.ReportMetric(float64(cpu.Microseconds())/float64(b.N*int(mb)), "cpu-us/MiB")
+			b.ReportMetric(cpu.Seconds()/wall.Seconds(), "cpus")
 		})
 	}
 }

@@ -26,6 +26,7 @@ type connRT struct {
 	busy     atomic.Bool
 	dead     atomic.Bool
 	fallback http.RoundTripper
+	pend     func() bool // bytes read from the socket wait under c (nil: none can)
 }
 
 func newConnRT(c net.Conn, fallback http.RoundTripper, idle time.Duration) *connRT {
@@ -105,6 +106,13 @@ func (b *connBody) Read(p []byte) (int, error) {
 		b.t.c.SetDeadline(time.Now().Add(b.t.idle))
 	}
 	return n, err
+}
+
+// pending reports whether the next read is served from bytes already
+// received from the upstream (buffered here or under the TLS layer), so
+// it does not block.
+func (b *connBody) pending() bool {
+	return b.t.br.Buffered() > 0 || b.t.pend != nil && b.t.pend()
 }
 
 func (b *connBody) Close() error {

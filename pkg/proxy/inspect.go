@@ -242,7 +242,8 @@ func (ix *inspector) serveTLS(c *net.TCPConn, br *bufio.Reader, up net.Conn) {
 	// against the DNS SANs, an IP literal against the IP SANs.
 	ucfg := &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: p.cfg.UpstreamRoots, NextProtos: upProtos, ServerName: ix.host}
 	ix.scheme, ix.defPort = "https", 443
-	utc := tls.Client(up, ucfg)
+	big := &bigReadConn{Conn: up}
+	utc := tls.Client(big, ucfg)
 	ctx, cancel = context.WithTimeout(context.Background(), p.cfg.Limits.ConnectTimeout)
 	err = utc.HandshakeContext(ctx)
 	cancel()
@@ -260,16 +261,38 @@ func (ix *inspector) serveTLS(c *net.TCPConn, br *bufio.Reader, up net.Conn) {
 	} else {
 		t := ix.h1Transport(ucfg)
 		defer t.CloseIdleConnections()
-		ix.rt = newConnRT(utc, t, p.cfg.Limits.IdleTimeout)
+		crt := newConnRT(utc, t, p.cfg.Limits.IdleTimeout)
+		crt.pend = big.pending
+		ix.rt = crt
 	}
 	if alpn == "h2" {
 		ix.proto = "HTTP/2.0"
-		srv := &http2.Server{IdleTimeout: p.cfg.Limits.IdleTimeout, MaxConcurrentStreams: 250}
-		srv.ServeConn(tc, &http2.ServeConnOpts{Handler: ix, BaseConfig: &http.Server{ErrorLog: log.New(io.Discard, "", 0)}})
+		serveH2(tc, bc, ix, p.cfg.Limits.IdleTimeout)
 		return
 	}
 	p.serveH1(tc, bufio.NewReaderSize(tc, 4096), ix, tlsBatchWriter{tc: tc, bc: bc})
 }
+
+// serveH2 serves the client leg of a terminated tunnel that negotiated
+// h2. The HTTP/2 server's writes go through a tlsBatchWriter: each write
+// (a frame, or the frames its 4 KiB buffer gathered) leaves in one
+// socket write, not one per TLS record (a full 16 KiB DATA frame and its
+// header are two records; crypto/tls starts a connection with small
+// records). Gathering everything up to the server's flush would need a
+// hook golang.org/x/net/http2 does not have.
+func serveH2(tc *tls.Conn, bc *batchConn, h http.Handler, idle time.Duration) {
+	srv := &http2.Server{IdleTimeout: idle, MaxConcurrentStreams: 250}
+	srv.ServeConn(&batchedTLSConn{Conn: tc, w: tlsBatchWriter{tc: tc, bc: bc}}, &http2.ServeConnOpts{Handler: h, BaseConfig: &http.Server{ErrorLog: log.New(io.Discard, "", 0)}})
+}
+
+// batchedTLSConn is a tls.Conn (ConnectionState included: the HTTP/2
+// server checks the TLS version and cipher) whose writes are batched.
+type batchedTLSConn struct {
+	*tls.Conn
+	w tlsBatchWriter
+}
+
+func (c *batchedTLSConn) Write(p []byte) (int, error) { return c.w.Write(p) }
 
 // maxUpstreamConns bounds the extra upstream connections one inspected
 // tunnel opens for overlapping requests (an h2 client's streams to an
@@ -308,7 +331,7 @@ func (ix *inspector) h1Transport(tcfg *tls.Config) *http.Transport {
 		}
 		cfg := tcfg.Clone()
 		cfg.NextProtos = []string{"http/1.1"}
-		tc := tls.Client(raw, cfg)
+		tc := tls.Client(&bigReadConn{Conn: raw}, cfg)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			raw.Close()
 			return nil, &upstreamTLSError{err}
@@ -703,25 +726,50 @@ func requestHeader(in http.Header) http.Header {
 
 var copyBufs = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
 
+// bulkCopySize is the largest write of a sized response read from the
+// tunnel's own upstream connection (see flushCopy).
+const bulkCopySize = 256 << 10
+
+var bulkCopyBufs = sync.Pool{New: func() any { b := make([]byte, bulkCopySize); return &b }}
+
+// pendingReader is a response body that can tell whether its next read
+// is served from bytes already received (connBody).
+type pendingReader interface{ pending() bool }
+
 // flushCopy copies src to w. A streamed response (no Content-Length:
 // gRPC, server-sent events, chunked downloads) is flushed after every
 // read so it reaches the client as it arrives; a sized one is flushed
 // when the writer's buffer fills and at the end, like
-// httputil.ReverseProxy does.
+// httputil.ReverseProxy does. A sized body that reports what it has
+// already received (from the tunnel's own upstream connection, one
+// response at a time) is gathered into writes of up to bulkCopySize
+// while more is already there, and written as soon as it is not, so a
+// download leaves the proxy in large batches and a slow upstream's
+// bytes wait no longer than before.
 func flushCopy(w http.ResponseWriter, src io.Reader, streamed bool) int64 {
 	var f http.Flusher
 	if streamed {
 		f, _ = w.(http.Flusher)
 	}
-	bp := copyBufs.Get().(*[]byte)
-	defer copyBufs.Put(bp)
+	pr, _ := src.(pendingReader)
+	pool := &copyBufs
+	if pr != nil && !streamed {
+		pool = &bulkCopyBufs
+	} else {
+		pr = nil
+	}
+	bp := pool.Get().(*[]byte)
+	defer pool.Put(bp)
 	buf := *bp
 	var n int64
+	k := 0
 	for {
-		k, err := src.Read(buf)
-		if k > 0 {
+		m, err := src.Read(buf[k:])
+		k += m
+		if k > 0 && (err != nil || k == len(buf) || pr == nil || !pr.pending()) {
 			wn, werr := w.Write(buf[:k])
 			n += int64(wn)
+			k = 0
 			if werr != nil {
 				return n
 			}

@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -63,6 +64,30 @@ func newUpstreamTLS(t testing.TB, h2 bool) *upstreamTLS {
 				}
 			}
 			w.Header().Set("Grpc-Status", "0")
+			return
+		}
+		if r.URL.Path == "/bulk" {
+			// n bytes of bulkByte(i), sized unless chunked=1, written in
+			// uneven pieces (and flushed, when chunked).
+			n, _ := strconv.Atoi(r.URL.Query().Get("n"))
+			chunked := r.URL.Query().Get("chunked") == "1"
+			if !chunked {
+				w.Header().Set("Content-Length", strconv.Itoa(n))
+			}
+			buf := make([]byte, 100_003)
+			for off := 0; off < n; {
+				k := min(n-off, len(buf))
+				for i := range k {
+					buf[i] = bulkByte(off + i)
+				}
+				if _, err := w.Write(buf[:k]); err != nil {
+					return
+				}
+				if chunked {
+					w.(http.Flusher).Flush()
+				}
+				off += k
+			}
 			return
 		}
 		body, _ := io.ReadAll(r.Body)
