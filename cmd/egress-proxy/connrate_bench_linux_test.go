@@ -32,7 +32,8 @@ import (
 // The conns/s metric is the rate (b.N connections, at most 20 s), and
 // connect-us, connect-answer-us and echo-us the median time of each
 // phase (TCP connect; CONNECT sent until its 200 arrived, 0 when direct;
-// the 1 KiB round trip); scripts/bench/proxy.sh prints the ratios.
+// the 1 KiB round trip); scripts/bench/connrate.sh runs it in rounds and
+// prints the medians and ratios.
 //
 //	go test -run '^$' -bench SandboxConnectRate -benchtime 2000x ./cmd/egress-proxy
 func BenchmarkSandboxConnectRate(b *testing.B) {
@@ -46,7 +47,9 @@ func BenchmarkSandboxConnectRate(b *testing.B) {
 	}
 	sb := newBenchSandbox(b)
 	echo := net.JoinHostPort(sb.inet.V4[0].String(), strconv.Itoa(nettest.EchoPort))
-	proxyAddr := sb.startProxy(b, "echo.test", nettest.EchoPort, exe)
+	// Events to a file, as sandbox-supervisor runs it: every connection's
+	// event is part of its cost.
+	proxyAddr := sb.startProxy(b, "echo.test", nettest.EchoPort, exe, "--events", filepath.Join(b.TempDir(), "events.jsonl"))
 	dir := b.TempDir()
 	squid := sb.startSquid(b, dir)
 	tiny := sb.startTinyproxy(b, dir)

@@ -406,6 +406,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		Resolver: resolver,
 		Guard:    &ssrf.Guard{Self: self},
 		Timeout:  f.connectTimeout,
+		// The proxy turns keep-alive on for upstream connections that
+		// last (Proxy.trackUpstream), not at every dial.
+		KeepAlive: -1,
 	}
 	p, err := proxy.New(proxy.Config{
 		PolicyPath:    f.policy,

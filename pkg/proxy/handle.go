@@ -207,9 +207,9 @@ func (p *Proxy) serveRequest(c *net.TCPConn, br *bufio.Reader, rec *Record, rele
 		return false
 	}
 	rec.Upstream = netip.AddrPortFrom(addr.Addr().Unmap(), addr.Port())
-	p.track(up)
+	untrack := p.trackUpstream(up)
 	defer func() {
-		p.untrack(up)
+		untrack()
 		up.Close()
 	}()
 	rec.Outcome = OutcomeAllowed

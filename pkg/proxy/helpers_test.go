@@ -76,7 +76,7 @@ func (d *spyDialer) DialContext(ctx context.Context, host string, port int, scop
 			return nil, netip.AddrPort{}, fmt.Errorf("connect %s: %w", ap, ctx.Err())
 		}
 	}
-	var nd net.Dialer
+	nd := net.Dialer{KeepAlive: -1} // as egress-proxy's dialer: the proxy turns it on
 	c, err := nd.DialContext(ctx, "tcp", ap.String())
 	return c, ap, err
 }

@@ -4,6 +4,7 @@ package proxy
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"strings"
@@ -120,5 +121,54 @@ func TestListenUnknownCongestionControlFails(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "no-such-cc") {
 		t.Errorf("error %q does not name the algorithm", err)
+	}
+}
+
+// An upstream connection gets keep-alive once it has lived
+// upstreamKeepAliveAfter, not at its dial.
+func TestUpstreamKeepAliveOnceTheTunnelLasts(t *testing.T) {
+	defer func(d time.Duration) { upstreamKeepAliveAfter = d }(upstreamKeepAliveAfter)
+	upstreamKeepAliveAfter = 300 * time.Millisecond
+	echo := newEchoServer(t)
+	env := newEnv(t, policyYAML(echo.port, ""))
+	c, resp, _ := env.connect(fmt.Sprintf("allowed.test:%d", echo.port))
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d, want 200", resp.StatusCode)
+	}
+	defer c.Close()
+	keepAlive := func() (on, idle int) {
+		var up *net.TCPConn
+		env.p.conns.Range(func(k, _ any) bool {
+			if tc, ok := k.(*net.TCPConn); ok && tc.RemoteAddr().(*net.TCPAddr).Port == echo.port {
+				up = tc
+			}
+			return up == nil
+		})
+		if up == nil {
+			t.Fatal("no tracked upstream connection")
+		}
+		rc, err := up.SyscallConn()
+		if err != nil {
+			t.Fatal(err)
+		}
+		rc.Control(func(fd uintptr) {
+			on, _ = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_KEEPALIVE)
+			idle, _ = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_KEEPIDLE)
+		})
+		return on, idle
+	}
+	if on, _ := keepAlive(); on != 0 {
+		t.Errorf("keep-alive on at the dial, want it only once the tunnel lasts")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		on, idle := keepAlive()
+		if on == 1 && idle == 15 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("upstream keep-alive %d, idle %d s after %v; want on, 15 s", on, idle, upstreamKeepAliveAfter)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

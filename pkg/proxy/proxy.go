@@ -224,6 +224,34 @@ func (p *Proxy) overCapacity(c *net.TCPConn, listener string) {
 func (p *Proxy) track(c net.Conn)   { p.conns.Store(c, struct{}{}) }
 func (p *Proxy) untrack(c net.Conn) { p.conns.Delete(c) }
 
+// upstreamKeepAlive is the TCP keep-alive of upstream connections: Go's
+// default (probes after 15 s idle, every 15 s, 9 of them).
+var upstreamKeepAlive = net.KeepAliveConfig{Enable: true, Idle: 15 * time.Second, Interval: 15 * time.Second, Count: 9}
+
+// upstreamKeepAliveAfter is how long an upstream connection lives before
+// its keep-alive is turned on. A probe cannot go out before 15 s without
+// data anyway, so turning it on later changes nothing but the first
+// probe of a connection idle from its start (at most this much later),
+// and the many short connections (a package manager's) skip the four
+// setsockopt calls. A variable for tests.
+var upstreamKeepAliveAfter = 2 * time.Second
+
+// trackUpstream tracks an upstream connection (closed by Close) and turns
+// its keep-alive on once it has lived upstreamKeepAliveAfter; done stops
+// both.
+func (p *Proxy) trackUpstream(up net.Conn) (done func()) {
+	p.track(up)
+	tc, ok := up.(*net.TCPConn)
+	if !ok {
+		return func() { p.untrack(up) }
+	}
+	t := time.AfterFunc(upstreamKeepAliveAfter, func() { tc.SetKeepAliveConfig(upstreamKeepAlive) })
+	return func() {
+		t.Stop()
+		p.untrack(up)
+	}
+}
+
 func (p *Proxy) serveConn(c *net.TCPConn, listener string) {
 	p.m.activeConns.Add(1)
 	p.track(c)

@@ -148,9 +148,9 @@ func (p *Proxy) handleTransparent(c *net.TCPConn, rec *Record) {
 	}
 	rec.Upstream = netip.AddrPortFrom(addr.Addr().Unmap(), addr.Port())
 	rec.Outcome = OutcomeAllowed
-	p.track(up)
+	untrack := p.trackUpstream(up)
 	defer func() {
-		p.untrack(up)
+		untrack()
 		up.Close()
 	}()
 	c.SetLinger(-1)

@@ -33,6 +33,10 @@ type Dialer struct {
 	// Control, if set, is called on each socket before it connects (as
 	// net.Dialer.Control), e.g. to set a firewall mark.
 	Control func(network, address string, c syscall.RawConn) error
+	// KeepAlive is net.Dialer.KeepAlive: 0 enables Go's default TCP
+	// keep-alive on every connection, negative leaves it off (for a
+	// caller that enables it itself on connections that last).
+	KeepAlive time.Duration
 }
 
 // DialContext connects to host:port for an endpoint whose host is exact
@@ -53,7 +57,7 @@ func (d *Dialer) DialScope(ctx context.Context, host string, port int, s Scope) 
 	if err != nil {
 		return nil, netip.AddrPort{}, err
 	}
-	nd := net.Dialer{Control: d.Control}
+	nd := net.Dialer{Control: d.Control, KeepAlive: d.KeepAlive}
 	var errs []error
 	for i, ap := range addrs {
 		actx, acancel := attemptContext(ctx, len(addrs)-i)

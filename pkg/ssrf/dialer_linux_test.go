@@ -194,6 +194,25 @@ func TestDialerNetns(t *testing.T) {
 		}
 		check("api.test", expectAccepted(pubC, pubAP))
 
+		// KeepAlive is passed on: 0 turns Go's default on, negative
+		// leaves it off.
+		for _, ka := range []time.Duration{0, -1} {
+			c, _, err := (&Dialer{Resolver: hosts, Timeout: 3 * time.Second, KeepAlive: ka}).DialContext(ctx, "api.test", port, true, nil)
+			if err != nil {
+				check("keep-alive", err)
+				continue
+			}
+			on := -1
+			if rc, err := c.(*net.TCPConn).SyscallConn(); err == nil {
+				rc.Control(func(fd uintptr) { on, _ = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_KEEPALIVE) })
+			}
+			c.Close()
+			if want := map[bool]int{true: 1, false: 0}[ka >= 0]; on != want {
+				check("keep-alive", fmt.Errorf("KeepAlive %v: SO_KEEPALIVE %d, want %d", ka, on, want))
+			}
+			check("keep-alive", expectAccepted(pubC, pubAP))
+		}
+
 		// Only loopback: denied, nothing connects.
 		_, err = dial(d, "evil.test", true)
 		var de *DenyError

@@ -6,7 +6,7 @@
 #    sandbox-path ratio again over ROUNDS rounds (default 5) and its median;
 #  - the policy decision with 10,000 endpoints (go test -bench);
 #  - attribution latency at 70, 500 and 5,000 sandbox processes, /proc vs eBPF;
-#  - sequential new connections per second from a sandbox (below).
+# (Sequential new connections per second from a sandbox: connrate.sh.)
 # Needs root; tinyproxy and squid from apt for their rows.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -58,23 +58,3 @@ go test -run '^$' -bench 'Decide' -benchmem ./pkg/decision | grep -E '^Benchmark
 
 echo "== attribution latency at 70, 500 and 5,000 sandbox processes: /proc (sock_diag, tables) vs eBPF"
 go test -run '^$' -bench 'ProcLookup' -benchtime 50x ./pkg/attribution | grep -E '^Benchmark'
-
-# Sequential new connections from inside a sandbox-like namespace and
-# cgroup (connect + 1 KiB echo round trip each, python3), empty and with
-# 2,000 sleeping processes: direct vs egress-proxy vs squid vs tinyproxy
-# on the host side of the same veth. Targets: egress-proxy >= 0.45x
-# direct (a CONNECT costs one more round trip: 0.5x is the ceiling),
-# ahead of squid and tinyproxy, and the same with 2,000 processes.
-CONNS=${CONNS:-2000}
-echo "== sequential connections per second from a sandbox (${CONNS} each, at most 20 s)"
-go test -run '^$' -bench 'SandboxConnectRate' -benchtime "${CONNS}x" -timeout 20m ./cmd/egress-proxy | tee "$out" | grep -E '^Benchmark'
-awk '/SandboxConnectRate\// { split($1, a, "/"); sub(/-[0-9]+$/, "", a[3]); for (i = 2; i <= NF; i++) if ($i == "conns/s") r[a[2] "/" a[3]] = $(i - 1) }
-END {
-  for (p = 0; p <= 1; p++) {
-    k = p ? "procs=2000" : "procs=0"; d = r[k "/direct"]; e = r[k "/egress-proxy"]
-    if (d > 0 && e > 0) printf "%s: egress-proxy %.0f/s = %.2fx direct (target >= 0.45x)", k, e, e / d
-    if (r[k "/squid"] > 0) printf ", %.2fx squid", e / r[k "/squid"]
-    if (r[k "/tinyproxy"] > 0) printf ", %.2fx tinyproxy", e / r[k "/tinyproxy"]
-    printf "\n"
-  }
-}' "$out"
