@@ -19,6 +19,7 @@ import (
 	"github.com/palisade-sandbox/palisade/pkg/egress"
 	"github.com/palisade-sandbox/palisade/pkg/ocsf"
 	"github.com/palisade-sandbox/palisade/pkg/policy"
+	"github.com/palisade-sandbox/palisade/pkg/policydns"
 	"github.com/palisade-sandbox/palisade/pkg/sandbox"
 	"github.com/palisade-sandbox/palisade/pkg/sandboxnet"
 	"github.com/palisade-sandbox/palisade/pkg/state"
@@ -76,6 +77,8 @@ Examples:
   sudo sandbox-supervisor run --profile bounded-tmpfs --kind verify -- ./scripts/run-tests.sh
   sudo sandbox-supervisor run --policy p.yaml --upstream-ca-bundle /etc/palisade/corp-ca.pem -- pip download x
   sudo sandbox-supervisor run --policy p.yaml --attribution proc -- npm ci
+  sudo sandbox-supervisor run --policy db.yaml --dns-ttl 15s -- psql -h db.internal   # db.yaml: a protocol: tcp endpoint
+  sudo sandbox-supervisor run --policy p.yaml --proxy-procs 2 -- pip download -r requirements.txt
   sudo sandbox-supervisor spec -- /bin/true | jq .linux.namespaces
 `
 
@@ -88,6 +91,12 @@ type runFlags struct {
 	pids                                                      int64
 	tty, noTTY, keep, allowDegraded, detach, json             bool
 	env                                                       multiFlag
+	// dnsTTL and proxyProcs are the proxy's --dns-ttl and --procs,
+	// passed only when given (the *Set fields): unset, the proxy's own
+	// defaults apply.
+	dnsTTL                   time.Duration
+	proxyProcs               int
+	dnsTTLSet, proxyProcsSet bool
 }
 
 func parseRunFlags(args []string, stderr io.Writer, specOnly bool) (*runFlags, []string, error) {
@@ -128,6 +137,8 @@ func parseRunFlags(args []string, stderr io.Writer, specOnly bool) (*runFlags, [
 	fs.StringVar(&f.hostsFile, "hosts-file", "", "static name resolution for the egress proxy (/etc/hosts format; tests and air-gapped sites)")
 	fs.StringVar(&f.attribution, "attribution", "auto", "how the egress proxy attributes connections to sandbox processes: bpf (eBPF on the sandbox's cgroup), proc (/proc fd tables) or auto (bpf when it loads, else proc, with an event)")
 	fs.StringVar(&f.upstreamCA, "upstream-ca-bundle", "", "extra PEM roots the egress proxy trusts for upstream servers of inspected (TLS-terminated) tunnels")
+	fs.DurationVar(&f.dnsTTL, "dns-ttl", 0, "the egress proxy's --dns-ttl: lifetime of a policy DNS mapping and TTL of its answer, 1s..30s (default: the proxy's, 5s). Only meaningful when the policy has protocol: tcp endpoints (the policy DNS runs only then); ignored with a warning otherwise")
+	fs.IntVar(&f.proxyProcs, "proxy-procs", 0, "the egress proxy's --procs: CPUs that run proxy code at once, 0 for all (default: the proxy's, 1 per sandbox)")
 	fs.StringVar(&f.taskMetadata, "task-metadata", "", "task document whose metadata.egress_contract.hosts are granted (with MAC_OPENSHELL_TASK_EGRESS=1, --kind task)")
 	fs.StringVar(&f.trustedRegistries, "trusted-registries", "", "file replacing the built-in trusted registry list for per-task egress")
 	fs.BoolVar(&f.detach, "detach", false, "create the sandbox, start CMD (or nothing: the sandbox stays up for exec) and return, printing its name and id; an owner process stays with it until the main process ends or delete")
@@ -140,6 +151,10 @@ func parseRunFlags(args []string, stderr io.Writer, specOnly bool) (*runFlags, [
 		}
 		return nil, nil, cli.Quiet(cli.ExitUsage)
 	}
+	fs.Visit(func(fl *flag.Flag) {
+		f.dnsTTLSet = f.dnsTTLSet || fl.Name == "dns-ttl"
+		f.proxyProcsSet = f.proxyProcsSet || fl.Name == "proxy-procs"
+	})
 	cmd := fs.Args()
 	if len(cmd) == 0 && !(f.detach && !specOnly) {
 		fs.Usage()
@@ -159,6 +174,15 @@ func parseRunFlags(args []string, stderr io.Writer, specOnly bool) (*runFlags, [
 	}
 	if f.attribution != "auto" && f.attribution != "bpf" && f.attribution != "proc" {
 		return nil, nil, cli.Usagef("--attribution %q: want bpf, proc or auto", f.attribution)
+	}
+	// The proxy's own bounds, checked here so that a bad value stops the
+	// run before anything is created rather than failing the proxy's
+	// start (125) once the sandbox exists.
+	if f.dnsTTLSet && (f.dnsTTL < policydns.MinTTL || f.dnsTTL > policydns.MaxTTL) {
+		return nil, nil, cli.Usagef("--dns-ttl %v: want %v to %v", f.dnsTTL, policydns.MinTTL, policydns.MaxTTL)
+	}
+	if f.proxyProcs < 0 {
+		return nil, nil, cli.Usagef("--proxy-procs %d: want 0 (all CPUs) or more", f.proxyProcs)
 	}
 	if _, err := state.ParseKind(f.kind); err != nil {
 		return nil, nil, cli.Usagef("--kind: %v", err)
@@ -378,18 +402,19 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		if resolved.Source == policy.SourceBundled {
 			return sandboxFailed(errors.New("policy: a bundled policy with network entries has no file for the proxy to load"))
 		}
-		a, err := sandboxnet.New(sandboxnet.Config{
-			ProxyBin: f.proxyBin, PolicyPath: resolved.Path, HostsFile: f.hostsFile, UpstreamCABundle: f.upstreamCA,
-			Attribution: proxyAttribution(f),
-			Events:      f.events, StateRoot: f.stateDir, LogFormat: f.logFormat, LogLevel: f.logLevel,
-			Stdout: stdout, Stderr: stderr, Logger: logger, Incidents: events,
-		})
+		if f.dnsTTLSet && len(policydns.TCPNames(resolved.Policy)) == 0 {
+			logger.Warn("--dns-ttl ignored: the policy has no protocol: tcp endpoint, so no policy DNS runs", "policy", resolved.Path)
+		}
+		cfg := proxyConfig(f)
+		cfg.PolicyPath = resolved.Path
+		cfg.Stdout, cfg.Stderr, cfg.Logger, cfg.Incidents = stdout, stderr, logger, events
+		a, err := sandboxnet.New(cfg)
 		if err != nil {
 			return sandboxFailed(err)
 		}
 		network = a
-	} else if f.hostsFile != "" || f.upstreamCA != "" {
-		logger.Warn("--hosts-file and --upstream-ca-bundle ignored: the policy allows no egress, so no proxy runs", "policy", resolved.Path)
+	} else if given := proxyFlagsGiven(f); len(given) > 0 {
+		logger.Warn(strings.Join(given, ", ")+" ignored: the policy allows no egress, so no proxy runs", "policy", resolved.Path)
 	}
 	logger.Debug("startup", "phase", "cli", "since_main_us", time.Since(mainStart).Microseconds())
 	opts := sandbox.Options{
@@ -421,6 +446,41 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		return cli.Quiet(res.ExitCode)
 	}
 	return nil
+}
+
+// proxyConfig is the egress proxy's configuration from run's flags (the
+// caller adds the policy and where its output goes).
+func proxyConfig(f *runFlags) sandboxnet.Config {
+	c := sandboxnet.Config{
+		ProxyBin: f.proxyBin, HostsFile: f.hostsFile, UpstreamCABundle: f.upstreamCA,
+		Attribution: proxyAttribution(f),
+		Events:      f.events, StateRoot: f.stateDir, LogFormat: f.logFormat, LogLevel: f.logLevel,
+	}
+	if f.dnsTTLSet {
+		c.DNSTTL = f.dnsTTL
+	}
+	if f.proxyProcsSet {
+		n := f.proxyProcs
+		c.Procs = &n
+	}
+	return c
+}
+
+// proxyFlagsGiven names the given flags that only the egress proxy uses.
+func proxyFlagsGiven(f *runFlags) []string {
+	var given []string
+	for _, g := range []struct {
+		name string
+		set  bool
+	}{
+		{"--hosts-file", f.hostsFile != ""}, {"--upstream-ca-bundle", f.upstreamCA != ""},
+		{"--dns-ttl", f.dnsTTLSet}, {"--proxy-procs", f.proxyProcsSet},
+	} {
+		if g.set {
+			given = append(given, g.name)
+		}
+	}
+	return given
 }
 
 func compat(p sandbox.PolicyInfo) string {

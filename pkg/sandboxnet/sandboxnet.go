@@ -70,6 +70,15 @@ type Config struct {
 	// Attribution is the proxy's --attribution (bpf, proc or auto; ""
 	// leaves the proxy's default, auto).
 	Attribution string
+	// DNSTTL, when nonzero, is the proxy's --dns-ttl: the lifetime of a
+	// synthetic mapping and the TTL of its answer (policydns.MinTTL to
+	// MaxTTL). Passed only when the policy DNS runs (a protocol: tcp
+	// endpoint in the starting policy); 0 leaves the proxy's default.
+	DNSTTL time.Duration
+	// Procs, when set, is the proxy's --procs: how many CPUs run proxy
+	// code at once (0: all). nil leaves the proxy's default (1 in
+	// sandbox mode).
+	Procs *int
 	// Events is the --events destination ("" none, "-" Stdout, /dev/fd/N
 	// the supervisor's inherited descriptor, passed to the proxy as fd 4).
 	Events string

@@ -184,9 +184,15 @@ func (p *proxyProc) args() []string {
 	if c.UpstreamCABundle != "" {
 		a = append(a, "--upstream-ca-bundle", c.UpstreamCABundle)
 	}
+	if c.Procs != nil {
+		a = append(a, "--procs", strconv.Itoa(*c.Procs))
+	}
 	if p.tcp {
 		a = append(a, "--dns-listen", netip.AddrPortFrom(host, DefaultDNSPort).String(),
 			"--transparent-listen", netip.AddrPortFrom(host, DefaultTransparentPort).String())
+		if c.DNSTTL != 0 {
+			a = append(a, "--dns-ttl", c.DNSTTL.String())
+		}
 	}
 	a = append(a, "--ca-out", filepath.Join(p.dir, CACertName))
 	return a
