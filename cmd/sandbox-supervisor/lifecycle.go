@@ -276,7 +276,7 @@ func attachCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	return nil
 }
 
-const execUsage = `usage: sandbox-supervisor exec [--tty] [--no-login-shell] [--env K=V]... [--workdir DIR] NAME -- CMD [ARG...]
+const execUsage = `usage: sandbox-supervisor exec [--tty] [--no-login-shell] [--env K=V]... [--workdir DIR] [--expect-id ID] NAME -- CMD [ARG...]
 
 Runs CMD inside the running sandbox NAME with exactly its confinement:
 its namespaces, Landlock domain, seccomp filter, identity, cgroup and
@@ -290,13 +290,17 @@ not found). CMD runs through "bash -lc" (so the first of ~/.bash_profile,
 bash: one argument is the script itself, several are quoted word by word.
 --no-login-shell executes CMD directly. The bounded-tmpfs storage check
 runs again for every exec. An exec ends with its client: if this process
-goes away, the command's process group is killed.
+goes away, the command's process group is killed. With --expect-id the
+command runs only in the sandbox with that id (as run --detach printed
+it); if NAME has since been deleted and taken by another sandbox, exec
+exits 3 and runs nothing.
 
 Examples:
   sudo sandbox-supervisor run --detach --name task-42 --workdir /srv/task-42
   sudo sandbox-supervisor exec task-42 -- 'make && make test'
   sudo sandbox-supervisor exec --no-login-shell --env CI=1 task-42 -- /usr/bin/git status
   sudo sandbox-supervisor exec --tty task-42 -- bash
+  sudo sandbox-supervisor exec --expect-id 3f1c0e9a5b7d4e21a0c4d2b6e8f91a37 task-42 -- make test
 
 Flags:
 `
@@ -308,6 +312,7 @@ func execCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	var env multiFlag
 	fs.Var(&env, "env", "set K=V for the command (repeatable; reserved variables such as HTTPS_PROXY are refused)")
 	workdir := fs.String("workdir", "", "the command's directory inside the sandbox (default: the sandbox's workdir)")
+	expect := fs.String("expect-id", "", "run only if NAME's id is still ID (exit 3 otherwise, nothing run)")
 	dir := fs.String("state-dir", state.DefaultRoot, "state root")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -341,7 +346,7 @@ func execCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 		return cli.WithCode(sandbox.ExitSandboxFailed, err)
 	}
 	o := sandbox.ExecOptions{
-		StateRoot: *dir, Name: name, Args: cmd, Env: env, Workdir: *workdir, TTY: *tty, NoLoginShell: *noLogin,
+		StateRoot: *dir, Name: name, ExpectID: *expect, Args: cmd, Env: env, Workdir: *workdir, TTY: *tty, NoLoginShell: *noLogin,
 		Stdin: stdin, Stdout: stdout, Stderr: stderr,
 	}
 	// The exec'd command's launch and end go to the sandbox's events
@@ -355,6 +360,9 @@ func execCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 		}
 	}
 	res, err := sandbox.Exec(ctx, o)
+	if errors.Is(err, sandbox.ErrIDMismatch) {
+		return cli.WithCode(ExitIDMismatch, err)
+	}
 	if err != nil {
 		return cli.WithCode(sandbox.ExitSandboxFailed, err)
 	}
@@ -364,8 +372,8 @@ func execCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	return nil
 }
 
-// ExitIDMismatch is delete's status when --expect-id names another
-// sandbox than NAME is now (seed 004: ABORTED, nothing changed).
+// ExitIDMismatch is the status of delete and exec when --expect-id names
+// another sandbox than NAME is now (seed 004: ABORTED, nothing changed).
 const ExitIDMismatch = 3
 
 const deleteUsage = `usage: sandbox-supervisor delete [--expect-id ID] [--timeout DUR] [--state-dir DIR] NAME

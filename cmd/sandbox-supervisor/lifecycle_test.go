@@ -33,7 +33,12 @@ func lifecycleSetup(t *testing.T) (string, string, string) {
 // and id; the sandbox is deleted when the test ends.
 func detached(t *testing.T, bin, st, wd string, args ...string) (string, string) {
 	t.Helper()
-	name := testutil.UniqueName("det-")
+	return detachedAs(t, testutil.UniqueName("det-"), bin, st, wd, args...)
+}
+
+// detachedAs is detached with the sandbox name given.
+func detachedAs(t *testing.T, name, bin, st, wd string, args ...string) (string, string) {
+	t.Helper()
 	cmd := exec.Command(bin, append([]string{"run", "--detach", "--json", "--state-dir", st, "--workdir", wd, "--name", name}, args...)...)
 	var errb bytes.Buffer
 	cmd.Stderr = &errb
@@ -229,6 +234,43 @@ func TestDeleteExpectID(t *testing.T) {
 	}
 	if out, code := execIn(t, bin, st, name, "--", "true"); code != 125 {
 		t.Errorf("exec after delete: exit %d (%s), want 125", code, out)
+	}
+}
+
+// exec --expect-id runs the command only in the sandbox with that id:
+// with another id, or once the name has passed to a new sandbox, it exits
+// 3 and runs nothing; with the right id it runs as a plain exec does.
+func TestExecExpectID(t *testing.T) {
+	bin, wd, st := lifecycleSetup(t)
+	name, oldID := detached(t, bin, st, wd)
+	ran := func(marker string) bool {
+		_, err := os.Stat(filepath.Join(wd, marker))
+		return err == nil
+	}
+	out, code := execIn(t, bin, st, "--expect-id", strings.Repeat("0", 32), name, "--", "echo x > wrong-id")
+	if code != 3 || !strings.Contains(out, "nothing run") || !strings.Contains(out, oldID) {
+		t.Errorf("wrong id: exit %d (%s), want 3 naming the sandbox's id and that nothing ran", code, out)
+	}
+	if ran("wrong-id") {
+		t.Error("the command ran although the id did not match")
+	}
+	if out, code := execIn(t, bin, st, "--expect-id", oldID, name, "--", "echo x > right-id"); code != 0 || !ran("right-id") {
+		t.Errorf("right id: exit %d (%s), ran %v", code, out, ran("right-id"))
+	}
+
+	// The name passes to a new sandbox: the old id no longer reaches it.
+	if out, err := exec.Command(bin, "delete", "--state-dir", st, name).CombinedOutput(); err != nil {
+		t.Fatalf("delete: %v: %s", err, out)
+	}
+	_, newID := detachedAs(t, name, bin, st, wd)
+	if newID == oldID {
+		t.Fatalf("the new sandbox has the old id %s", oldID)
+	}
+	if out, code := execIn(t, bin, st, "--expect-id", oldID, name, "--", "echo x > old-id"); code != 3 || ran("old-id") {
+		t.Errorf("old id after the name was taken: exit %d (%s), ran %v; want 3 and nothing run", code, out, ran("old-id"))
+	}
+	if out, code := execIn(t, bin, st, "--expect-id", newID, name, "--", "echo x > new-id"); code != 0 || !ran("new-id") {
+		t.Errorf("new id: exit %d (%s), ran %v", code, out, ran("new-id"))
 	}
 }
 

@@ -46,6 +46,7 @@ Commands:
   run [flags] -- CMD [ARG...]   create a sandbox from the resolved policy and run CMD in it
   run --detach [flags] [-- CMD] create the sandbox, start CMD (or keep it up for exec), print NAME ID, return
   exec [flags] NAME -- CMD      run CMD inside the running sandbox NAME with its confinement
+                                (--expect-id ID: exit 3, nothing run, if its id is not ID)
   delete [--expect-id ID] NAME  stop and remove a sandbox (exit 3, nothing changed, if its id is not ID)
   attach NAME                   follow a detached sandbox's main process: replay (1 MiB), output, stdin lease
   logs [--since DUR] [--follow] [--json] [--denied] NAME

@@ -4,6 +4,7 @@ package sandbox
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -266,10 +267,14 @@ func loginShell(args, env []string) []string {
 type ExecOptions struct {
 	StateRoot string
 	Name      string
-	Args      []string
-	Env       []string // K=V on top of the sandbox's environment
-	Workdir   string   // "" = the sandbox's workdir
-	TTY       bool
+	// ExpectID, when set, runs the command only in the sandbox with this
+	// id (state.Labels.ID): if Name now names another sandbox, Exec
+	// fails with ErrIDMismatch and nothing is run.
+	ExpectID string
+	Args     []string
+	Env      []string // K=V on top of the sandbox's environment
+	Workdir  string   // "" = the sandbox's workdir
+	TTY      bool
 	// NoLoginShell execs Args directly instead of through bash -lc.
 	NoLoginShell bool
 	// Signals, when set, are the forwarded signals the caller caught
@@ -317,6 +322,19 @@ func Exec(ctx context.Context, o ExecOptions) (Result, error) {
 	dir, err := store.Dir(o.Name)
 	if err != nil {
 		return res, err
+	}
+	if o.ExpectID != "" {
+		held, err := os.OpenFile(dir, os.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+		if err != nil {
+			return res, fmt.Errorf("sandbox %s: %w", o.Name, err)
+		}
+		defer held.Close()
+		if dir, l, err = boundLabels(held, o.Name); err != nil {
+			return res, err
+		}
+		if l.ID != o.ExpectID {
+			return res, fmt.Errorf("exec: sandbox %s has id %s, not %s: %w; nothing run", o.Name, l.ID, o.ExpectID, ErrIDMismatch)
+		}
 	}
 	uid, gid := uint32(0), uint32(0)
 	if o.Events != nil {
@@ -440,6 +458,25 @@ func Exec(ctx context.Context, o ExecOptions) (Result, error) {
 			return res, nil
 		}
 	}
+}
+
+// boundLabels reads a sandbox's labels through its open state directory
+// and returns a path into that directory through the descriptor
+// (/proc/self/fd/N). The labels, the configuration and the exec socket
+// reached through it are that one sandbox's even if its name is deleted
+// and taken by another sandbox meanwhile: a removed directory keeps no
+// socket to connect to, and the new one is another directory.
+func boundLabels(held *os.File, name string) (string, state.Labels, error) {
+	dir := fmt.Sprintf("/proc/self/fd/%d", held.Fd())
+	var l state.Labels
+	b, err := os.ReadFile(filepath.Join(dir, state.LabelsFile))
+	if err != nil {
+		return "", l, fmt.Errorf("sandbox %q: read labels: %v", name, err)
+	}
+	if err := json.Unmarshal(b, &l); err != nil {
+		return "", l, fmt.Errorf("sandbox %q: %s: %w", name, state.LabelsFile, err)
+	}
+	return dir, l, nil
 }
 
 func exitPhrase(l state.Labels) string {

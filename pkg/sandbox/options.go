@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 
@@ -64,6 +65,11 @@ type Options struct {
 	Stdin          io.Reader
 	Stdout, Stderr io.Writer
 }
+
+// ErrIDMismatch reports that a sandbox name no longer carries the id a
+// guarded operation expected (ExecOptions.ExpectID): another sandbox
+// took the name. Nothing was run.
+var ErrIDMismatch = errors.New("the sandbox has another id")
 
 // Result is how the run ended.
 type Result struct {

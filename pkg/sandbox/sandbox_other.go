@@ -73,6 +73,7 @@ func (s *Sandbox) Destroy() {}
 // ExecOptions describe one exec (unused on this platform).
 type ExecOptions struct {
 	StateRoot, Name, Workdir string
+	ExpectID                 string
 	Args, Env                []string
 	TTY, NoLoginShell        bool
 	Signals                  *Signals
