@@ -7,7 +7,9 @@
 #  - time to first byte of a fresh connection: terminated with the leaf
 #    cached / not cached vs passthrough;   target: cached adds <= 2 ms p50
 #  - bulk download (PALISADE_BENCH_MB, default 64 MiB): terminated vs
-#    passthrough;                           target: >= 0.7x
+#    passthrough;                           target: >= 0.7x; the rows
+#    also give CPU per MiB and the CPUs kept busy (throughput is the one
+#    divided by the other)
 # ROUNDS rounds (default 5), medians of the per-round ratios. The
 # keep-alive rows also give the process's CPU per request, which the load
 # of a shared machine moves much less than requests/s. No root.
@@ -28,7 +30,7 @@ awk -v rounds="$ROUNDS" '
 function metric(line, unit,   i, n, f) { n = split(line, f, /[ \t]+/); for (i = 2; i <= n; i++) if (f[i] == unit) return f[i-1]; return 0 }
 { split($1, parts, "/"); name = parts[2] "/" parts[3]; sub(/-[0-9]+$/, "", name); k = ++cnt[name]
   rps[name, k] = metric($0, "req/s"); p50[name, k] = metric($0, "p50-us"); p99[name, k] = metric($0, "p99-us"); mbs[name, k] = metric($0, "MB/s")
-  cpu[name, k] = metric($0, "cpu-us/req") }
+  cpu[name, k] = metric($0, "cpu-us/req"); mib[name, k] = metric($0, "cpu-us/MiB"); busy[name, k] = metric($0, "cpus") }
 function median(arr, n,   i, j, t, v) { for (i = 1; i <= n; i++) v[i] = arr[i]
   for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }
   return (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2 }
@@ -41,6 +43,7 @@ END {
     tc[k] = (p50["fresh/terminated-cached", k] - p50["fresh/passthrough", k]) / 1000
     tu[k] = (p50["fresh/terminated-uncached", k] - p50["fresh/passthrough", k]) / 1000
     bk[k] = mbs["bulk/terminated", k] / mbs["bulk/passthrough", k]
+    bc[k] = mib["bulk/passthrough", k] / mib["bulk/terminated", k]
   }
   for (s in cnt) {
     split("", v); for (k = 1; k <= cnt[s]; k++) v[k] = rps[s, k]; mr = median(v, cnt[s])
@@ -48,7 +51,9 @@ END {
     split("", v); for (k = 1; k <= cnt[s]; k++) v[k] = p99[s, k]; m99 = median(v, cnt[s])
     split("", v); for (k = 1; k <= cnt[s]; k++) v[k] = mbs[s, k]; mm = median(v, cnt[s])
     split("", v); for (k = 1; k <= cnt[s]; k++) v[k] = cpu[s, k]; mc = median(v, cnt[s])
-    if (mm > 0) printf "median %-28s %8.1f MB/s\n", s, mm
+    split("", v); for (k = 1; k <= cnt[s]; k++) v[k] = mib[s, k]; mi = median(v, cnt[s])
+    split("", v); for (k = 1; k <= cnt[s]; k++) v[k] = busy[s, k]; mb = median(v, cnt[s])
+    if (mm > 0) printf "median %-28s %8.1f MB/s  CPU %5.0f us/MiB  %4.2f CPUs busy\n", s, mm, mi, mb
     else if (mc > 0) printf "median %-28s %8.0f req/s  p50 %6.0f us  p99 %6.0f us  CPU %5.1f us/req\n", s, mr, m50, m99, mc
     else printf "median %-28s %8.0f req/s  p50 %6.0f us  p99 %6.0f us\n", s, mr, m50, m99
   }
@@ -56,4 +61,5 @@ END {
   printf "keep-alive CPU per request (client, proxy and server), passthrough / terminated: median %.2fx (the same ratio if requests/s followed CPU alone)\n", median(kc, n)
   printf "fresh-connection TTFB p50 added over passthrough: leaf cached %+.2f ms (target <= 2 ms), not cached %+.2f ms\n", median(tc, n), median(tu, n)
   printf "bulk throughput, terminated / passthrough: median %.2fx (target >= 0.70x)\n", median(bk, n)
+  printf "bulk CPU per MiB (client, proxy and server), passthrough / terminated: median %.2fx (the same ratio if throughput followed CPU alone)\n", median(bc, n)
 }' "$tmp"
