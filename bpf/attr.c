@@ -16,6 +16,7 @@
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
+#include <bpf/bpf_endian.h>
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -32,6 +33,32 @@ struct inode {
 
 struct file {
 	struct inode *f_inode;
+	void *private_data;
+} __attribute__((preserve_access_index));
+
+struct fdtable {
+	unsigned int max_fds;
+	struct file **fd;
+} __attribute__((preserve_access_index));
+
+struct files_struct {
+	struct fdtable *fdt;
+} __attribute__((preserve_access_index));
+
+typedef struct {
+	long long counter;
+} atomic64_t;
+
+struct sock_common {
+	atomic64_t skc_cookie;
+} __attribute__((preserve_access_index));
+
+struct sock {
+	struct sock_common __sk_common;
+} __attribute__((preserve_access_index));
+
+struct socket {
+	struct sock *sk;
 } __attribute__((preserve_access_index));
 
 struct mm_struct {
@@ -54,6 +81,7 @@ struct task_struct {
 	struct task_struct *group_leader;
 	struct mm_struct *mm;
 	struct signal_struct *signal;
+	struct files_struct *files;
 	char comm[16];
 } __attribute__((preserve_access_index));
 
@@ -84,6 +112,18 @@ struct conn_info {
 	__u32 pad;
 	__u64 cgroup_id;
 	__u64 passes;   // value of the pass counter at connect time
+	__u64 sock_ino; // the socket's inode; 0 when not read
+};
+
+// tuple is a sandbox socket's TCP 4-tuple as the proxy sees the accepted
+// end: addresses as IPv6 (IPv4 mapped, ::ffff:a.b.c.d) in network byte
+// order, ports in host byte order.
+struct tuple {
+	__u32 local[4];
+	__u32 remote[4];
+	__u16 local_port;
+	__u16 remote_port;
+	__u32 pad;
 };
 
 // Sizes are documented in docs/egress-proxy.md; both maps are LRU so a
@@ -102,6 +142,16 @@ struct {
 	__type(key, __u32); // tgid
 	__type(value, struct proc_info);
 } procs SEC(".maps");
+
+// The cookie of each connecting sandbox socket by its 4-tuple (sockops,
+// at TCP_CONNECT_CB; removed at TCP_CLOSE): the proxy finds the record of
+// an accepted connection with one map read instead of a sock_diag query.
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct tuple);
+	__type(value, __u64); // socket cookie
+} tuples SEC(".maps");
 
 // The descriptor each sandbox thread is connecting (from
 // syscalls:sys_enter_connect), read and removed by the connect hooks: it
@@ -164,6 +214,32 @@ static __always_inline __u64 pass_count(void)
 	return n ? *n : 0;
 }
 
+// socket_inode returns the inode of the socket at descriptor fd of task
+// when that descriptor still is the socket with this cookie (another
+// thread may have replaced the descriptor since connect(2) read it),
+// else 0.
+static __always_inline __u64 socket_inode(struct task_struct *task, __u32 fd, __u64 cookie)
+{
+	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
+	struct file **fds;
+	struct file *f = NULL;
+	struct socket *sock;
+	struct sock *sk;
+
+	if (!fdt || fd >= BPF_CORE_READ(fdt, max_fds))
+		return 0;
+	fds = BPF_CORE_READ(fdt, fd);
+	if (bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]) || !f)
+		return 0;
+	sock = BPF_CORE_READ(f, private_data);
+	if (!sock)
+		return 0;
+	sk = BPF_CORE_READ(sock, sk);
+	if (!sk || (__u64)BPF_CORE_READ(sk, __sk_common.skc_cookie.counter) != cookie)
+		return 0;
+	return BPF_CORE_READ(f, f_inode, i_ino);
+}
+
 static __always_inline int record_connect(struct bpf_sock_addr *ctx)
 {
 	struct task_struct *task;
@@ -187,7 +263,9 @@ static __always_inline int record_connect(struct bpf_sock_addr *ctx)
 		bpf_map_delete_elem(&connect_fds, &thread);
 	}
 	c.cgroup_id = bpf_get_current_cgroup_id();
-	cookie = bpf_get_socket_cookie(ctx);
+	cookie = bpf_get_socket_cookie(ctx); // also sets the socket's skc_cookie
+	if (c.fd_plus1)
+		c.sock_ino = socket_inode(task, c.fd_plus1 - 1, cookie);
 	bpf_map_update_elem(&conns, &cookie, &c, BPF_ANY);
 	return 1; // never changes the connect's outcome
 }
@@ -206,19 +284,75 @@ int connect6(struct bpf_sock_addr *ctx)
 
 // sock_ops removes a socket's record when it closes: TCP_CONNECT_CB asks
 // for state callbacks, and the move to TCP_CLOSE deletes the entry.
+// tuple_of fills t with the socket's 4-tuple; false for a family other
+// than IPv4 and IPv6.
+static __always_inline int tuple_of(struct bpf_sock_ops *ctx, struct tuple *t)
+{
+	__u32 v;
+
+	// Every context field is read at its own constant offset and pinned
+	// in a register (barrier_var): the verifier refuses a load through a
+	// context pointer the compiler computed to share one load between
+	// the two families.
+	if (ctx->family == 2 /* AF_INET */) {
+		t->local[2] = t->remote[2] = bpf_htonl(0xffff);
+		v = ctx->local_ip4;
+		barrier_var(v);
+		t->local[3] = v;
+		v = ctx->remote_ip4;
+		barrier_var(v);
+		t->remote[3] = v;
+	} else if (ctx->family == 10 /* AF_INET6 */) {
+#define COPY(dst, field)             \
+	do {                         \
+		v = ctx->field;      \
+		barrier_var(v);      \
+		dst = v;             \
+	} while (0)
+		COPY(t->local[0], local_ip6[0]);
+		COPY(t->local[1], local_ip6[1]);
+		COPY(t->local[2], local_ip6[2]);
+		COPY(t->local[3], local_ip6[3]);
+		COPY(t->remote[0], remote_ip6[0]);
+		COPY(t->remote[1], remote_ip6[1]);
+		COPY(t->remote[2], remote_ip6[2]);
+		COPY(t->remote[3], remote_ip6[3]);
+#undef COPY
+	} else {
+		return 0;
+	}
+	v = ctx->local_port; // host byte order
+	barrier_var(v);
+	t->local_port = v;
+	v = ctx->remote_port; // network byte order, in the upper half
+	barrier_var(v);
+	t->remote_port = bpf_ntohl(v) & 0xffff;
+	return 1;
+}
+
+// sock_ops indexes a connecting socket's cookie by its 4-tuple
+// (TCP_CONNECT_CB: the local port is bound by then) and asks for state
+// callbacks; the move to TCP_CLOSE removes both the tuple and the
+// connection record.
 SEC("sockops")
 int sock_ops(struct bpf_sock_ops *ctx)
 {
+	struct tuple t = {};
 	__u64 cookie;
 
 	switch (ctx->op) {
 	case BPF_SOCK_OPS_TCP_CONNECT_CB:
 		bpf_sock_ops_cb_flags_set(ctx, ctx->bpf_sock_ops_cb_flags | BPF_SOCK_OPS_STATE_CB_FLAG);
+		cookie = bpf_get_socket_cookie(ctx);
+		if (tuple_of(ctx, &t))
+			bpf_map_update_elem(&tuples, &t, &cookie, BPF_ANY);
 		break;
 	case BPF_SOCK_OPS_STATE_CB:
 		if (ctx->args[1] == BPF_TCP_CLOSE) {
 			cookie = bpf_get_socket_cookie(ctx);
 			bpf_map_delete_elem(&conns, &cookie);
+			if (tuple_of(ctx, &t))
+				bpf_map_delete_elem(&tuples, &t);
 		}
 		break;
 	}

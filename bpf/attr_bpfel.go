@@ -22,6 +22,7 @@ type AttrConnInfo struct {
 	Pad      uint32
 	CgroupId uint64
 	Passes   uint64
+	SockIno  uint64
 }
 
 type AttrProcInfo struct {
@@ -35,6 +36,15 @@ type AttrProcInfo struct {
 	Comm      [16]int8
 }
 
+type AttrTuple struct {
+	_          structs.HostLayout
+	Local      [4]uint32
+	Remote     [4]uint32
+	LocalPort  uint16
+	RemotePort uint16
+	Pad        uint32
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -45,6 +55,7 @@ const (
 	AttrMapPasses          = "passes"
 	AttrMapProcs           = "procs"
 	AttrMapSandboxCgroup   = "sandbox_cgroup"
+	AttrMapTuples          = "tuples"
 	AttrProgConnect4       = "connect4"
 	AttrProgConnect6       = "connect6"
 	AttrProgConnectFd      = "connect_fd"
@@ -121,6 +132,7 @@ type AttrMapSpecs struct {
 	Passes        *ebpf.MapSpec `ebpf:"passes"`
 	Procs         *ebpf.MapSpec `ebpf:"procs"`
 	SandboxCgroup *ebpf.MapSpec `ebpf:"sandbox_cgroup"`
+	Tuples        *ebpf.MapSpec `ebpf:"tuples"`
 }
 
 // AttrVariableSpecs contains global variables before they are loaded into the kernel.
@@ -155,6 +167,7 @@ type AttrMaps struct {
 	Passes        *ebpf.Map `ebpf:"passes"`
 	Procs         *ebpf.Map `ebpf:"procs"`
 	SandboxCgroup *ebpf.Map `ebpf:"sandbox_cgroup"`
+	Tuples        *ebpf.Map `ebpf:"tuples"`
 }
 
 func (m *AttrMaps) Close() error {
@@ -165,6 +178,7 @@ func (m *AttrMaps) Close() error {
 		m.Passes,
 		m.Procs,
 		m.SandboxCgroup,
+		m.Tuples,
 	)
 }
 

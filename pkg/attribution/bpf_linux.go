@@ -4,6 +4,7 @@ package attribution
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -62,7 +63,7 @@ type BPFBackend struct {
 
 	images imageCache
 
-	fast, exhaustive, unrecorded, handedOff, imageHits atomic.Uint64
+	fast, exhaustive, unrecorded, handedOff, imageHits, byTupleHits atomic.Uint64
 }
 
 var _ Backend = (*BPFBackend)(nil)
@@ -71,6 +72,8 @@ var _ Backend = (*BPFBackend)(nil)
 const (
 	BPFMaxConns = 65536
 	BPFMaxProcs = 32768
+	// BPFMaxTuples bounds the 4-tuple index of connecting sockets.
+	BPFMaxTuples = 65536
 )
 
 // NewBPFBackend loads the programs, attaches them to the sandbox's
@@ -217,7 +220,8 @@ func (b *BPFBackend) Close() error {
 // (fast: the recorded connector; exhaustive: the /proc search;
 // unrecorded: no record for the socket; handed_off: holder and recorded
 // connector differ; image_cached: fast-path answers whose executable was
-// named from the image cache), and the /proc backend's own.
+// named from the image cache; by_tuple: sockets found by 4-tuple, without
+// a sock_diag query), and the /proc backend's own.
 func (b *BPFBackend) Counters() map[string]uint64 {
 	c := b.proc.Counters()
 	c["bpf_fast"] = b.fast.Load()
@@ -225,6 +229,7 @@ func (b *BPFBackend) Counters() map[string]uint64 {
 	c["bpf_unrecorded"] = b.unrecorded.Load()
 	c["bpf_handed_off"] = b.handedOff.Load()
 	c["bpf_image_cached"] = b.imageHits.Load()
+	c["bpf_by_tuple"] = b.byTupleHits.Load()
 	return c
 }
 
@@ -235,15 +240,18 @@ func (b *BPFBackend) Lookup(ctx context.Context, client, proxy netip.AddrPort) (
 		return nil, err
 	}
 	b.proc.lookups.Add(1)
-	inode, cookie, err := b.proc.socketID(c, p)
-	if err != nil {
-		if errors.Is(err, ErrNotFound) {
-			b.proc.notFound.Add(1)
-		}
-		return nil, err
-	}
 	var rec palisadebpf.AttrConnInfo
-	recorded := cookie != 0 && b.objs.Conns.Lookup(cookie, &rec) == nil
+	inode, cookie, recorded := b.byTuple(c, p, &rec)
+	if !recorded {
+		inode, cookie, err = b.proc.socketID(c, p)
+		if err != nil {
+			if errors.Is(err, ErrNotFound) {
+				b.proc.notFound.Add(1)
+			}
+			return nil, err
+		}
+		recorded = cookie != 0 && b.objs.Conns.Lookup(cookie, &rec) == nil
+	}
 	if recorded {
 		if id := b.fastPath(ctx, &rec, inode); id != nil {
 			b.fast.Add(1)
@@ -269,6 +277,26 @@ func (b *BPFBackend) Lookup(ctx context.Context, client, proxy netip.AddrPort) (
 		}
 	}
 	return id, nil
+}
+
+// byTuple finds the record of the sandbox socket client -> proxy by its
+// 4-tuple (the tuples map sock_ops fills) and returns the socket's inode
+// and cookie as the connect hook read them; ok is false when either map
+// has no entry or the inode was not read, and the caller asks sock_diag.
+// A tuple names at most one live socket of the sandbox's namespace, and
+// its entry goes when that socket reaches TCP_CLOSE.
+func (b *BPFBackend) byTuple(client, proxy netip.AddrPort, rec *palisadebpf.AttrConnInfo) (inode, cookie uint64, ok bool) {
+	key := palisadebpf.AttrTuple{LocalPort: client.Port(), RemotePort: proxy.Port()}
+	l, r := client.Addr().As16(), proxy.Addr().As16()
+	for i := range 4 {
+		key.Local[i] = binary.NativeEndian.Uint32(l[4*i:])
+		key.Remote[i] = binary.NativeEndian.Uint32(r[4*i:])
+	}
+	if b.objs.Tuples.Lookup(&key, &cookie) != nil || b.objs.Conns.Lookup(cookie, rec) != nil || rec.SockIno == 0 {
+		return 0, 0, false
+	}
+	b.byTupleHits.Add(1)
+	return rec.SockIno, cookie, true
 }
 
 // fastPath returns the recorded connector's identity when it provably

@@ -23,6 +23,8 @@ type BPFBackend struct{}
 const (
 	BPFMaxConns = 65536
 	BPFMaxProcs = 32768
+	// BPFMaxTuples bounds the 4-tuple index of connecting sockets.
+	BPFMaxTuples = 65536
 )
 
 // NewBPFBackend returns feature.ErrNotSupported off Linux.

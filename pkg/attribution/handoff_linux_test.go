@@ -202,13 +202,18 @@ func TestBPFAndProcAgree(t *testing.T) {
 		c := s.spawn(self, "client", fam)
 		agree("plain client over IPv"+fam, c, c.pid, BackendBPFFast)
 		// The record names the connecting thread and descriptor.
-		_, cookie, err := bb.proc.socketID(normAddr(c.client), normAddr(c.proxy))
+		inode, cookie, err := bb.proc.socketID(normAddr(c.client), normAddr(c.proxy))
 		var rec palisadebpf.AttrConnInfo
 		if err != nil || bb.objs.Conns.Lookup(cookie, &rec) != nil {
 			t.Fatalf("IPv%s: no record for cookie %d: %v", fam, cookie, err)
 		}
-		if int(rec.Proc.Tgid) != c.pid || rec.FdPlus1 == 0 || rec.Proc.ExeIno == 0 {
-			t.Errorf("IPv%s record %+v: want tgid %d, the connecting fd and the executable's inode", fam, rec, c.pid)
+		if int(rec.Proc.Tgid) != c.pid || rec.FdPlus1 == 0 || rec.Proc.ExeIno == 0 || rec.SockIno != inode {
+			t.Errorf("IPv%s record %+v: want tgid %d, the connecting fd, the executable's inode and the socket's inode %d", fam, rec, c.pid, inode)
+		}
+		// The 4-tuple leads to the same socket as sock_diag.
+		var byTuple palisadebpf.AttrConnInfo
+		if ti, tc, ok := bb.byTuple(normAddr(c.client), normAddr(c.proxy), &byTuple); !ok || ti != inode || tc != cookie {
+			t.Errorf("IPv%s: by 4-tuple: inode %d cookie %d found %v; sock_diag says inode %d cookie %d", fam, ti, tc, ok, inode, cookie)
 		}
 	}
 	sh := s.spawn(self, "share", "4")
@@ -242,8 +247,8 @@ func TestBPFAndProcAgree(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if c := bb.Counters(); c["bpf_fast"] < 3 {
-		t.Errorf("counters %v: want the fast path for the three clients that still hold their sockets", c)
+	if c := bb.Counters(); c["bpf_fast"] < 3 || c["bpf_by_tuple"] < 3 {
+		t.Errorf("counters %v: want the fast path, found by 4-tuple, for the three clients that still hold their sockets", c)
 	}
 }
 
@@ -325,4 +330,17 @@ func TestImageCacheFollowsExec(t *testing.T) {
 	}
 	waitExe(t, c.pid, b)
 	name("after exec of the same file under another name", b)
+}
+
+// The documented map sizes are the ones the programs declare.
+func TestBPFMapSizes(t *testing.T) {
+	spec, err := palisadebpf.LoadAttr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]uint32{"conns": BPFMaxConns, "procs": BPFMaxProcs, "tuples": BPFMaxTuples} {
+		if m := spec.Maps[name]; m == nil || m.MaxEntries != want {
+			t.Errorf("map %s: %+v, want %d entries", name, m, want)
+		}
+	}
 }
