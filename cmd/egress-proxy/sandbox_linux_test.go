@@ -139,7 +139,7 @@ type labProxy struct {
 // sandbox-supervisor starts it (the same flags, readiness on fd 3), with a
 // policy letting bin reach allowed.test:80; prefix runs before it (for
 // example setpriv). It waits until the proxy is ready.
-func (l *sandboxLab) startProxy(t *testing.T, bin string, prefix []string) *labProxy {
+func (l *sandboxLab) startProxy(t *testing.T, bin string, prefix []string, extra ...string) *labProxy {
 	t.Helper()
 	hosts := l.internet.HostsFile(map[string]string{"allowed.test": l.internet.V4[0].String(), "denied.test": l.internet.V4[0].String()})
 	policyPath := filepath.Join(t.TempDir(), "policy.yaml")
@@ -167,6 +167,7 @@ network_policies:
 		"--sandbox", l.name, "--cgroup", l.name, "--init-pid", strconv.Itoa(l.initPID),
 		"--control", lp.sock, "--events", lp.events, "--hosts-file", hosts,
 		"--ready-fd", "3", "--log-format", "json")
+	args = append(args, extra...)
 	px := exec.Command("nsenter", args...)
 	px.ExtraFiles = []*os.File{w}
 	px.Stderr = lp.stderr
@@ -230,6 +231,26 @@ func TestSandboxModeFallsBackToProc(t *testing.T) {
 	}
 }
 
+// With --attribution proc, sockets are found through the exact sock_diag
+// lookup, in a proxy that dropped CAP_SYS_ADMIN after start-up: a lookup
+// that misses there reads the namespace's whole /proc/<pid>/net/tcp table
+// instead (the regression this catches: every connection took that path).
+func TestSandboxModeProcUsesSockDiag(t *testing.T) {
+	curlBin := testutil.RequireCommand(t, "curl")
+	l := newSandboxLab(t)
+	lp := l.startProxy(t, curlBin, nil, "--attribution", "proc")
+	proxyURL := "http://" + l.fence.ProxyAddr().String()
+	for _, path := range []string{"/one", "/two"} {
+		if out, err := l.inSandbox(curlBin, "-sS", "--max-time", "5", "-x", proxyURL, "http://allowed.test"+path); err != nil || !strings.Contains(out, `"server":"http"`) {
+			t.Fatalf("allowed from the sandbox: %v %s\n%s", err, out, lp.stderr)
+		}
+	}
+	st := controlStatus(t, lp.sock)
+	if st.Attribution["sock_diag"] < 2 || st.Attribution["proc_tables"] != 0 || st.Attribution["bpf_fast"] != 0 {
+		t.Errorf("attribution counters %v: want every socket found by sock_diag (>= 2), no /proc table read, no eBPF\n%s", st.Attribution, lp.stderr)
+	}
+}
+
 func TestSandboxModeWithFence(t *testing.T) {
 	curlBin := testutil.RequireCommand(t, "curl")
 	l := newSandboxLab(t)
@@ -246,15 +267,13 @@ func TestSandboxModeWithFence(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &d); err != nil || d.Error != "policy_denied" || d.Binary != curlBin || d.PID == 0 {
 		t.Fatalf("denied from the sandbox: %s", out)
 	}
-	// Both were attributed through the exact sock_diag lookup, in a proxy
-	// that dropped CAP_SYS_ADMIN after start-up: a lookup that misses
-	// there reads the namespace's whole /proc/<pid>/net/tcp table instead
-	// (the regression this catches: every connection took that path).
-	// The default (auto) attributes through eBPF on this kernel, and a
-	// plain curl's record is trusted alone (the fast path).
+	// The default (auto) attributes through eBPF on this kernel: both
+	// sockets were found by their 4-tuple in the programs' maps (no
+	// sock_diag query, no /proc table read), and a plain curl's record is
+	// trusted alone (the fast path).
 	st := controlStatus(t, sock)
-	if st.Attribution["sock_diag"] < 2 || st.Attribution["proc_tables"] != 0 {
-		t.Errorf("attribution counters %v: want every socket found by sock_diag (>= 2) and no /proc table read\n%s", st.Attribution, stderr)
+	if st.Attribution["bpf_by_tuple"] < 2 || st.Attribution["proc_tables"] != 0 {
+		t.Errorf("attribution counters %v: want every socket found by 4-tuple (>= 2) and no /proc table read\n%s", st.Attribution, stderr)
 	}
 	if st.Attribution["bpf_fast"] < 2 || st.Attribution["bpf_exhaustive"] != 0 {
 		t.Errorf("attribution counters %v: want both curls attributed by their eBPF records alone\n%s", st.Attribution, stderr)
