@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -33,14 +34,15 @@ func bulkSum(n int) [32]byte {
 }
 
 // A bulk download crosses a terminated tunnel byte for byte (sized and
-// chunked, HTTP/1.1 and h2), one after another on one connection, and
-// each request's event counts its bytes.
+// chunked; HTTP/1.1 or h2 on the client leg, over an HTTP/1.1 or h2
+// upstream), one after another on one connection, and each request's
+// event counts its bytes.
 func TestInspectedBulkDownload(t *testing.T) {
 	const n = 3<<20 + 12345
-	for _, h2 := range []bool{false, true} {
-		t.Run(fmt.Sprintf("h2=%v", h2), func(t *testing.T) {
-			e := newInspectEnv(t, h2, func(port int) string { return restPolicy(port, "read-only", "") }, true)
-			cl := e.client(h2)
+	for _, c := range []struct{ client, upstream bool }{{false, false}, {true, true}, {true, false}} {
+		t.Run(fmt.Sprintf("h2=%v/upstream-h2=%v", c.client, c.upstream), func(t *testing.T) {
+			e := newInspectEnv(t, c.upstream, func(port int) string { return restPolicy(port, "read-only", "") }, true)
+			cl := e.client(c.client)
 			for _, q := range []string{"", "&chunked=1", ""} {
 				resp, err := cl.Get(e.url("/bulk?n=" + strconv.Itoa(n) + q))
 				if err != nil {
@@ -54,6 +56,15 @@ func TestInspectedBulkDownload(t *testing.T) {
 				}
 				if sized := q == ""; sized != (resp.ContentLength == n) {
 					t.Errorf("%s: Content-Length %d", q, resp.ContentLength)
+				}
+				if want := map[bool]int{false: 1, true: 2}[c.client]; resp.ProtoMajor != want {
+					t.Errorf("client leg %s", resp.Proto)
+				}
+			}
+			wantUp := map[bool]string{false: "HTTP/1.1", true: "HTTP/2.0"}[c.upstream]
+			for _, r := range e.up.requests() {
+				if !strings.HasSuffix(r, " "+wantUp) {
+					t.Errorf("upstream saw %q, want %s", r, wantUp)
 				}
 			}
 			evs := e.waitEvents(ocsf.ClassHTTPActivity, 3)
