@@ -284,8 +284,8 @@ environment (proxy variables included). The sandbox's init forks the
 command; this process passes its stdin, stdout and stderr (or relays a
 terminal with --tty), forwards signals, and exits with the command's
 status (128+N for signal N; 125 when it could not be started in the
-sandbox, for example because its init is gone; 126/127 not executable /
-not found). CMD runs through "bash -lc" (so the first of ~/.bash_profile,
+sandbox, for example because its init is gone or the sandbox user cannot
+enter its directory; 126/127 not executable / not found). CMD runs through "bash -lc" (so the first of ~/.bash_profile,
 ~/.bash_login, ~/.profile is read), or "sh -c" where the sandbox has no
 bash: one argument is the script itself, several are quoted word by word.
 --no-login-shell executes CMD directly. The bounded-tmpfs storage check

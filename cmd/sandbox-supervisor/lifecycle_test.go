@@ -188,6 +188,19 @@ func TestDetachedSandboxConcurrentExecs(t *testing.T) {
 	if out, code := execIn(t, bin, st, "--workdir", "/tmp", name, "--", "pwd"); code != 0 || strings.TrimSpace(out) != "/tmp" {
 		t.Errorf("--workdir /tmp: exit %d, pwd %q", code, out)
 	}
+	// A directory that exists but the sandbox identity cannot enter is a
+	// setup failure naming it too, not a command that is not executable
+	// (126: the fork's chdir fails with EACCES, as an exec would).
+	locked := filepath.Join(wd, "locked")
+	if err := os.Mkdir(locked, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := execIn(t, bin, st, "--workdir", locked, name, "--", "true"); code != 125 || !strings.Contains(out, locked) || !strings.Contains(out, "cannot enter") {
+		t.Errorf("--workdir %s (root's, 0700): exit %d (%s), want 125 naming it", locked, code, out)
+	}
+	if out, code := execIn(t, bin, st, "--no-login-shell", "--workdir", locked, name, "--", "/nonexistent"); code != 125 || !strings.Contains(out, locked) {
+		t.Errorf("--workdir %s with a missing command: exit %d (%s), want 125 naming the directory (the fork fails there first)", locked, code, out)
+	}
 	for _, kv := range []string{"HTTPS_PROXY=http://evil.example:1", "SSL_CERT_FILE=/tmp/ca.pem", "PALISADE_SANDBOX=other"} {
 		if out, code := execIn(t, bin, st, "--env", kv, name, "--", "true"); code != 2 || !strings.Contains(out, "reserved") {
 			t.Errorf("--env %s: exit %d (%s), want a usage error", kv, code, out)
@@ -234,6 +247,28 @@ func TestDeleteExpectID(t *testing.T) {
 	}
 	if out, code := execIn(t, bin, st, name, "--", "true"); code != 125 {
 		t.Errorf("exec after delete: exit %d (%s), want 125", code, out)
+	}
+}
+
+// An exec into a sandbox whose working directory its identity can no
+// longer enter (here the host made it root's, 0700) fails with 125
+// naming the directory: the fork's chdir fails there with EACCES, which
+// would otherwise be reported as a command that is not executable (126).
+func TestExecWorkdirTheIdentityCannotEnter(t *testing.T) {
+	bin, wd, st := lifecycleSetup(t)
+	name, _ := detached(t, bin, st, wd)
+	if out, code := execIn(t, bin, st, name, "--", "true"); code != 0 {
+		t.Fatalf("exec before: exit %d (%s)", code, out)
+	}
+	if err := os.Chown(wd, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(wd, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	out, code := execIn(t, bin, st, "--no-login-shell", name, "--", "/bin/true")
+	if code != 125 || !strings.Contains(out, wd) || !strings.Contains(out, "uid 10001") {
+		t.Errorf("exec into a workdir uid 10001 cannot enter: exit %d (%s), want 125 naming it and the identity", code, out)
 	}
 }
 

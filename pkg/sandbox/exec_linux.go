@@ -230,6 +230,13 @@ func execProcess(cfg *InitConfig, req *ExecRequest) (*specs.Process, string, err
 	if fi, err := os.Stat(cwd); err != nil || !fi.IsDir() {
 		return nil, "", fail("workdir", ExitSandboxFailed, fmt.Errorf("--workdir %s: not a directory in the sandbox", cwd))
 	}
+	// That stat ran as root; the command's identity may still be kept
+	// out (a missing command there would otherwise be reported first).
+	if req.Workdir != "" {
+		if err := checkEnter(cwd, main.User.UID, main.User.GID); err != nil {
+			return nil, "", fail("workdir", ExitSandboxFailed, fmt.Errorf("--workdir: %w", err))
+		}
+	}
 	if cfg.StorageCheck != "" {
 		if err := checkStorage(cfg.StorageCheck, main.User.UID, main.User.GID); err != nil {
 			return nil, "", fail("storage-preflight", ExitSandboxFailed, err)

@@ -342,7 +342,47 @@ func (sp *spawner) spawn(path string, proc *specs.Process, stdio [3]*os.File, tt
 	r := spawnReq{path: path, proc: proc, stdio: stdio, tty: tty, res: make(chan spawnRes, 1)}
 	sp.reqs <- r
 	res := <-r.res
+	if res.err != nil {
+		res.err = blameWorkdir(res.err, proc)
+	}
 	return res.pid, res.err
+}
+
+// blameWorkdir turns a failed start into a working-directory failure when
+// that is what it was. The fork changes into proc.Cwd as the sandbox
+// identity before it executes the command, and a directory that identity
+// cannot enter fails it with the same errno as a command that is missing
+// (ENOENT, 127) or not executable (EACCES, 126); the init's own checks of
+// the directory run as root. So a start that failed so is retried as a
+// plain chdir with the identity's credentials: if that fails, the start
+// failed at the directory (125, naming it and the identity).
+func blameWorkdir(err error, proc *specs.Process) error {
+	var f *initFail
+	if !errors.As(err, &f) || (f.code != ExitNotFound && f.code != ExitNotExecutable) || proc.Cwd == "" {
+		return err
+	}
+	if denied := checkEnter(proc.Cwd, proc.User.UID, proc.User.GID); denied != nil {
+		return fail("workdir", ExitSandboxFailed, denied)
+	}
+	return err
+}
+
+// checkEnter reports whether the sandbox identity can change into dir,
+// by doing it: a chdir with the identity's filesystem credentials on a
+// thread with a working directory of its own, so that the kernel's own
+// checks (modes, ACLs) decide. nil when it can, or when that cannot be
+// told (the thread could not take the identity).
+func checkEnter(dir string, uid, gid uint32) error {
+	cdErr, setupErr := runAsIdentity(uid, gid, func() error {
+		if err := unix.Unshare(unix.CLONE_FS); err != nil {
+			return nil // cannot tell without changing the init's directory
+		}
+		return unix.Chdir(dir)
+	})
+	if setupErr != nil || cdErr == nil {
+		return nil
+	}
+	return fmt.Errorf("working directory %s: the sandbox identity (uid %d, gid %d) cannot enter it: %w", dir, uid, gid, cdErr)
 }
 
 // confineThread applies the irreversible confinement to the calling,

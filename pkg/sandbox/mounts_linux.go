@@ -268,16 +268,43 @@ func checkStorage(path string, uid, gid uint32) error {
 	if err := unix.Fstat(dfd, &st); err != nil || st.Mode&0o7777 != 0o1777 {
 		return fmt.Errorf("storage preflight: %s must be mode 1777", path)
 	}
-	// As the sandbox user: fsuid/fsgid are per-thread, so this runs on a
-	// locked thread that is thrown away afterwards.
-	errc := make(chan error, 1)
+	err, setupErr := runAsIdentity(uid, gid, func() error { return prepareStorage(dfd, path, uid) })
+	if setupErr != nil {
+		return fmt.Errorf("storage preflight: %w", setupErr)
+	}
+	return err
+}
+
+// runAsIdentity runs fn with the sandbox identity's filesystem
+// credentials: no supplementary groups, fsgid gid, fsuid uid (a nonzero
+// fsuid drops the filesystem capabilities, so root's DAC overrides no
+// longer apply). Credentials are per-thread, so fn runs on a locked
+// thread that is thrown away afterwards. A failure to take on the
+// identity is setupErr, and fn does not run; fn's own error is err.
+func runAsIdentity(uid, gid uint32, fn func() error) (err, setupErr error) {
+	type result struct{ err, setupErr error }
+	c := make(chan result, 1)
 	go func() {
 		lockThreadForever()
+		if err := unix.Setgroups(nil); err != nil {
+			c <- result{setupErr: fmt.Errorf("setgroups: %w", err)}
+			return
+		}
 		unix.Setfsgid(int(gid))
 		unix.Setfsuid(int(uid))
-		errc <- prepareStorage(dfd, path, uid)
+		// setfsuid and setfsgid report no failure; -1 reads them back.
+		if u, _ := unix.SetfsuidRetUid(-1); u != int(uid) {
+			c <- result{setupErr: fmt.Errorf("setfsuid %d: still %d", uid, u)}
+			return
+		}
+		if g, _ := unix.SetfsgidRetGid(-1); g != int(gid) {
+			c <- result{setupErr: fmt.Errorf("setfsgid %d: still %d", gid, g)}
+			return
+		}
+		c <- result{err: fn()}
 	}()
-	return <-errc
+	r := <-c
+	return r.err, r.setupErr
 }
 
 // prepareStorage makes mac-test-pgdata in the storage directory dfd (if
