@@ -30,9 +30,10 @@ import (
 // veth. It runs with no extra processes in the cgroup and with 2,000
 // sleeping ones, which cost a /proc-based attribution its fd-table scan.
 // The conns/s metric is the rate (b.N connections, at most 20 s), and
-// connect-us, connect-answer-us and echo-us the median time of each
-// phase (TCP connect; CONNECT sent until its 200 arrived, 0 when direct;
-// the 1 KiB round trip); scripts/bench/connrate.sh runs it in rounds and
+// connect-us, connect-answer-us, echo-us and close-us the median time of
+// each phase (TCP connect; CONNECT sent until its 200 arrived, 0 when
+// direct; the 1 KiB round trip; close(2), which sends the FIN and wakes
+// the peer); scripts/bench/connrate.sh runs it in rounds and
 // prints the medians and ratios.
 //
 //	go test -run '^$' -bench SandboxConnectRate -benchtime 2000x ./cmd/egress-proxy
@@ -60,9 +61,9 @@ func BenchmarkSandboxConnectRate(b *testing.B) {
 		if err := cmd.Wait(); err != nil {
 			b.Fatalf("connrate %s via %q: %v: %s", mode, proxy, err, out.String())
 		}
-		var n, connectUS, headUS, echoUS int
+		var n, connectUS, headUS, echoUS, closeUS int
 		var secs float64
-		if _, err := fmt.Sscan(out.String(), &n, &secs, &connectUS, &headUS, &echoUS); err != nil || n == 0 || secs <= 0 {
+		if _, err := fmt.Sscan(out.String(), &n, &secs, &connectUS, &headUS, &echoUS, &closeUS); err != nil || n == 0 || secs <= 0 {
 			b.Fatalf("connrate output %q: %v", out.String(), err)
 		}
 		b.ReportMetric(float64(n)/secs, "conns/s")
@@ -70,6 +71,7 @@ func BenchmarkSandboxConnectRate(b *testing.B) {
 		b.ReportMetric(float64(connectUS), "connect-us")
 		b.ReportMetric(float64(headUS), "connect-answer-us")
 		b.ReportMetric(float64(echoUS), "echo-us")
+		b.ReportMetric(float64(closeUS), "close-us")
 		b.ReportMetric(0, "ns/op")
 	}
 	for _, procs := range []int{0, 2000} {

@@ -2,7 +2,7 @@
 # native client makes them: directly, or through an HTTP CONNECT proxy.
 # Used by BenchmarkSandboxConnectRate; prints "<count> <seconds>" and the
 # median microseconds of each phase: connect, CONNECT answered (0 when
-# direct), echo round trip.
+# direct), echo round trip, close.
 #   python3 connrate.py direct|connect PROXY TARGET COUNT MAX_SECONDS
 import socket
 import sys
@@ -13,7 +13,7 @@ host, port = target.rsplit(":", 1)
 payload = b"x" * 1024
 
 
-phases = ([], [], [])
+phases = ([], [], [], [])
 
 
 def once():
@@ -45,7 +45,8 @@ def once():
         got += len(d)
     t3 = time.monotonic()
     s.close()
-    for i, d in enumerate((t1 - t0, t2 - t1, t3 - t2)):
+    t4 = time.monotonic()
+    for i, d in enumerate((t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
         phases[i].append(d)
 
 
