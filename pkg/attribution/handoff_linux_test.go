@@ -198,22 +198,22 @@ func TestBPFAndProcAgree(t *testing.T) {
 			t.Errorf("%s: bpf answered by %q, want %q", what, bid.Backend, wantBackend)
 		}
 	}
-	for _, fam := range []string{"4", "6"} {
+	for fam, what := range map[string]string{"4": "IPv4", "6": "IPv6", "mapped": "an IPv6 socket to an IPv4-mapped address"} {
 		c := s.spawn(self, "client", fam)
-		agree("plain client over IPv"+fam, c, c.pid, BackendBPFFast)
+		agree("plain client over "+what, c, c.pid, BackendBPFFast)
 		// The record names the connecting thread and descriptor.
 		inode, cookie, err := bb.proc.socketID(normAddr(c.client), normAddr(c.proxy))
 		var rec palisadebpf.AttrConnInfo
 		if err != nil || bb.objs.Conns.Lookup(cookie, &rec) != nil {
-			t.Fatalf("IPv%s: no record for cookie %d: %v", fam, cookie, err)
+			t.Fatalf("%s: no record for cookie %d: %v", what, cookie, err)
 		}
 		if int(rec.Proc.Tgid) != c.pid || rec.FdPlus1 == 0 || rec.Proc.ExeIno == 0 || rec.SockIno != inode {
-			t.Errorf("IPv%s record %+v: want tgid %d, the connecting fd, the executable's inode and the socket's inode %d", fam, rec, c.pid, inode)
+			t.Errorf("%s: record %+v: want tgid %d, the connecting fd, the executable's inode and the socket's inode %d", what, rec, c.pid, inode)
 		}
 		// The 4-tuple leads to the same socket as sock_diag.
 		var byTuple palisadebpf.AttrConnInfo
 		if ti, tc, ok := bb.byTuple(normAddr(c.client), normAddr(c.proxy), &byTuple); !ok || ti != inode || tc != cookie {
-			t.Errorf("IPv%s: by 4-tuple: inode %d cookie %d found %v; sock_diag says inode %d cookie %d", fam, ti, tc, ok, inode, cookie)
+			t.Errorf("%s: by 4-tuple: inode %d cookie %d found %v; sock_diag says inode %d cookie %d", what, ti, tc, ok, inode, cookie)
 		}
 	}
 	sh := s.spawn(self, "share", "4")
@@ -223,8 +223,8 @@ func TestBPFAndProcAgree(t *testing.T) {
 	agree("connector handed to a child and exited", fe, fe.holders[0], BackendBPF)
 
 	before := mapLen(t, bb.objs.Conns)
-	if before != 4 {
-		t.Errorf("connection records: %d, want one per live client socket (4)", before)
+	if before != 5 {
+		t.Errorf("connection records: %d, want one per live client socket (5)", before)
 	}
 	ex := s.spawnArgs(self, "exit", "4", "-")
 	waitGone(t, ex.pid)
