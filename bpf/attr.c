@@ -27,6 +27,7 @@ struct super_block {
 } __attribute__((preserve_access_index));
 
 struct inode {
+	unsigned short i_mode;
 	unsigned long i_ino;
 	struct super_block *i_sb;
 } __attribute__((preserve_access_index));
@@ -230,6 +231,10 @@ static __always_inline __u64 socket_inode(struct task_struct *task, __u32 fd, __
 		return 0;
 	fds = BPF_CORE_READ(fdt, fd);
 	if (bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]) || !f)
+		return 0;
+	// Only a socket's private_data is a struct socket: anything else
+	// swapped in at that descriptor number is refused before it is read.
+	if ((BPF_CORE_READ(f, f_inode, i_mode) & 0170000) != 0140000 /* S_IFSOCK */)
 		return 0;
 	sock = BPF_CORE_READ(f, private_data);
 	if (!sock)
