@@ -63,7 +63,7 @@ type BPFBackend struct {
 
 	images imageCache
 
-	fast, exhaustive, unrecorded, handedOff, imageHits, byTupleHits atomic.Uint64
+	fast, exhaustive, unrecorded, handedOff, imageHits, byTupleHits, tupleMismatch atomic.Uint64
 }
 
 var _ Backend = (*BPFBackend)(nil)
@@ -221,7 +221,8 @@ func (b *BPFBackend) Close() error {
 // unrecorded: no record for the socket; handed_off: holder and recorded
 // connector differ; image_cached: fast-path answers whose executable was
 // named from the image cache; by_tuple: sockets found by 4-tuple, without
-// a sock_diag query), and the /proc backend's own.
+// a sock_diag query; tuple_mismatch: exhaustive searches where sock_diag
+// named another socket than the record did), and the /proc backend's own.
 func (b *BPFBackend) Counters() map[string]uint64 {
 	c := b.proc.Counters()
 	c["bpf_fast"] = b.fast.Load()
@@ -230,6 +231,7 @@ func (b *BPFBackend) Counters() map[string]uint64 {
 	c["bpf_handed_off"] = b.handedOff.Load()
 	c["bpf_image_cached"] = b.imageHits.Load()
 	c["bpf_by_tuple"] = b.byTupleHits.Load()
+	c["bpf_tuple_mismatch"] = b.tupleMismatch.Load()
 	return c
 }
 
@@ -242,6 +244,7 @@ func (b *BPFBackend) Lookup(ctx context.Context, client, proxy netip.AddrPort) (
 	b.proc.lookups.Add(1)
 	var rec palisadebpf.AttrConnInfo
 	inode, cookie, recorded := b.byTuple(c, p, &rec)
+	fromTuple := recorded
 	if !recorded {
 		inode, cookie, err = b.proc.socketID(c, p)
 		if err != nil {
@@ -261,6 +264,23 @@ func (b *BPFBackend) Lookup(ctx context.Context, client, proxy netip.AddrPort) (
 		b.unrecorded.Add(1)
 	}
 	b.exhaustive.Add(1)
+	if fromTuple {
+		// The search names whichever process holds the inode, so it must
+		// be this connection's socket: the connect hook's reading is
+		// checked against sock_diag before anyone is named by it.
+		di, dc, err := b.proc.socketID(c, p)
+		if err != nil {
+			if errors.Is(err, ErrNotFound) {
+				b.proc.notFound.Add(1)
+			}
+			return nil, err
+		}
+		if di != inode || dc != cookie {
+			b.tupleMismatch.Add(1)
+			inode = di
+			recorded = dc != 0 && b.objs.Conns.Lookup(dc, &rec) == nil
+		}
+	}
 	id, err := b.proc.holderOf(ctx, client, proxy, inode)
 	if err != nil {
 		if errors.Is(err, ErrNotFound) {
@@ -284,7 +304,9 @@ func (b *BPFBackend) Lookup(ctx context.Context, client, proxy netip.AddrPort) (
 // and cookie as the connect hook read them; ok is false when either map
 // has no entry or the inode was not read, and the caller asks sock_diag.
 // A tuple names at most one live socket of the sandbox's namespace, and
-// its entry goes when that socket reaches TCP_CLOSE.
+// its entry goes when that socket reaches TCP_CLOSE. The fast path may
+// trust the inode (the recorded connector must hold it); the exhaustive
+// search checks it against sock_diag first.
 func (b *BPFBackend) byTuple(client, proxy netip.AddrPort, rec *palisadebpf.AttrConnInfo) (inode, cookie uint64, ok bool) {
 	key := palisadebpf.AttrTuple{LocalPort: client.Port(), RemotePort: proxy.Port()}
 	l, r := client.Addr().As16(), proxy.Addr().As16()

@@ -344,3 +344,43 @@ func TestBPFMapSizes(t *testing.T) {
 		}
 	}
 }
+
+// The exhaustive search names whoever holds the socket's inode, so an
+// inode the connect hook recorded wrongly (as a descriptor swapped during
+// the connect could make it) must not lead it to another process's
+// socket: the record of a handed-off socket is made to name a socket
+// another process holds, and the lookup still names the real holder.
+func TestExhaustiveSearchChecksTheRecordedInode(t *testing.T) {
+	s := newTestSandbox(t, 128)
+	self, other := selfAndOther(t)
+	bb := s.bpfBackend(t)
+	ctx := context.Background()
+	handed := s.spawnArgs(self, "forkhand", "4", other)
+	bystander := s.spawn(self, "client", "4")
+	hInode, hCookie, err := bb.proc.socketID(normAddr(handed.client), normAddr(handed.proxy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bInode, _, err := bb.proc.socketID(normAddr(bystander.client), normAddr(bystander.proxy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec palisadebpf.AttrConnInfo
+	if err := bb.objs.Conns.Lookup(hCookie, &rec); err != nil || rec.SockIno != hInode {
+		t.Fatalf("record of the handed-off socket: %+v, %v; want its inode %d", rec, err, hInode)
+	}
+	rec.SockIno = bInode
+	if err := bb.objs.Conns.Update(hCookie, &rec, ebpf.UpdateExist); err != nil {
+		t.Fatal(err)
+	}
+	id, err := bb.Lookup(ctx, handed.client, handed.proxy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id.PID != handed.holders[0] || id.PID == bystander.pid {
+		t.Errorf("attributed to pid %d (%s); want the holder %d, not the bystander %d whose socket the record named", id.PID, id.Exe, handed.holders[0], bystander.pid)
+	}
+	if c := bb.Counters(); c["bpf_tuple_mismatch"] != 1 {
+		t.Errorf("counters %v: want one tuple mismatch", c)
+	}
+}
