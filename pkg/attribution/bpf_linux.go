@@ -322,17 +322,23 @@ func (b *BPFBackend) byTuple(client, proxy netip.AddrPort, rec *palisadebpf.Attr
 }
 
 // fastPath returns the recorded connector's identity when it provably
-// is the socket's topmost holder, else nil.
+// is the socket's topmost holder, else nil. When the connector's
+// process-tree entry shows it still runs the image it connected with
+// (image), what is read about that image — the executable's name and
+// hash, ancestors' names — comes from the image cache, so a repeat
+// connection costs map lookups and one fd readlink; the entry is read
+// again after the holder check, and an exec in between (a new exec_seq)
+// falls back. Otherwise the executable is stat'ed and read, and the
+// descriptor is read again at the end (not closed and its number reused
+// meanwhile).
 func (b *BPFBackend) fastPath(ctx context.Context, rec *palisadebpf.AttrConnInfo, inode uint64) *Identity {
 	var passes uint64
 	if err := b.objs.Passes.Lookup(uint32(0), &passes); err != nil || passes != rec.Passes {
 		return nil // a descriptor may have been passed since the connect
 	}
 	tgid := int(rec.Proc.Tgid)
-	if cur, ok := b.image(tgid, &rec.Proc); ok {
-		return b.imageFastPath(ctx, rec, inode, cur)
-	}
-	if !b.sameExe(tgid, &rec.Proc) {
+	cur, cacheable := b.image(tgid, &rec.Proc)
+	if !cacheable && !b.sameExe(tgid, &rec.Proc) {
 		return nil // exec'd (or exited, or the pid was reused)
 	}
 	want := socketLink(inode)
@@ -340,21 +346,39 @@ func (b *BPFBackend) fastPath(ctx context.Context, rec *palisadebpf.AttrConnInfo
 	if fd < 0 {
 		return nil // handed to a descendant and closed here
 	}
-	exe, err := os.Readlink(b.procPath(tgid, "exe"))
-	if err != nil {
+	var key imageKey
+	var img imageInfo
+	var cached bool
+	var self *palisadebpf.AttrProcInfo
+	if cacheable {
+		key, self = imageKeyOf(&cur), &cur
+		img, cached = b.images.get(key)
+		cached = cached && img.sum != "" // named before only as an ancestor
+	}
+	if !cached {
+		var err error
+		if img.exe, err = os.Readlink(b.procPath(tgid, "exe")); err != nil {
+			return nil
+		}
+		if img.sum, err = b.proc.hashes.Sum(ctx, b.procPath(tgid, "exe")); err != nil || !b.sameExe(tgid, &rec.Proc) {
+			return nil
+		}
+	}
+	ancestors := b.ancestors(tgid, self)
+	if cacheable {
+		var again palisadebpf.AttrProcInfo
+		if err := b.objs.Procs.Lookup(uint32(tgid), &again); err != nil || imageKeyOf(&again) != key {
+			return nil // exec'd or exited while being named
+		}
+		if cached {
+			b.imageHits.Add(1)
+		} else {
+			b.images.put(key, img)
+		}
+	} else if link, err := os.Readlink(b.procPath(tgid, "fd/"+strconv.Itoa(fd))); err != nil || link != string(want) {
 		return nil
 	}
-	sum, err := b.proc.hashes.Sum(ctx, b.procPath(tgid, "exe"))
-	if err != nil || !b.sameExe(tgid, &rec.Proc) {
-		return nil
-	}
-	id := &Identity{PID: tgid, Exe: exe, SHA256: sum, Backend: BackendBPFFast, Ancestors: b.ancestors(tgid, nil)}
-	// Still the holder after the reads (the fd was not closed and its
-	// number reused meanwhile).
-	if link, err := os.Readlink(b.procPath(tgid, "fd/"+strconv.Itoa(fd))); err != nil || link != string(want) {
-		return nil
-	}
-	return id
+	return &Identity{PID: tgid, Exe: img.exe, SHA256: img.sum, Backend: BackendBPFFast, Ancestors: ancestors}
 }
 
 // image returns the process-tree entry of tgid when it is the process
@@ -367,41 +391,6 @@ func (b *BPFBackend) image(tgid int, connected *palisadebpf.AttrProcInfo) (palis
 	}
 	return cur, cur.StartTime != 0 && cur.StartTime == connected.StartTime && cur.ExecSeq != execSeqUnknown &&
 		cur.ExeIno == connected.ExeIno && cur.ExeDev == connected.ExeDev
-}
-
-// imageFastPath is the fast path for a connector whose process-tree
-// entry (cur) shows it still runs the image it connected with: the
-// executable's name and hash are read once per image (imageCache) and
-// ancestors are named from the cache too, so a connection costs map
-// lookups and one fd readlink. The entry is read again after the holder
-// check: an exec in between (a new exec_seq) falls back.
-func (b *BPFBackend) imageFastPath(ctx context.Context, rec *palisadebpf.AttrConnInfo, inode uint64, cur palisadebpf.AttrProcInfo) *Identity {
-	tgid := int(rec.Proc.Tgid)
-	if b.holdingFD(tgid, rec, socketLink(inode)) < 0 {
-		return nil // handed to a descendant and closed here
-	}
-	key := imageKeyOf(&cur)
-	img, cached := b.images.get(key)
-	if !cached || img.sum == "" {
-		var err error
-		if img.exe, err = os.Readlink(b.procPath(tgid, "exe")); err != nil {
-			return nil
-		}
-		if img.sum, err = b.proc.hashes.Sum(ctx, b.procPath(tgid, "exe")); err != nil || !b.sameExe(tgid, &rec.Proc) {
-			return nil
-		}
-	}
-	ancestors := b.ancestors(tgid, &cur)
-	var again palisadebpf.AttrProcInfo
-	if err := b.objs.Procs.Lookup(uint32(tgid), &again); err != nil || imageKeyOf(&again) != key {
-		return nil // exec'd or exited while being named
-	}
-	if cached && img.sum != "" {
-		b.imageHits.Add(1)
-	} else {
-		b.images.put(key, img)
-	}
-	return &Identity{PID: tgid, Exe: img.exe, SHA256: img.sum, Backend: BackendBPFFast, Ancestors: ancestors}
 }
 
 // holdingFD returns a descriptor of pid that is the socket (want), or -1:

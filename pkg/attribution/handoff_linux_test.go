@@ -286,7 +286,7 @@ func TestBPFBackendAttachFailure(t *testing.T) {
 	}
 }
 
-// The fast path names an image once (imageFastPath) and must not keep
+// The fast path names an image once (the image cache) and must not keep
 // that name across an exec: a connector that execs the same file under
 // another name (a hard link: same inode, so the executable still matches
 // the record) is named by its new path, as /proc names it.
@@ -382,5 +382,38 @@ func TestExhaustiveSearchChecksTheRecordedInode(t *testing.T) {
 	}
 	if c := bb.Counters(); c["bpf_tuple_mismatch"] != 1 {
 		t.Errorf("counters %v: want one tuple mismatch", c)
+	}
+}
+
+// A connector whose process-tree entry cannot key the image cache (a
+// process seeded at attach time has no start time; an exec counter that
+// wrapped marks its image unknown) is still answered by the fast path,
+// from /proc, and agrees with the /proc backend; nothing is cached.
+func TestFastPathWithoutImageCache(t *testing.T) {
+	s := newTestSandbox(t, 128)
+	self, _ := selfAndOther(t)
+	pb, bb := s.backend(t, nil), s.bpfBackend(t)
+	ctx := context.Background()
+	c := s.spawn(self, "client", "4")
+	var info palisadebpf.AttrProcInfo
+	if err := bb.objs.Procs.Lookup(uint32(c.pid), &info); err != nil {
+		t.Fatal(err)
+	}
+	info.ExecSeq = execSeqUnknown
+	if err := bb.objs.Procs.Update(uint32(c.pid), &info, ebpf.UpdateExist); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		pid, perr := pb.Lookup(ctx, c.client, c.proxy)
+		bid, berr := bb.Lookup(ctx, c.client, c.proxy)
+		if perr != nil || berr != nil {
+			t.Fatalf("proc %v, bpf %v", perr, berr)
+		}
+		if bid.Backend != BackendBPFFast || !identityEqual(*pid, *bid) {
+			t.Errorf("bpf %+v, proc %+v: want the fast path's answer equal to /proc's", *bid, *pid)
+		}
+	}
+	if got := bb.Counters()["bpf_image_cached"]; got != 0 {
+		t.Errorf("image_cached %d: an uncacheable image was answered from the cache", got)
 	}
 }
