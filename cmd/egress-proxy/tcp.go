@@ -101,8 +101,8 @@ func checkSubstrateFlags(f *flags) error {
 	switch {
 	case (f.dnsListen == "") != (f.transparentListen == ""):
 		return cli.Usagef("--dns-listen and --transparent-listen go together (policy DNS answers with synthetic addresses only the transparent listener serves)")
-	case f.dnsTTL < policydns.MinTTL || f.dnsTTL > policydns.MaxTTL:
-		return cli.Usagef("--dns-ttl %v: want %v to %v", f.dnsTTL, policydns.MinTTL, policydns.MaxTTL)
+	case policydns.CheckTTL(f.dnsTTL) != nil:
+		return cli.Usagef("--dns-ttl %v: %v", f.dnsTTL, policydns.CheckTTL(f.dnsTTL))
 	}
 	return nil
 }

@@ -178,8 +178,8 @@ func parseRunFlags(args []string, stderr io.Writer, specOnly bool) (*runFlags, [
 	// The proxy's own bounds, checked here so that a bad value stops the
 	// run before anything is created rather than failing the proxy's
 	// start (125) once the sandbox exists.
-	if f.dnsTTLSet && (f.dnsTTL < policydns.MinTTL || f.dnsTTL > policydns.MaxTTL) {
-		return nil, nil, cli.Usagef("--dns-ttl %v: want %v to %v", f.dnsTTL, policydns.MinTTL, policydns.MaxTTL)
+	if err := policydns.CheckTTL(f.dnsTTL); f.dnsTTLSet && err != nil {
+		return nil, nil, cli.Usagef("--dns-ttl %v: %v", f.dnsTTL, err)
 	}
 	if f.proxyProcs < 0 {
 		return nil, nil, cli.Usagef("--proxy-procs %d: want 0 (all CPUs) or more", f.proxyProcs)

@@ -69,11 +69,20 @@ type Table struct {
 	byName map[string]*Mapping
 }
 
+// CheckTTL reports a mapping lifetime outside MinTTL..MaxTTL, in the
+// words the command-line flags use ("want 1s to 30s").
+func CheckTTL(ttl time.Duration) error {
+	if ttl < MinTTL || ttl > MaxTTL {
+		return fmt.Errorf("want %v to %v", MinTTL, MaxTTL)
+	}
+	return nil
+}
+
 // NewTable returns an empty table with a random epoch. ttl must be within
 // MinTTL..MaxTTL. now is the clock (nil: time.Now).
 func NewTable(ttl time.Duration, now func() time.Time) (*Table, error) {
-	if ttl < MinTTL || ttl > MaxTTL {
-		return nil, fmt.Errorf("policydns: TTL %v: want %v to %v", ttl, MinTTL, MaxTTL)
+	if err := CheckTTL(ttl); err != nil {
+		return nil, fmt.Errorf("policydns: TTL %v: %w", ttl, err)
 	}
 	if now == nil {
 		now = time.Now
