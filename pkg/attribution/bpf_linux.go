@@ -365,6 +365,9 @@ func (b *BPFBackend) fastPath(ctx context.Context, rec *palisadebpf.AttrConnInfo
 		}
 	}
 	ancestors := b.ancestors(tgid, self)
+	if testHookNamed != nil {
+		testHookNamed(tgid)
+	}
 	if cacheable {
 		var again palisadebpf.AttrProcInfo
 		if err := b.objs.Procs.Lookup(uint32(tgid), &again); err != nil || imageKeyOf(&again) != key {
@@ -380,6 +383,11 @@ func (b *BPFBackend) fastPath(ctx context.Context, rec *palisadebpf.AttrConnInfo
 	}
 	return &Identity{PID: tgid, Exe: img.exe, SHA256: img.sum, Backend: BackendBPFFast, Ancestors: ancestors}
 }
+
+// testHookNamed, when set by a test, runs in fastPath after the
+// connector was named and before the end's re-check: where an exec or an
+// fd swap would race with the lookup.
+var testHookNamed func(tgid int)
 
 // image returns the process-tree entry of tgid when it is the process
 // that connected (same start time) running the image it connected with

@@ -417,3 +417,28 @@ func TestFastPathWithoutImageCache(t *testing.T) {
 		t.Errorf("image_cached %d: an uncacheable image was answered from the cache", got)
 	}
 }
+
+// An exec between naming the connector and the fast path's end (a new
+// exec_seq in the process tree) makes the fast path refuse: the name it
+// read may be the old image's. The exhaustive search answers instead.
+func TestFastPathRefusesAnExecWhileNaming(t *testing.T) {
+	s := newTestSandbox(t, 128)
+	self, _ := selfAndOther(t)
+	bb := s.bpfBackend(t)
+	c := s.spawn(self, "client", "4")
+	testHookNamed = func(tgid int) {
+		var info palisadebpf.AttrProcInfo
+		if bb.objs.Procs.Lookup(uint32(tgid), &info) == nil {
+			info.ExecSeq++ // what the exec tracepoint would do
+			bb.objs.Procs.Update(uint32(tgid), &info, ebpf.UpdateExist)
+		}
+	}
+	t.Cleanup(func() { testHookNamed = nil })
+	id, err := bb.Lookup(context.Background(), c.client, c.proxy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id.Backend == BackendBPFFast || id.PID != c.pid {
+		t.Errorf("%+v: want the exhaustive search's answer (pid %d), not the fast path's", *id, c.pid)
+	}
+}
