@@ -33,8 +33,10 @@ import (
 // connect-us, connect-answer-us, echo-us and close-us the median time of
 // each phase (TCP connect; CONNECT sent until its 200 arrived, 0 when
 // direct; the 1 KiB round trip; close(2), which sends the FIN and wakes
-// the peer); scripts/bench/connrate.sh runs it in rounds and
-// prints the medians and ratios.
+// the peer); first100-answer-us is the median CONNECT answer of the first
+// 100 connections only, and proxy-cpu-us the proxy process's CPU time
+// per connection (0 when direct); scripts/bench/connrate.sh runs it in
+// rounds and prints the medians and ratios.
 //
 //	go test -run '^$' -bench SandboxConnectRate -benchtime 2000x ./cmd/egress-proxy
 func BenchmarkSandboxConnectRate(b *testing.B) {
@@ -57,21 +59,37 @@ func BenchmarkSandboxConnectRate(b *testing.B) {
 
 	rate := func(b *testing.B, mode, proxy, target string) {
 		var out bytes.Buffer
+		pid, proxied := sb.pids[proxy]
+		var cpu0 time.Duration
+		if proxied {
+			cpu0 = cpuTime(b, pid)
+		}
 		cmd := sb.start(b, &out, exe, script, mode, proxy, target, strconv.Itoa(b.N), "20")
 		if err := cmd.Wait(); err != nil {
 			b.Fatalf("connrate %s via %q: %v: %s", mode, proxy, err, out.String())
 		}
-		var n, connectUS, headUS, echoUS, closeUS int
+		var cpuPer float64
+		if proxied {
+			cpuPer = float64(cpuTime(b, pid)-cpu0) / float64(time.Microsecond)
+		}
+		var n, connectUS, headUS, echoUS, closeUS, firstHeadUS int
 		var secs float64
-		if _, err := fmt.Sscan(out.String(), &n, &secs, &connectUS, &headUS, &echoUS, &closeUS); err != nil || n == 0 || secs <= 0 {
+		if _, err := fmt.Sscan(out.String(), &n, &secs, &connectUS, &headUS, &echoUS, &closeUS, &firstHeadUS); err != nil || n == 0 || secs <= 0 {
 			b.Fatalf("connrate output %q: %v", out.String(), err)
 		}
 		b.ReportMetric(float64(n)/secs, "conns/s")
+		// The proxy's own CPU time per connection (0 when direct): less
+		// noisy than the rate, which the whole machine's load moves.
+		b.ReportMetric(cpuPer/float64(n), "proxy-cpu-us")
 		// Medians of each phase: where a proxied connection's time goes.
 		b.ReportMetric(float64(connectUS), "connect-us")
 		b.ReportMetric(float64(headUS), "connect-answer-us")
 		b.ReportMetric(float64(echoUS), "echo-us")
 		b.ReportMetric(float64(closeUS), "close-us")
+		// The CONNECT answer of the first 100 connections of the client
+		// process: above connect-answer-us while the proxy is still
+		// ramping up to its steady pace.
+		b.ReportMetric(float64(firstHeadUS), "first100-answer-us")
 		b.ReportMetric(0, "ns/op")
 	}
 	for _, procs := range []int{0, 2000} {
@@ -165,5 +183,31 @@ func (sb *benchSandbox) daemon(b *testing.B, addr, bin string, args ...string) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	sb.pids[addr] = cmd.Process.Pid
 	sb.waitListening(b, addr)
+}
+
+// cpuTime is the CPU time process pid has used so far, its threads that
+// exited included (tinyproxy runs a thread per connection) and the
+// children it reaped: utime, stime, cutime and cstime of /proc/PID/stat,
+// in clock ticks of 10 ms (USER_HZ is 100 on Linux), which over thousands
+// of connections is a few microseconds per connection.
+func cpuTime(b *testing.B, pid int) time.Duration {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	// The fields after the command name, which may hold spaces: the
+	// first of them is the line's third (state), so the 14th to 17th
+	// (utime, stime, cutime, cstime) are at 11 to 14.
+	f := strings.Fields(string(raw[bytes.LastIndexByte(raw, ')')+1:]))
+	var ticks int64
+	for _, i := range []int{11, 12, 13, 14} {
+		v, err := strconv.ParseInt(f[i], 10, 64)
+		if err != nil {
+			b.Fatalf("/proc/%d/stat: %v", pid, err)
+		}
+		ticks += v
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond
 }

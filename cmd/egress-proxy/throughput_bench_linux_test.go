@@ -258,6 +258,9 @@ type benchSandbox struct {
 	inet             *nettest.Internet
 	cg               *cgroup.Group
 	anchor           *exec.Cmd
+	// pids maps a proxy's listening address to its process, whose CPU
+	// time the connection-rate benchmark reports per connection.
+	pids map[string]int
 }
 
 // benchHostAddr is the host side of the client's veth.
@@ -265,7 +268,7 @@ const benchHostAddr = "192.0.2.1"
 
 func newBenchSandbox(b *testing.B) *benchSandbox {
 	testutil.RequireRoot(b)
-	sb := &benchSandbox{}
+	sb := &benchSandbox{pids: map[string]int{}}
 	_, sb.hostNS = testutil.NamedNetns(b, "bh")
 	_, sb.clientNS = testutil.NamedNetns(b, "bc")
 	sb.inet = nettest.NewInternet(b, nettest.WithHostNetns(sb.hostNS))
@@ -356,6 +359,7 @@ network_policies:
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	sb.pids[addr] = cmd.Process.Pid
 	sb.waitListening(b, addr)
 	return addr
 }

@@ -24,9 +24,16 @@ for r in $(seq "$ROUNDS"); do
   grep -E '^BenchmarkSandboxConnectRate/' "$out" | sed "s/^/round $r: /"
   # One line per round and sandbox: the rates of direct, egress-proxy,
   # squid and tinyproxy (0 when not installed).
-  awk -v r="$r" '/SandboxConnectRate\// { split($1, a, "/"); sub(/-[0-9]+$/, "", a[3]); for (i = 2; i <= NF; i++) if ($i == "conns/s") v[a[2] "/" a[3]] = $(i - 1) }
+  # Then each proxy's CPU time per connection and its median CONNECT
+  # answer over all connections and over the first 100 (the ramp).
+  awk -v r="$r" '/SandboxConnectRate\// { split($1, a, "/"); sub(/-[0-9]+$/, "", a[3]); k = a[2] "/" a[3]
+      for (i = 2; i <= NF; i++) { if ($i == "conns/s") v[k] = $(i - 1); if ($i == "proxy-cpu-us") c[k] = $(i - 1)
+        if ($i == "connect-answer-us") ans[k] = $(i - 1); if ($i == "first100-answer-us") f[k] = $(i - 1) } }
   END { for (p = 0; p <= 1; p++) { k = p ? "procs=2000" : "procs=0"
-    printf "%s %d %s %s %s %s\n", k, r, v[k "/direct"] + 0, v[k "/egress-proxy"] + 0, v[k "/squid"] + 0, v[k "/tinyproxy"] + 0 } }' "$out" >>"$rounds"
+    printf "%s %d %s %s %s %s", k, r, v[k "/direct"] + 0, v[k "/egress-proxy"] + 0, v[k "/squid"] + 0, v[k "/tinyproxy"] + 0
+    split("egress-proxy squid tinyproxy", names, " ")
+    for (j = 1; j <= 3; j++) { x = k "/" names[j]; printf " %s %s %s", c[x] + 0, ans[x] + 0, f[x] + 0 }
+    printf "\n" } }' "$out" >>"$rounds"
 done
 # Medians over the rounds of each rate and of each per-round ratio
 # (egress-proxy / direct, / squid, / tinyproxy). Targets: >= 0.45x
@@ -36,7 +43,8 @@ done
 awk 'function median(arr, n,   i, j, t, w) { for (i = 1; i <= n; i++) w[i] = arr[i]
     for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (w[j] < w[i]) { t = w[i]; w[i] = w[j]; w[j] = t }
     return (n % 2) ? w[(n + 1) / 2] : (w[n / 2] + w[n / 2 + 1]) / 2 }
-  { k = $1; n = ++cnt[k]; d[k, n] = $3; e[k, n] = $4; sq[k, n] = $5; tp[k, n] = $6 }
+  { k = $1; n = ++cnt[k]; d[k, n] = $3; e[k, n] = $4; sq[k, n] = $5; tp[k, n] = $6
+    for (j = 1; j <= 3; j++) { v7[k, n, j] = $(4 + 3 * j); v8[k, n, j] = $(5 + 3 * j); v9[k, n, j] = $(6 + 3 * j) } }
   END { for (p = 0; p <= 1; p++) { k = p ? "procs=2000" : "procs=0"; n = cnt[k]; if (!n) continue
       split("", a); split("", b); split("", c); split("", rd); split("", rs); split("", rt); split("", t); ns = 0; nt = 0
       for (i = 1; i <= n; i++) { a[i] = d[k, i]; b[i] = e[k, i]; rd[i] = (d[k, i] > 0) ? e[k, i] / d[k, i] : 0
@@ -45,5 +53,14 @@ awk 'function median(arr, n,   i, j, t, w) { for (i = 1; i <= n; i++) w[i] = arr
       printf "%s, median of %d rounds: direct %.0f/s, egress-proxy %.0f/s = %.2fx direct (target >= 0.45x)", k, n, median(a, n), median(b, n), median(rd, n)
       if (ns) printf "; squid %.0f/s, egress-proxy / squid %.2fx", median(c, ns), median(rs, ns)
       if (nt) printf "; tinyproxy %.0f/s, egress-proxy / tinyproxy %.2fx", median(t, nt), median(rt, nt)
+      printf "\n"
+      # Columns 7.. hold, per proxy (egress-proxy, squid, tinyproxy): CPU
+      # microseconds per connection, median CONNECT answer, and that of
+      # the first 100 connections.
+      split("egress-proxy squid tinyproxy", names, " ")
+      printf "%s, medians: proxy CPU per connection, CONNECT answer (all / first 100):", k
+      for (j = 1; j <= 3; j++) { split("", x); split("", y); split("", z); m = 0
+        for (i = 1; i <= n; i++) if (v7[k, i, j] > 0) { m++; x[m] = v7[k, i, j]; y[m] = v8[k, i, j]; z[m] = v9[k, i, j] }
+        if (m) printf " %s %.0f us, %.0f / %.0f us;", names[j], median(x, m), median(y, m), median(z, m) }
       printf "\n" } }' "$rounds"
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -2,7 +2,9 @@
 # native client makes them: directly, or through an HTTP CONNECT proxy.
 # Used by BenchmarkSandboxConnectRate; prints "<count> <seconds>" and the
 # median microseconds of each phase: connect, CONNECT answered (0 when
-# direct), echo round trip, close.
+# direct), echo round trip, close; then the median CONNECT answer of the
+# first 100 connections alone (how long a proxy takes to reach its
+# steady pace after the client process starts).
 #   python3 connrate.py direct|connect PROXY TARGET COUNT MAX_SECONDS
 import socket
 import sys
@@ -62,4 +64,4 @@ def median_us(v):
     return int(sorted(v)[len(v) // 2] * 1e6) if v else 0
 
 
-print(n, elapsed, *(median_us(p) for p in phases))
+print(n, elapsed, *(median_us(p) for p in phases), median_us(phases[1][:100]))
