@@ -50,6 +50,13 @@ func freePort(t *testing.T) int {
 // "ready" on its ready pipe.
 func startProxy(t *testing.T, policyPath, hostsFile string, extra ...string) *proc {
 	t.Helper()
+	return startProxyEnv(t, nil, policyPath, hostsFile, extra...)
+}
+
+// startProxyEnv is startProxy with the binary's environment (nil: this
+// process's).
+func startProxyEnv(t *testing.T, env []string, policyPath, hostsFile string, extra ...string) *proc {
+	t.Helper()
 	bin := testutil.Binary(t, "egress-proxy")
 	dir := t.TempDir()
 	p := &proc{
@@ -66,6 +73,7 @@ func startProxy(t *testing.T, policyPath, hostsFile string, extra ...string) *pr
 	p.cmd = exec.Command(bin, append([]string{"--policy", policyPath, "--listen", p.addr, "--hosts-file", hostsFile,
 		"--control", p.sock, "--events", p.events, "--ready-fd", "3", "--deny-window", "0", "--log-format", "json"}, extra...)...)
 	p.cmd.Stderr = p.stderr
+	p.cmd.Env = env
 	p.cmd.ExtraFiles = []*os.File{w}
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)

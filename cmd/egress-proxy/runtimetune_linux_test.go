@@ -1,0 +1,109 @@
+//go:build linux
+
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/palisade-sandbox/palisade/pkg/runtimetune"
+)
+
+// TestRuntimeTuning runs the binary and checks that it re-executed itself
+// with runtimetune.Setting in GODEBUG (the same process: the pid it was
+// started as answers on the ready pipe it inherited) and that the setting
+// does what it is there for: while the proxy idles, the runtime's monitor
+// thread sleeps in nanosleep(2) polls instead of parking on a futex. An
+// operator's own schedtrace setting is kept, and the monitor then parks
+// as Go does by default.
+func TestRuntimeTuning(t *testing.T) {
+	dir := t.TempDir()
+	policy := filepath.Join(dir, "policy.yaml")
+	os.WriteFile(policy, []byte("version: 1\nnetwork_policies:\n  web:\n    endpoints:\n      - host: allowed.test\n        port: 80\n    binaries:\n      - path: /usr/bin/curl\n"), 0o600)
+	hosts := filepath.Join(dir, "hosts")
+	os.WriteFile(hosts, []byte("127.0.0.1 allowed.test\n"), 0o600)
+	var base []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "GODEBUG=") {
+			base = append(base, kv)
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		godebug string // "" : none set
+		want    string // GODEBUG the running proxy has
+		tuned   bool
+	}{
+		{"none set", "", runtimetune.Setting, true},
+		{"other settings kept", "madvdontneed=1", "madvdontneed=1," + runtimetune.Setting, true},
+		{"operator opts out", "schedtrace=0", "schedtrace=0", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := base
+			if tc.godebug != "" {
+				env = append(env[:len(env):len(env)], "GODEBUG="+tc.godebug)
+			}
+			p := startProxyEnv(t, env, policy, hosts)
+			pid := p.cmd.Process.Pid
+			raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, kv := range bytes.Split(raw, []byte{0}) {
+				if v, ok := strings.CutPrefix(string(kv), "GODEBUG="); ok {
+					got = append(got, v)
+				}
+			}
+			if len(got) != 1 || got[0] != tc.want {
+				t.Fatalf("running proxy's GODEBUG = %q, want [%q]", got, tc.want)
+			}
+			// Idle now; sample every thread's current system call.
+			time.Sleep(300 * time.Millisecond)
+			const samples = 40
+			hits := 0
+			for range samples {
+				if inNanosleep(t, pid) {
+					hits++
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			t.Logf("a thread was in nanosleep in %d of %d samples", hits, samples)
+			if tc.tuned && hits < samples*3/4 {
+				t.Errorf("monitor thread polled in only %d of %d samples: it deep-sleeps despite the tuning", hits, samples)
+			}
+			if !tc.tuned && hits > samples/4 {
+				t.Errorf("a thread polled in %d of %d samples with schedtrace=0: the check cannot tell the cases apart", hits, samples)
+			}
+		})
+	}
+}
+
+// inNanosleep reports whether any thread of pid is blocked in
+// nanosleep(2), the system call the Go runtime's usleep makes.
+func inNanosleep(t *testing.T, pid int) bool {
+	t.Helper()
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, task := range tasks {
+		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/syscall", pid, task.Name()))
+		if err != nil {
+			continue // exited meanwhile
+		}
+		f := strings.Fields(string(raw))
+		if len(f) > 0 && f[0] == strconv.Itoa(unix.SYS_NANOSLEEP) {
+			return true
+		}
+	}
+	return false
+}
