@@ -19,7 +19,8 @@ import (
 
 // TestRuntimeTuning runs the binary and checks that it re-executed itself
 // with runtimetune.Setting in GODEBUG (the same process: the pid it was
-// started as answers on the ready pipe it inherited) and that the setting
+// started as answers on the ready pipe it inherited; under its own name)
+// and that the setting
 // does what it is there for: while the proxy idles, the runtime's monitor
 // thread sleeps in nanosleep(2) polls instead of parking on a futex. An
 // operator's own schedtrace setting is kept, and the monitor then parks
@@ -65,6 +66,10 @@ func TestRuntimeTuning(t *testing.T) {
 			}
 			if len(got) != 1 || got[0] != tc.want {
 				t.Fatalf("running proxy's GODEBUG = %q, want [%q]", got, tc.want)
+			}
+			// ps and pgrep still know it by its name.
+			if comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err != nil || string(comm) != "egress-proxy\n" {
+				t.Errorf("process name %q (%v), want egress-proxy", comm, err)
 			}
 			// Idle now; sample every thread's current system call.
 			time.Sleep(300 * time.Millisecond)

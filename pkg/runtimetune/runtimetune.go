@@ -59,19 +59,46 @@ func Env(env []string) ([]string, bool) {
 	return append(out, "GODEBUG="+Setting), true
 }
 
-// Apply re-executes the running binary (/proc/self/exe, same arguments,
-// same process) with Setting added to GODEBUG, unless GODEBUG already
-// sets schedtrace. Call it first in main, before anything is opened or
-// changed: descriptors, namespaces, credentials and the pid carry over an
-// exec, and the new image runs main again, where Apply then does nothing.
+// Apply re-executes the running binary (same arguments, same process)
+// with Setting added to GODEBUG, unless GODEBUG already sets schedtrace.
+// Call it first in main, before anything is opened or changed:
+// descriptors, namespaces, credentials and the pid carry over an exec,
+// and the new image runs main again, where Apply then does nothing. The
+// binary is executed by its path, not as /proc/self/exe (whose name the
+// kernel would make the process's name, "exe", for ps and pgrep), and
+// only while that path still names the running file: a binary replaced
+// since (an upgrade) is not executed in its place.
+//
 // It returns only when it did not exec: nil when there was nothing to do,
-// else why the exec failed (the process carries on untuned; the caller
-// reports it once its logger is up).
+// else why not (the process carries on untuned; the caller reports it
+// once its logger is up).
 func Apply() error {
 	env, want := Env(os.Environ())
 	if !want {
 		return nil
 	}
-	err := unix.Exec("/proc/self/exe", os.Args, env)
-	return fmt.Errorf("re-exec with GODEBUG=%s: %w", Setting, err)
+	exe, err := os.Readlink("/proc/self/exe")
+	if err != nil {
+		return fmt.Errorf("re-exec with GODEBUG=%s: %w", Setting, err)
+	}
+	if err := sameFile("/proc/self/exe", exe); err != nil {
+		return fmt.Errorf("re-exec with GODEBUG=%s: %w", Setting, err)
+	}
+	err = unix.Exec(exe, os.Args, env)
+	return fmt.Errorf("re-exec %s with GODEBUG=%s: %w", exe, Setting, err)
+}
+
+// sameFile checks that path is the running binary.
+func sameFile(running, path string) error {
+	var a, b unix.Stat_t
+	if err := unix.Stat(running, &a); err != nil {
+		return err
+	}
+	if err := unix.Stat(path, &b); err != nil {
+		return err
+	}
+	if a.Dev != b.Dev || a.Ino != b.Ino {
+		return fmt.Errorf("%s is no longer the running binary (replaced since start)", path)
+	}
+	return nil
 }

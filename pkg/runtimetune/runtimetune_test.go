@@ -1,7 +1,10 @@
 package runtimetune
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -35,5 +38,21 @@ func TestEnv(t *testing.T) {
 				t.Errorf("Env changed its argument to %q", in)
 			}
 		})
+	}
+}
+
+func TestSameFileRefusesAReplacedBinary(t *testing.T) {
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a"), filepath.Join(dir, "b")
+	os.WriteFile(a, []byte("old"), 0o755)
+	os.WriteFile(b, []byte("new"), 0o755)
+	if err := sameFile(a, a); err != nil {
+		t.Fatalf("sameFile(a, a) = %v", err)
+	}
+	// An upgrade renames a new file over the old path: the path names
+	// another inode than the one running.
+	err := sameFile(a, b)
+	if err == nil || !strings.Contains(err.Error(), "no longer the running binary") {
+		t.Fatalf("sameFile(a, b) = %v, want a refusal", err)
 	}
 }
