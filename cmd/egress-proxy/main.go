@@ -37,7 +37,8 @@ import (
 
 const usage = `Usage:
   egress-proxy --policy FILE [--listen ADDR] [--fence-listen ADDR]
-               [--dns-listen ADDR --transparent-listen ADDR [--dns-ttl D]]
+               [--dns-listen ADDR --transparent-listen ADDR [--dns-ttl D]
+                [--dns-epoch N]]
                [--control PATH] [--events FILE|-|/dev/fd/N] [--hosts-file FILE]
                [--sandbox NAME --cgroup NAME --init-pid PID] [--pins FILE]
                [--ready-fd N] [--ca-out FILE] [--upstream-ca-bundle FILE]
@@ -81,6 +82,13 @@ Flags:
                          the validated real address (with --dns-listen)
   --dns-ttl D            lifetime of a synthetic mapping and TTL of its answer
                          (1s..30s, default 5s)
+  --dns-epoch N          boot epoch of the synthetic addresses (0 or more; with
+                         --dns-listen): they come from /21 number N mod 64
+                         of 198.18.0.0/15, and a connection to another
+                         epoch's is refused (other_epoch). sandbox-supervisor
+                         advances a persisted one before every proxy start,
+                         so an address cached across a restart is never
+                         mapped to another name; default a random epoch
   --client-cc NAME       TCP congestion control of accepted (client-side)
                          connections (default cubic, else reno; "" keeps
                          the system default)
@@ -185,6 +193,8 @@ type flags struct {
 	caOut, upstreamCA                                       string
 	dnsListen, transparentListen                            string
 	dnsTTL                                                  time.Duration
+	dnsEpoch                                                uint64
+	dnsEpochSet                                             bool
 	initPID, readyFD, maxConns, maxHeadBytes, procs         int
 	maxConnsSet                                             bool
 	headTimeout, connectTimeout, idleTimeout, denyWindow    time.Duration
@@ -200,6 +210,7 @@ func parseFlags(args []string, stdout io.Writer) (*flags, bool, error) {
 	fs.StringVar(&f.dnsListen, "dns-listen", "", "policy DNS address")
 	fs.StringVar(&f.transparentListen, "transparent-listen", "", "transparent TCP listener address")
 	fs.DurationVar(&f.dnsTTL, "dns-ttl", defaultDNSTTL, "synthetic mapping lifetime")
+	fs.Uint64Var(&f.dnsEpoch, "dns-epoch", 0, "boot epoch of the synthetic addresses")
 	fs.StringVar(&f.attribution, "attribution", "auto", "attribution backend: bpf, proc or auto")
 	fs.StringVar(&f.clientCC, "client-cc", proxy.DefaultClientCongestion, "TCP congestion control of accepted connections (empty: system default)")
 	fs.StringVar(&f.control, "control", "", "control socket path")
@@ -231,7 +242,10 @@ func parseFlags(args []string, stdout io.Writer) (*flags, bool, error) {
 	if fs.NArg() > 0 {
 		return nil, false, cli.Usagef("unexpected argument %q; see egress-proxy --help", fs.Arg(0))
 	}
-	fs.Visit(func(fl *flag.Flag) { f.maxConnsSet = f.maxConnsSet || fl.Name == "max-conns" })
+	fs.Visit(func(fl *flag.Flag) {
+		f.maxConnsSet = f.maxConnsSet || fl.Name == "max-conns"
+		f.dnsEpochSet = f.dnsEpochSet || fl.Name == "dns-epoch"
+	})
 	switch {
 	case f.policy == "":
 		return nil, false, cli.Usagef("--policy is required; see egress-proxy --help")

@@ -32,7 +32,12 @@ func listenTCPSubstrate(ctx context.Context, f *flags) (*tcpSubstrate, error) {
 	}
 	s := &tcpSubstrate{}
 	var err error
-	if s.table, err = policydns.NewTable(f.dnsTTL, nil); err != nil {
+	if f.dnsEpochSet {
+		s.table, err = policydns.NewTableEpoch(f.dnsEpoch, f.dnsTTL, nil)
+	} else {
+		s.table, err = policydns.NewTable(f.dnsTTL, nil)
+	}
+	if err != nil {
 		return nil, cli.Usagef("--dns-ttl: %v", err)
 	}
 	var lc net.ListenConfig
@@ -103,6 +108,8 @@ func checkSubstrateFlags(f *flags) error {
 		return cli.Usagef("--dns-listen and --transparent-listen go together (policy DNS answers with synthetic addresses only the transparent listener serves)")
 	case policydns.CheckTTL(f.dnsTTL) != nil:
 		return cli.Usagef("--dns-ttl %v: %v", f.dnsTTL, policydns.CheckTTL(f.dnsTTL))
+	case f.dnsEpochSet && f.dnsListen == "":
+		return cli.Usagef("--dns-epoch needs --dns-listen (it numbers the policy DNS's synthetic addresses)")
 	}
 	return nil
 }

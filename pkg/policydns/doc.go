@@ -8,10 +8,13 @@
 // lookup cannot carry data out in its labels, and the real addresses are
 // resolved by the proxy (through the SSRF guard), never by the sandbox.
 //
-// A Table holds the mappings of one sandbox for one boot epoch: each
-// start of the proxy draws a random epoch and a random starting offset in
-// the range, so an address learnt before a restart maps to nothing after
-// it. At most MaxMappings are live; a mapping lives for its TTL (1 to 30
+// A Table holds the mappings of one sandbox for one boot epoch. The range
+// is cut into EpochRanges /21s and an epoch hands out addresses of its
+// own one only (EpochRange): sandboxnet advances a persisted epoch before
+// every start of the proxy (--dns-epoch), so an address a client cached
+// before a restart is refused as another epoch's (ErrOtherEpoch) and is
+// never mapped to another name; a proxy started without one draws a
+// random epoch. At most MaxMappings are live; a mapping lives for its TTL (1 to 30
 // seconds) and is then refused as expired, so a client must ask again
 // (and the policy is applied again). A mapping is only good for the
 // ports its name was eligible on.

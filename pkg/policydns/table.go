@@ -26,9 +26,29 @@ const (
 // SyntheticRange is where synthetic addresses come from.
 var SyntheticRange = netip.MustParsePrefix("198.18.0.0/15")
 
-// rangeSize is the number of usable addresses: the /15 less its first
-// and last.
-const rangeSize = 1<<17 - 2
+// EpochRanges is how many disjoint ranges SyntheticRange is cut into: a
+// boot epoch takes its addresses from range epoch mod EpochRanges
+// (EpochRange), so an address handed out in one epoch is never handed
+// out in the next EpochRanges-1 (seed 004: an address cached from the
+// preceding epoch must not inherit a new mapping).
+const EpochRanges = 64
+
+// epochBits is the prefix length of an epoch's range: 64 /21s of the /15.
+const epochBits = 21
+
+// epochSize is the number of usable addresses of an epoch's range: the
+// /21 less its first and last, more than MaxMappings.
+const epochSize = 1<<(32-epochBits) - 2
+
+// EpochRange is the part of SyntheticRange that epoch's addresses come
+// from.
+func EpochRange(epoch uint64) netip.Prefix {
+	base := SyntheticRange.Addr().As4()
+	v := binary.BigEndian.Uint32(base[:]) + uint32(epoch%EpochRanges)<<(32-epochBits)
+	var b [4]byte
+	binary.BigEndian.PutUint32(b[:], v)
+	return netip.PrefixFrom(netip.AddrFrom4(b), epochBits)
+}
 
 // Mapping ties a synthetic address to a name and its validated real
 // addresses.
@@ -53,12 +73,16 @@ var (
 	ErrExpired   = errors.New("policydns: mapping expired")
 	ErrWrongPort = errors.New("policydns: port not eligible for this name")
 	ErrFull      = errors.New("policydns: too many live mappings")
+	// ErrOtherEpoch: a synthetic address of another boot epoch's range,
+	// as a resolver cache kept across a proxy restart would hold.
+	ErrOtherEpoch = errors.New("policydns: synthetic address of another boot epoch")
 )
 
 // Table is one sandbox's mappings for one boot epoch. Safe for
 // concurrent use.
 type Table struct {
 	epoch  uint64
+	prefix netip.Prefix // EpochRange(epoch)
 	offset uint32
 	ttl    time.Duration
 	now    func() time.Time
@@ -78,22 +102,34 @@ func CheckTTL(ttl time.Duration) error {
 	return nil
 }
 
-// NewTable returns an empty table with a random epoch. ttl must be within
-// MinTTL..MaxTTL. now is the clock (nil: time.Now).
+// NewTable returns an empty table with a random epoch (a proxy that no
+// supervisor numbers the starts of). ttl must be within MinTTL..MaxTTL.
+// now is the clock (nil: time.Now).
 func NewTable(ttl time.Duration, now func() time.Time) (*Table, error) {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return nil, fmt.Errorf("policydns: epoch: %w", err)
+	}
+	return NewTableEpoch(binary.LittleEndian.Uint64(b[:]), ttl, now)
+}
+
+// NewTableEpoch returns an empty table for boot epoch epoch: its
+// addresses come from EpochRange(epoch), starting at a random one.
+func NewTableEpoch(epoch uint64, ttl time.Duration, now func() time.Time) (*Table, error) {
 	if err := CheckTTL(ttl); err != nil {
 		return nil, fmt.Errorf("policydns: TTL %v: %w", ttl, err)
 	}
 	if now == nil {
 		now = time.Now
 	}
-	var b [12]byte
+	var b [4]byte
 	if _, err := rand.Read(b[:]); err != nil {
-		return nil, fmt.Errorf("policydns: epoch: %w", err)
+		return nil, fmt.Errorf("policydns: offset: %w", err)
 	}
 	return &Table{
-		epoch:  binary.LittleEndian.Uint64(b[:8]),
-		offset: binary.LittleEndian.Uint32(b[8:]) % rangeSize,
+		epoch:  epoch,
+		prefix: EpochRange(epoch),
+		offset: binary.LittleEndian.Uint32(b[:]) % epochSize,
 		ttl:    ttl,
 		now:    now,
 		byAddr: map[netip.Addr]*Mapping{},
@@ -103,6 +139,9 @@ func NewTable(ttl time.Duration, now func() time.Time) (*Table, error) {
 
 // Epoch identifies this table's boot epoch.
 func (t *Table) Epoch() uint64 { return t.epoch }
+
+// Range is where this table's addresses come from: EpochRange(Epoch()).
+func (t *Table) Range() netip.Prefix { return t.prefix }
 
 // TTL is the lifetime of a mapping and the TTL of its DNS answer.
 func (t *Table) TTL() time.Duration { return t.ttl }
@@ -134,9 +173,9 @@ func (t *Table) Map(name string, real []netip.Addr, ports []int, gen int64) (Map
 	}
 	var addr netip.Addr
 	for {
-		n := (t.offset + t.next) % rangeSize
+		n := (t.offset + t.next) % epochSize
 		t.next++
-		addr = synthetic(n)
+		addr = t.synthetic(n)
 		if _, used := t.byAddr[addr]; !used {
 			break
 		}
@@ -173,15 +212,20 @@ func (t *Table) purge(now time.Time, keep time.Duration) {
 }
 
 // Lookup returns the mapping of a connection to dst (a synthetic address
-// and port): ErrNoMapping when the address was never handed out in this
-// epoch, ErrExpired after its TTL, ErrWrongPort when the name is not
-// eligible on the port. The mapping comes back with the errors but the
-// first, for the refusal's event.
+// and port): ErrOtherEpoch when the address is outside this epoch's
+// range, ErrNoMapping when it was never handed out in this epoch,
+// ErrExpired after its TTL, ErrWrongPort when the name is not eligible on
+// the port. The mapping comes back with the last two, for the refusal's
+// event.
 func (t *Table) Lookup(dst netip.AddrPort) (Mapping, error) {
+	a := dst.Addr().Unmap()
+	if !t.prefix.Contains(a) {
+		return Mapping{}, ErrOtherEpoch
+	}
 	now := t.now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	m, ok := t.byAddr[dst.Addr().Unmap()]
+	m, ok := t.byAddr[a]
 	if !ok {
 		return Mapping{}, ErrNoMapping
 	}
@@ -215,9 +259,10 @@ func (t *Table) copyOf(m *Mapping) Mapping {
 	return c
 }
 
-// synthetic is the n-th usable address of SyntheticRange (n < rangeSize).
-func synthetic(n uint32) netip.Addr {
-	base := SyntheticRange.Addr().As4()
+// synthetic is the n-th usable address of the table's range (n <
+// epochSize).
+func (t *Table) synthetic(n uint32) netip.Addr {
+	base := t.prefix.Addr().As4()
 	v := binary.BigEndian.Uint32(base[:]) + 1 + n
 	var b [4]byte
 	binary.BigEndian.PutUint32(b[:], v)

@@ -49,7 +49,15 @@ func TestTableMapsIntoTheSyntheticRange(t *testing.T) {
 	if _, err := tb.Lookup(netip.AddrPortFrom(m.Synthetic, 22)); !errors.Is(err, ErrWrongPort) {
 		t.Errorf("wrong port: %v, want ErrWrongPort", err)
 	}
-	if _, err := tb.Lookup(netip.MustParseAddrPort("198.18.255.1:7007")); !errors.Is(err, ErrNoMapping) && m.Synthetic.String() != "198.18.255.1" {
+	if !tb.Range().Contains(m.Synthetic) {
+		t.Errorf("synthetic %v outside the epoch's range %v", m.Synthetic, tb.Range())
+	}
+	// An address of the epoch's range never handed out.
+	unused := tb.Range().Addr().Next()
+	for unused == m.Synthetic || unused == other.Synthetic {
+		unused = unused.Next()
+	}
+	if _, err := tb.Lookup(netip.AddrPortFrom(unused, 7007)); !errors.Is(err, ErrNoMapping) {
 		t.Errorf("never handed out: %v, want ErrNoMapping", err)
 	}
 	c.t = c.t.Add(10 * time.Second)
@@ -66,8 +74,8 @@ func TestTableMapsIntoTheSyntheticRange(t *testing.T) {
 	}
 }
 
-// Each table (each proxy start) draws its own epoch and starting point:
-// an address handed out by one is unknown to the next.
+// Random epochs (a proxy no supervisor numbers): an address handed out
+// by one table is unknown to the next, whichever ranges they drew.
 func TestTableEpochs(t *testing.T) {
 	a, _ := newTestTable(t, 10*time.Second)
 	b, _ := newTestTable(t, 10*time.Second)
@@ -77,10 +85,59 @@ func TestTableEpochs(t *testing.T) {
 	ma, _ := a.Map("echo.test", realAddr, []int{7}, 1)
 	mb, _ := b.Map("echo.test", realAddr, []int{7}, 1)
 	if ma.Synthetic == mb.Synthetic {
-		t.Errorf("both epochs start at %v (1 in 131,070 by chance)", ma.Synthetic)
+		t.Errorf("both epochs start at %v", ma.Synthetic)
 	}
-	if _, err := b.Lookup(netip.AddrPortFrom(ma.Synthetic, 7)); !errors.Is(err, ErrNoMapping) {
-		t.Errorf("previous epoch's address: %v, want ErrNoMapping", err)
+	if _, err := b.Lookup(netip.AddrPortFrom(ma.Synthetic, 7)); !errors.Is(err, ErrNoMapping) && !errors.Is(err, ErrOtherEpoch) {
+		t.Errorf("previous epoch's address: %v, want ErrNoMapping or ErrOtherEpoch", err)
+	}
+}
+
+// Numbered epochs (sandboxnet advances a persisted one before every
+// proxy start): consecutive epochs draw from disjoint ranges of
+// SyntheticRange, so an address a client cached before a proxy restart
+// is refused as another epoch's, never mapped to another name.
+func TestTableNumberedEpochsAreDisjoint(t *testing.T) {
+	seen := map[netip.Prefix]uint64{}
+	for e := uint64(0); e < EpochRanges; e++ {
+		r := EpochRange(e)
+		if r.Bits() != 21 || !SyntheticRange.Contains(r.Addr()) || !SyntheticRange.Contains(r.Masked().Addr().Next()) {
+			t.Fatalf("epoch %d: range %v not a /21 inside %v", e, r, SyntheticRange)
+		}
+		if prev, dup := seen[r]; dup {
+			t.Fatalf("epochs %d and %d share %v", prev, e, r)
+		}
+		seen[r] = e
+	}
+	if EpochRange(EpochRanges+5) != EpochRange(5) {
+		t.Error("epochs do not cycle through the ranges")
+	}
+	if last := EpochRange(EpochRanges - 1); last.Addr() != netip.MustParseAddr("198.19.248.0") {
+		t.Errorf("last range %v, want 198.19.248.0/21 (the /15's end)", last)
+	}
+
+	c := &clock{t: time.Unix(1_800_000_000, 0)}
+	old, err := NewTableEpoch(41, 10*time.Second, c.now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur, _ := NewTableEpoch(42, 10*time.Second, c.now)
+	cached, _ := old.Map("db.test", realAddr, []int{5432}, 1)
+	if !old.Range().Contains(cached.Synthetic) || cached.Synthetic == old.Range().Addr() {
+		t.Fatalf("epoch 41 handed out %v, outside %v (or its network address)", cached.Synthetic, old.Range())
+	}
+	// The new epoch fills its whole capacity: none of it reuses the
+	// cached address, which stays refused.
+	for i := range MaxMappings {
+		m, err := cur.Map(fmt.Sprintf("n%d.test", i), realAddr, []int{5432}, 1)
+		if err != nil {
+			t.Fatalf("mapping %d: %v", i, err)
+		}
+		if !cur.Range().Contains(m.Synthetic) || m.Synthetic == cached.Synthetic {
+			t.Fatalf("epoch 42 handed out %v (range %v, cached %v)", m.Synthetic, cur.Range(), cached.Synthetic)
+		}
+	}
+	if _, err := cur.Lookup(netip.AddrPortFrom(cached.Synthetic, 5432)); !errors.Is(err, ErrOtherEpoch) {
+		t.Errorf("a connection to the previous epoch's address: %v, want ErrOtherEpoch", err)
 	}
 }
 

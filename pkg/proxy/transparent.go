@@ -17,6 +17,9 @@ const (
 	ReasonMappingExpired = "mapping_expired"
 	ReasonWrongPort      = "port_not_eligible"
 	ReasonNotTCPEndpoint = "not_a_tcp_endpoint"
+	// ReasonOtherEpoch: a synthetic address of another boot epoch, as a
+	// client that cached it before the proxy restarted would use.
+	ReasonOtherEpoch = "other_epoch"
 )
 
 // MappingInfo is unmapped.egress_proxy.transparent: the policy DNS
@@ -105,6 +108,8 @@ func (p *Proxy) handleTransparent(c *net.TCPConn, rec *Record) {
 			rec.Reason = ReasonMappingExpired
 		case errors.Is(lerr, policydns.ErrWrongPort):
 			rec.Reason = ReasonWrongPort
+		case errors.Is(lerr, policydns.ErrOtherEpoch):
+			rec.Reason = ReasonOtherEpoch
 		default:
 			rec.Reason = ReasonNoMapping
 		}

@@ -143,7 +143,15 @@ func TestTransparentListener(t *testing.T) {
 		}
 	}
 	refused("wrong port", netip.AddrPortFrom(m.Synthetic, 1))
-	refused("no mapping", netip.MustParseAddrPort("198.18.0.1:5432"))
+	// An address of this epoch's range never handed out, and one of
+	// the next epoch's (a client that cached it across a restart).
+	unused := tb.Range().Addr().Next()
+	if unused == m.Synthetic {
+		unused = unused.Next()
+	}
+	refused("no mapping", netip.AddrPortFrom(unused, 5432))
+	otherEpoch := policydns.EpochRange(tb.Epoch() + 1).Addr().Next()
+	refused("another epoch's address", netip.AddrPortFrom(otherEpoch, 5433))
 	// (The expired one first: the denial limiter would fold two denials
 	// of one binary, host and port into one event.)
 	mu.Lock()
@@ -159,7 +167,7 @@ func TestTransparentListener(t *testing.T) {
 	}
 	refused("binary", netip.AddrPortFrom(m2.Synthetic, uint16(echo.port)))
 
-	evs := env.waitEvents(ocsf.ClassNetworkActivity, 5)
+	evs := env.waitEvents(ocsf.ClassNetworkActivity, 6)
 	reasons := map[string]bool{}
 	for _, e := range evs {
 		if get(e, "unmapped", "egress_proxy", "listener") != ListenerTransparent {
@@ -170,9 +178,10 @@ func TestTransparentListener(t *testing.T) {
 			r = "allowed"
 		}
 		reasons[r] = true
-		if r == ReasonNoMapping {
-			if get(e, "unmapped", "egress_proxy", "transparent", "synthetic") != "198.18.0.1" {
-				t.Errorf("no-mapping event: %v", e)
+		if r == ReasonNoMapping || r == ReasonOtherEpoch {
+			want := map[string]netip.Addr{ReasonNoMapping: unused, ReasonOtherEpoch: otherEpoch}[r]
+			if get(e, "unmapped", "egress_proxy", "transparent", "synthetic") != want.String() {
+				t.Errorf("%s event: %v, want synthetic %v", r, e, want)
 			}
 			continue
 		}
@@ -186,7 +195,7 @@ func TestTransparentListener(t *testing.T) {
 			t.Errorf("%s event lacks the mapping: %v", r, e)
 		}
 	}
-	for _, r := range []string{"allowed", ReasonWrongPort, ReasonNoMapping, "binary_not_allowed", ReasonMappingExpired} {
+	for _, r := range []string{"allowed", ReasonWrongPort, ReasonNoMapping, ReasonOtherEpoch, "binary_not_allowed", ReasonMappingExpired} {
 		if !reasons[r] {
 			t.Errorf("no transparent event with reason %s (have %v)", r, reasons)
 		}

@@ -4,7 +4,10 @@ package sandboxnet
 
 import (
 	"net/netip"
+	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -45,7 +48,7 @@ func TestProxyArgsProcsAndDNSTTL(t *testing.T) {
 		p := &proxyProc{
 			cfg: Config{PolicyPath: "/etc/p.yaml", ProxyPort: DefaultProxyPort, FencePort: DefaultFencePort,
 				LogFormat: "text", LogLevel: "info", Procs: tc.procs, DNSTTL: tc.ttl},
-			name: "sbx-args", initPID: 42, tcp: tc.tcp, dir: "/run/x",
+			name: "sbx-args", initPID: 42, tcp: tc.tcp, dir: "/run/x", epoch: 42,
 			fence: &fence.Fence{HostAddr: netip.MustParseAddr("10.200.0.1")},
 		}
 		argv := p.args()
@@ -58,5 +61,49 @@ func TestProxyArgsProcsAndDNSTTL(t *testing.T) {
 		if _, ok := flagValue(argv, "--dns-listen"); ok != tc.tcp {
 			t.Errorf("%s: --dns-listen present %v, want %v", tc.name, ok, tc.tcp)
 		}
+		if v, ok := flagValue(argv, "--dns-epoch"); ok != tc.tcp || (ok && v != "42") {
+			t.Errorf("%s: --dns-epoch %q (present %v), want 42 exactly when the policy DNS runs", tc.name, v, ok)
+		}
+	}
+}
+
+// Every proxy start takes the next policy DNS epoch, persisted in the
+// sandbox's state directory so a new supervisor (a kept sandbox run
+// again) carries on from it; a file that holds no epoch stops the start.
+func TestNextEpochPersists(t *testing.T) {
+	dir := t.TempDir()
+	p := &proxyProc{dir: dir, tcp: true}
+	for want := uint64(0); want < 3; want++ {
+		if err := p.nextEpoch(); err != nil || p.epoch != want {
+			t.Fatalf("start %d: epoch %d, %v", want, p.epoch, err)
+		}
+		b, _ := os.ReadFile(filepath.Join(dir, DNSEpochName))
+		if string(b) != strconv.FormatUint(want, 10)+"\n" {
+			t.Fatalf("start %d: file holds %q", want, b)
+		}
+	}
+	again := &proxyProc{dir: dir, tcp: true}
+	if err := again.nextEpoch(); err != nil || again.epoch != 3 {
+		t.Fatalf("a new supervisor's first start: epoch %d, %v; want 3", again.epoch, err)
+	}
+	os.WriteFile(filepath.Join(dir, DNSEpochName), []byte("three\n"), 0o600)
+	err := again.nextEpoch()
+	if err == nil || !strings.Contains(err.Error(), DNSEpochName) || !strings.Contains(err.Error(), "remove it") {
+		t.Fatalf("unreadable epoch file: %v, want an error naming it", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, DNSEpochName)); string(b) != "three\n" {
+		t.Errorf("the unreadable file was overwritten: %q", b)
+	}
+	// Without a state directory: a random first epoch, then one more
+	// per restart.
+	tmp := &proxyProc{dir: t.TempDir(), tmpDir: true, tcp: true}
+	tmp.nextEpoch()
+	first := tmp.epoch
+	tmp.nextEpoch()
+	if tmp.epoch != first+1 {
+		t.Errorf("restart without a state directory: epoch %d after %d", tmp.epoch, first)
+	}
+	if _, err := os.Stat(filepath.Join(tmp.dir, DNSEpochName)); err == nil {
+		t.Error("an epoch file was written to a temporary directory")
 	}
 }

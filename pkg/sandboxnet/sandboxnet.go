@@ -52,6 +52,12 @@ const (
 	// sandbox sees, both in the sandbox's state directory.
 	CACertName = "proxy-ca.pem"
 	BundleName = "ca-bundle.pem"
+	// DNSEpochName holds the boot epoch of the proxy last started for
+	// the sandbox (decimal), in its state directory: every start, a
+	// restart after the proxy died included, takes the next one (its
+	// --dns-epoch), so synthetic addresses a client cached are never
+	// handed out again by the next EpochRanges-1 starts.
+	DNSEpochName = "dns-epoch"
 )
 
 // Config configures the attacher.

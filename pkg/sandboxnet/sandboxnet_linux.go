@@ -4,7 +4,10 @@ package sandboxnet
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -12,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -19,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/palisade-sandbox/palisade/pkg/fence"
+	"github.com/palisade-sandbox/palisade/pkg/fsutil"
 	"github.com/palisade-sandbox/palisade/pkg/ocsf"
 	"github.com/palisade-sandbox/palisade/pkg/sandbox"
 	"github.com/palisade-sandbox/palisade/pkg/state"
@@ -143,6 +148,11 @@ type proxyProc struct {
 	dir     string // where the CA certificate and the bundle live
 	tmpDir  bool   // dir was made here (no state root) and goes at close
 	bundle  string
+	// epoch is the policy DNS boot epoch of the proxy started last (with
+	// tcp): persisted in dir/DNSEpochName when dir is the sandbox's state
+	// directory, else counted here from a random start.
+	epoch    uint64
+	epochSet bool
 
 	mu      sync.Mutex
 	cmd     *exec.Cmd
@@ -193,6 +203,7 @@ func (p *proxyProc) args() []string {
 		if c.DNSTTL != 0 {
 			a = append(a, "--dns-ttl", c.DNSTTL.String())
 		}
+		a = append(a, "--dns-epoch", strconv.FormatUint(p.epoch, 10))
 	}
 	a = append(a, "--ca-out", filepath.Join(p.dir, CACertName))
 	return a
@@ -238,7 +249,51 @@ func (p *proxyProc) writeBundle() error {
 }
 
 // start launches the proxy and waits for "ready" on its pipe.
+// nextEpoch advances the policy DNS boot epoch for the proxy about to
+// start: the persisted one plus one (0 when there is none yet), written
+// (atomically, durably) before the proxy runs, so no two starts share
+// one even across supervisor restarts. A file that does not hold an
+// epoch is an error: the start fails rather than guess one that may
+// repeat the last.
+func (p *proxyProc) nextEpoch() error {
+	if p.tmpDir || p.dir == "" {
+		if !p.epochSet {
+			var b [8]byte
+			if _, err := rand.Read(b[:]); err != nil {
+				return fmt.Errorf("sandboxnet: policy DNS epoch: %w", err)
+			}
+			p.epoch, p.epochSet = binary.LittleEndian.Uint64(b[:]), true
+			return nil
+		}
+		p.epoch++
+		return nil
+	}
+	file := filepath.Join(p.dir, DNSEpochName)
+	next := uint64(0)
+	switch b, err := os.ReadFile(file); {
+	case errors.Is(err, os.ErrNotExist):
+	case err != nil:
+		return fmt.Errorf("sandboxnet: policy DNS epoch: %w", err)
+	default:
+		last, perr := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+		if perr != nil {
+			return fmt.Errorf("sandboxnet: policy DNS epoch: %s does not hold an epoch (%q); remove it to count from 0 again", file, bytes.TrimSpace(b))
+		}
+		next = last + 1
+	}
+	if err := fsutil.WriteFileAtomic(file, []byte(strconv.FormatUint(next, 10)+"\n"), 0o600); err != nil {
+		return fmt.Errorf("sandboxnet: policy DNS epoch: %w", err)
+	}
+	p.epoch, p.epochSet = next, true
+	return nil
+}
+
 func (p *proxyProc) start() error {
+	if p.tcp {
+		if err := p.nextEpoch(); err != nil {
+			return err
+		}
+	}
 	r, w, err := os.Pipe()
 	if err != nil {
 		return fmt.Errorf("egress-proxy: ready pipe: %w", err)

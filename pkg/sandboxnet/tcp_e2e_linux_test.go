@@ -3,11 +3,17 @@
 package sandboxnet
 
 import (
+	"bufio"
 	"encoding/json"
+	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/palisade-sandbox/palisade/pkg/nettest"
 	"github.com/palisade-sandbox/palisade/pkg/policydns"
@@ -183,4 +189,149 @@ func TestTransparentTCPEndToEnd(t *testing.T) {
 	if answered == 0 || refused == 0 {
 		t.Errorf("policy DNS events: %d answers for echo.test, %d refusals for stranger.test", answered, refused)
 	}
+}
+
+// epochScript resolves and reaches echo.test, waits until the test has
+// killed the proxy and the supervisor has restarted it (the file
+// "restarted" appears), then connects to the address it cached, and
+// resolves and connects afresh.
+const epochScript = `
+python3 - <<'PY'
+import os, socket, time
+def probe(addr, data=b"palisade-epoch"):
+    try:
+        s = socket.create_connection(addr, timeout=5)
+    except OSError as e:
+        return "connect_error:%s" % e.errno, None
+    peer = s.getpeername()[0]
+    try:
+        s.sendall(data)
+        got = b""
+        while len(got) < len(data):
+            b = s.recv(64)
+            if not b:
+                break
+            got += b
+        return ("echo" if got == data else "no_echo:%r" % got), peer
+    except OSError as e:
+        return "reset:%s" % e.errno, peer
+    finally:
+        s.close()
+r, cached = probe(("echo.test", 7007))
+print("first=%s" % r)
+print("first_addr=%s" % cached, flush=True)
+deadline = time.time() + 30
+while not os.path.exists("restarted") and time.time() < deadline:
+    time.sleep(0.05)
+print("cached=%s" % probe((cached, 7007))[0])
+for _ in range(50):
+    r2, fresh = probe(("echo.test", 7007))
+    if r2 == "echo":
+        break
+    time.sleep(0.1)
+print("second=%s" % r2)
+print("second_addr=%s" % fresh, flush=True)
+PY
+`
+
+// Seed 004's epochs: every start of a sandbox's proxy takes the next
+// persisted boot epoch, whose synthetic addresses come from their own
+// range. A client that cached echo.test's address before the proxy was
+// killed and restarted is refused at that address (other_epoch, with its
+// event), never handed to whichever name the new proxy mapped there; a
+// fresh lookup gets an address of the new epoch and works.
+func TestTransparentTCPEpochAcrossProxyRestart(t *testing.T) {
+	l := newLab(t, labTCPEcho)
+	cmd := l.command(epochScript)
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	r := map[string]string{}
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() {
+		k, v, _ := strings.Cut(sc.Text(), "=")
+		r[k] = v
+		if k == "first_addr" {
+			break
+		}
+	}
+	if r["first"] != "echo" {
+		t.Fatalf("before the restart: %v", r)
+	}
+	files, _ := filepath.Glob(filepath.Join(l.state, "*", DNSEpochName))
+	if len(files) != 1 {
+		t.Fatalf("epoch files %v, want one in the sandbox's state directory", files)
+	}
+	readEpoch := func() uint64 {
+		b, _ := os.ReadFile(files[0])
+		e, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+		if err != nil {
+			t.Fatalf("%s: %q", files[0], b)
+		}
+		return e
+	}
+	first := readEpoch()
+	old := childByExe(t, cmd.Process.Pid, "egress-proxy")
+	syscall.Kill(old, syscall.SIGKILL)
+	// The restarted proxy: the next epoch, and its transparent listener
+	// (port 3130, LISTEN) in the host namespace it serves.
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		if time.Now().After(deadline) {
+			t.Fatalf("no restarted proxy listening with epoch %d (file says %d)", first+1, readEpoch())
+		}
+		if pid := childByExe(t, cmd.Process.Pid, "egress-proxy"); pid != old && readEpoch() == first+1 && listening(pid, DefaultTransparentPort) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	os.WriteFile(filepath.Join(l.wd, "restarted"), nil, 0o644)
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), "="); ok {
+			r[k] = v
+		}
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("sandbox: %v (%v)", err, r)
+	}
+	t.Logf("results: %v", r)
+	a, aerr := netip.ParseAddr(r["first_addr"])
+	b, berr := netip.ParseAddr(r["second_addr"])
+	if aerr != nil || berr != nil || !policydns.EpochRange(first).Contains(a) || !policydns.EpochRange(first+1).Contains(b) {
+		t.Fatalf("addresses %q then %q, want from %v then %v", r["first_addr"], r["second_addr"], policydns.EpochRange(first), policydns.EpochRange(first+1))
+	}
+	if r["cached"] == "echo" || r["second"] != "echo" {
+		t.Errorf("cached address after the restart: %q (want refused); fresh lookup: %q (want echo)", r["cached"], r["second"])
+	}
+	refused := 0
+	for _, e := range l.eventLines() {
+		u, _ := e["unmapped"].(map[string]any)
+		ep, _ := u["egress_proxy"].(map[string]any)
+		tr, _ := ep["transparent"].(map[string]any)
+		if ep["reason"] == "other_epoch" && tr["synthetic"] == a.String() && e["action"] != "Allowed" {
+			refused++
+		}
+	}
+	if refused != 1 {
+		t.Errorf("%d other_epoch refusals of %v in the events, want 1", refused, a)
+	}
+}
+
+// listening reports whether process pid's network namespace has a TCP
+// socket listening on port.
+func listening(pid int, port uint16) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/tcp", pid))
+	if err != nil {
+		return false
+	}
+	want := fmt.Sprintf(":%04X", port)
+	for _, line := range strings.Split(string(b), "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) > 3 && strings.HasSuffix(f[1], want) && f[3] == "0A" {
+			return true
+		}
+	}
+	return false
 }
