@@ -513,3 +513,81 @@ int pass_pidfd_getfd(struct sys_enter *ctx)
 		count_pass();
 	return 0;
 }
+
+// LOOKUP_ANCESTORS is how many ancestors the lookup program reads; the
+// proxy reads any further ones itself (pkg/attribution MaxAncestors).
+#define LOOKUP_ANCESTORS 16
+
+// lookup_ctx is the lookup program's context: the proxy fills key and
+// gets the rest back.
+struct lookup_ctx {
+	struct tuple key;
+	__u64 cookie;
+	struct conn_info conn;
+	__u64 passes;
+	struct proc_info self;               // the connector's procs entry now
+	struct proc_info anc[LOOKUP_ANCESTORS]; // its parent's, and so on up
+	__u32 found;                         // LOOKUP_CONN | LOOKUP_SELF
+	__u32 n_anc;
+};
+
+#define LOOKUP_CONN 1
+#define LOOKUP_SELF 2
+
+// lookup reads, in one BPF_PROG_RUN from the proxy instead of six map
+// lookups, what the attribution fast path needs about an accepted
+// connection: its record (by 4-tuple, then cookie), the pass counter,
+// the connector's process-tree entry and its ancestors' entries. The
+// proxy still checks the holder and reads the connector's entry again
+// afterwards; this only batches the reads. Run by the proxy only
+// (syscall programs attach nowhere).
+SEC("syscall")
+int lookup(struct lookup_ctx *ctx)
+{
+	__u32 zero = 0, tgid, pid;
+	__u64 *cookie, *count, c;
+	struct conn_info *conn;
+	struct proc_info *p;
+	struct tuple key;
+
+	ctx->found = 0;
+	ctx->n_anc = 0;
+	// Map keys must be on the stack, not in the context.
+	__builtin_memcpy(&key, &ctx->key, sizeof(key));
+	cookie = bpf_map_lookup_elem(&tuples, &key);
+	if (!cookie)
+		return 0;
+	c = *cookie;
+	ctx->cookie = c;
+	conn = bpf_map_lookup_elem(&conns, &c);
+	if (!conn)
+		return 0;
+	__builtin_memcpy(&ctx->conn, conn, sizeof(ctx->conn));
+	ctx->found = LOOKUP_CONN;
+	count = bpf_map_lookup_elem(&passes, &zero);
+	ctx->passes = count ? *count : 0;
+	tgid = ctx->conn.proc.tgid;
+	p = bpf_map_lookup_elem(&procs, &tgid);
+	if (!p)
+		return 0;
+	__builtin_memcpy(&ctx->self, p, sizeof(ctx->self));
+	ctx->found |= LOOKUP_SELF;
+	pid = ctx->self.ppid;
+	// One step per ancestor, written out: context fields must be at
+	// constant offsets (clang does not unroll this loop).
+#define LOOKUP_ANC(i)                                                  \
+	if (pid == 0 || pid == tgid)                                   \
+		return 0;                                              \
+	p = bpf_map_lookup_elem(&procs, &pid);                         \
+	if (!p)                                                        \
+		return 0;                                              \
+	__builtin_memcpy(&ctx->anc[i], p, sizeof(ctx->anc[i]));        \
+	ctx->n_anc = (i) + 1;                                          \
+	pid = p->ppid;
+	LOOKUP_ANC(0) LOOKUP_ANC(1) LOOKUP_ANC(2) LOOKUP_ANC(3)
+	LOOKUP_ANC(4) LOOKUP_ANC(5) LOOKUP_ANC(6) LOOKUP_ANC(7)
+	LOOKUP_ANC(8) LOOKUP_ANC(9) LOOKUP_ANC(10) LOOKUP_ANC(11)
+	LOOKUP_ANC(12) LOOKUP_ANC(13) LOOKUP_ANC(14) LOOKUP_ANC(15)
+#undef LOOKUP_ANC
+	return 0;
+}

@@ -25,6 +25,18 @@ type AttrConnInfo struct {
 	SockIno  uint64
 }
 
+type AttrLookupCtx struct {
+	_      structs.HostLayout
+	Key    AttrTuple
+	Cookie uint64
+	Conn   AttrConnInfo
+	Passes uint64
+	Self   AttrProcInfo
+	Anc    [16]AttrProcInfo
+	Found  uint32
+	N_anc  uint32
+}
+
 type AttrProcInfo struct {
 	_         structs.HostLayout
 	Tgid      uint32
@@ -59,6 +71,7 @@ const (
 	AttrProgConnect4       = "connect4"
 	AttrProgConnect6       = "connect6"
 	AttrProgConnectFd      = "connect_fd"
+	AttrProgLookup         = "lookup"
 	AttrProgPassPidfdGetfd = "pass_pidfd_getfd"
 	AttrProgPassSendmmsg   = "pass_sendmmsg"
 	AttrProgPassSendmsg    = "pass_sendmsg"
@@ -113,6 +126,7 @@ type AttrProgramSpecs struct {
 	Connect4       *ebpf.ProgramSpec `ebpf:"connect4"`
 	Connect6       *ebpf.ProgramSpec `ebpf:"connect6"`
 	ConnectFd      *ebpf.ProgramSpec `ebpf:"connect_fd"`
+	Lookup         *ebpf.ProgramSpec `ebpf:"lookup"`
 	PassPidfdGetfd *ebpf.ProgramSpec `ebpf:"pass_pidfd_getfd"`
 	PassSendmmsg   *ebpf.ProgramSpec `ebpf:"pass_sendmmsg"`
 	PassSendmsg    *ebpf.ProgramSpec `ebpf:"pass_sendmsg"`
@@ -195,6 +209,7 @@ type AttrPrograms struct {
 	Connect4       *ebpf.Program `ebpf:"connect4"`
 	Connect6       *ebpf.Program `ebpf:"connect6"`
 	ConnectFd      *ebpf.Program `ebpf:"connect_fd"`
+	Lookup         *ebpf.Program `ebpf:"lookup"`
 	PassPidfdGetfd *ebpf.Program `ebpf:"pass_pidfd_getfd"`
 	PassSendmmsg   *ebpf.Program `ebpf:"pass_sendmmsg"`
 	PassSendmsg    *ebpf.Program `ebpf:"pass_sendmsg"`
@@ -209,6 +224,7 @@ func (p *AttrPrograms) Close() error {
 		p.Connect4,
 		p.Connect6,
 		p.ConnectFd,
+		p.Lookup,
 		p.PassPidfdGetfd,
 		p.PassSendmmsg,
 		p.PassSendmsg,

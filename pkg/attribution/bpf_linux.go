@@ -9,9 +9,11 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -62,8 +64,10 @@ type BPFBackend struct {
 	closed atomic.Bool
 
 	images imageCache
+	// lookupCtx pools the lookup program's context (about 1 KiB).
+	lookupCtx sync.Pool
 
-	fast, exhaustive, unrecorded, handedOff, imageHits, byTupleHits, tupleMismatch atomic.Uint64
+	fast, exhaustive, unrecorded, handedOff, imageHits, byTupleHits, tupleMismatch, lookupRunErrors atomic.Uint64
 }
 
 var _ Backend = (*BPFBackend)(nil)
@@ -89,6 +93,7 @@ func NewBPFBackend(cfg BPFConfig) (_ *BPFBackend, err error) {
 		return nil, err
 	}
 	b := &BPFBackend{proc: proc}
+	b.lookupCtx.New = func() any { return new(palisadebpf.AttrLookupCtx) }
 	defer func() {
 		if err != nil {
 			b.Close() // what was loaded and attached so far
@@ -231,6 +236,7 @@ func (b *BPFBackend) Counters() map[string]uint64 {
 	c["bpf_handed_off"] = b.handedOff.Load()
 	c["bpf_image_cached"] = b.imageHits.Load()
 	c["bpf_by_tuple"] = b.byTupleHits.Load()
+	c["bpf_lookup_run_errors"] = b.lookupRunErrors.Load()
 	c["bpf_tuple_mismatch"] = b.tupleMismatch.Load()
 	return c
 }
@@ -243,7 +249,8 @@ func (b *BPFBackend) Lookup(ctx context.Context, client, proxy netip.AddrPort) (
 	}
 	b.proc.lookups.Add(1)
 	var rec palisadebpf.AttrConnInfo
-	inode, cookie, recorded := b.byTuple(c, p, &rec)
+	var pre *prefetch
+	inode, cookie, recorded, pre := b.byTupleRun(c, p, &rec)
 	fromTuple := recorded
 	if !recorded {
 		inode, cookie, err = b.proc.socketID(c, p)
@@ -256,7 +263,7 @@ func (b *BPFBackend) Lookup(ctx context.Context, client, proxy netip.AddrPort) (
 		recorded = cookie != 0 && b.objs.Conns.Lookup(cookie, &rec) == nil
 	}
 	if recorded {
-		if id := b.fastPath(ctx, &rec, inode); id != nil {
+		if id := b.fastPath(ctx, &rec, inode, pre); id != nil {
 			b.fast.Add(1)
 			return id, nil
 		}
@@ -299,6 +306,69 @@ func (b *BPFBackend) Lookup(ctx context.Context, client, proxy netip.AddrPort) (
 	return id, nil
 }
 
+// prefetch is what bpf/attr.c's lookup program read in the same call as
+// a connection's record: the pass counter, the connector's process-tree
+// entry (self, when selfOK) and its ancestors' entries, parent first, as
+// far as the program follows the chain (lookupAncestors).
+type prefetch struct {
+	passes uint64
+	self   palisadebpf.AttrProcInfo
+	selfOK bool
+	anc    []palisadebpf.AttrProcInfo
+}
+
+// lookupAncestors is how many ancestors the lookup program reads.
+const lookupAncestors = len(palisadebpf.AttrLookupCtx{}.Anc)
+
+// bpf/attr.c's lookup_ctx.found bits.
+const (
+	lookupConn = 1
+	lookupSelf = 2
+)
+
+// byTupleRun is byTuple in one BPF_PROG_RUN of the lookup program, which
+// also reads what the fast path needs next (prefetch) instead of four
+// more map lookups. When the program cannot run it falls back to
+// byTuple (pre nil). A record without the socket's inode is not one.
+func (b *BPFBackend) byTupleRun(client, proxy netip.AddrPort, rec *palisadebpf.AttrConnInfo) (inode, cookie uint64, ok bool, pre *prefetch) {
+	if b.objs.Lookup == nil {
+		inode, cookie, ok = b.byTuple(client, proxy, rec)
+		return inode, cookie, ok, nil
+	}
+	lk := b.lookupCtx.Get().(*palisadebpf.AttrLookupCtx)
+	defer b.lookupCtx.Put(lk)
+	*lk = palisadebpf.AttrLookupCtx{Key: tupleKey(client, proxy)}
+	// The context goes in and out as the struct's own bytes: handed the
+	// struct, cilium/ebpf would encode and decode its 1 KiB field by
+	// field through reflection (measured: the lookup took longer than
+	// the six map reads it replaces).
+	raw := unsafe.Slice((*byte)(unsafe.Pointer(lk)), unsafe.Sizeof(*lk))
+	if _, err := b.objs.Lookup.Run(&ebpf.RunOptions{Context: raw, ContextOut: raw}); err != nil {
+		b.lookupRunErrors.Add(1)
+		inode, cookie, ok = b.byTuple(client, proxy, rec)
+		return inode, cookie, ok, nil
+	}
+	if lk.Found&lookupConn == 0 || lk.Conn.SockIno == 0 {
+		return 0, 0, false, nil
+	}
+	*rec = lk.Conn
+	pre = &prefetch{passes: lk.Passes, self: lk.Self, selfOK: lk.Found&lookupSelf != 0,
+		anc: slices.Clone(lk.Anc[:min(int(lk.N_anc), lookupAncestors)])}
+	b.byTupleHits.Add(1)
+	return rec.SockIno, lk.Cookie, true, pre
+}
+
+// tupleKey is the tuples map's key of the sandbox socket client -> proxy.
+func tupleKey(client, proxy netip.AddrPort) palisadebpf.AttrTuple {
+	key := palisadebpf.AttrTuple{LocalPort: client.Port(), RemotePort: proxy.Port()}
+	l, r := client.Addr().As16(), proxy.Addr().As16()
+	for i := range 4 {
+		key.Local[i] = binary.NativeEndian.Uint32(l[4*i:])
+		key.Remote[i] = binary.NativeEndian.Uint32(r[4*i:])
+	}
+	return key
+}
+
 // byTuple finds the record of the sandbox socket client -> proxy by its
 // 4-tuple (the tuples map sock_ops fills) and returns the socket's inode
 // and cookie as the connect hook read them; ok is false when either map
@@ -308,12 +378,7 @@ func (b *BPFBackend) Lookup(ctx context.Context, client, proxy netip.AddrPort) (
 // trust the inode (the recorded connector must hold it); the exhaustive
 // search checks it against sock_diag first.
 func (b *BPFBackend) byTuple(client, proxy netip.AddrPort, rec *palisadebpf.AttrConnInfo) (inode, cookie uint64, ok bool) {
-	key := palisadebpf.AttrTuple{LocalPort: client.Port(), RemotePort: proxy.Port()}
-	l, r := client.Addr().As16(), proxy.Addr().As16()
-	for i := range 4 {
-		key.Local[i] = binary.NativeEndian.Uint32(l[4*i:])
-		key.Remote[i] = binary.NativeEndian.Uint32(r[4*i:])
-	}
+	key := tupleKey(client, proxy)
 	if b.objs.Tuples.Lookup(&key, &cookie) != nil || b.objs.Conns.Lookup(cookie, rec) != nil || rec.SockIno == 0 {
 		return 0, 0, false
 	}
@@ -331,13 +396,24 @@ func (b *BPFBackend) byTuple(client, proxy netip.AddrPort, rec *palisadebpf.Attr
 // falls back. Otherwise the executable is stat'ed and read, and the
 // descriptor is read again at the end (not closed and its number reused
 // meanwhile).
-func (b *BPFBackend) fastPath(ctx context.Context, rec *palisadebpf.AttrConnInfo, inode uint64) *Identity {
+func (b *BPFBackend) fastPath(ctx context.Context, rec *palisadebpf.AttrConnInfo, inode uint64, pre *prefetch) *Identity {
 	var passes uint64
-	if err := b.objs.Passes.Lookup(uint32(0), &passes); err != nil || passes != rec.Passes {
+	if pre != nil {
+		passes = pre.passes
+	} else if err := b.objs.Passes.Lookup(uint32(0), &passes); err != nil {
+		return nil
+	}
+	if passes != rec.Passes {
 		return nil // a descriptor may have been passed since the connect
 	}
 	tgid := int(rec.Proc.Tgid)
-	cur, cacheable := b.image(tgid, &rec.Proc)
+	var cur palisadebpf.AttrProcInfo
+	var cacheable bool
+	if pre != nil {
+		cur, cacheable = pre.self, pre.selfOK && imageOf(&pre.self, &rec.Proc)
+	} else {
+		cur, cacheable = b.image(tgid, &rec.Proc)
+	}
 	if !cacheable && !b.sameExe(tgid, &rec.Proc) {
 		return nil // exec'd (or exited, or the pid was reused)
 	}
@@ -364,7 +440,11 @@ func (b *BPFBackend) fastPath(ctx context.Context, rec *palisadebpf.AttrConnInfo
 			return nil
 		}
 	}
-	ancestors := b.ancestors(tgid, self)
+	var chain []palisadebpf.AttrProcInfo
+	if pre != nil && self != nil {
+		chain = pre.anc
+	}
+	ancestors := b.ancestors(tgid, self, chain)
 	if testHookNamed != nil {
 		testHookNamed(tgid)
 	}
@@ -397,7 +477,14 @@ func (b *BPFBackend) image(tgid int, connected *palisadebpf.AttrProcInfo) (palis
 	if err := b.objs.Procs.Lookup(uint32(tgid), &cur); err != nil {
 		return cur, false
 	}
-	return cur, cur.StartTime != 0 && cur.StartTime == connected.StartTime && cur.ExecSeq != execSeqUnknown &&
+	return cur, imageOf(&cur, connected)
+}
+
+// imageOf reports whether the process-tree entry cur is the process that
+// connected (same start time) running the image it connected with (same
+// executable dev+inode), with a cacheable exec_seq.
+func imageOf(cur, connected *palisadebpf.AttrProcInfo) bool {
+	return cur.StartTime != 0 && cur.StartTime == connected.StartTime && cur.ExecSeq != execSeqUnknown &&
 		cur.ExeIno == connected.ExeIno && cur.ExeDev == connected.ExeDev
 }
 
@@ -444,9 +531,12 @@ func (b *BPFBackend) exeOf(pid int, p *palisadebpf.AttrProcInfo) string {
 // ancestors walks the process-tree map from pid's parent up, nearest
 // first, stopping before the sandbox init, at a process the map does
 // not know (outside the sandbox) and at MaxAncestors. self is pid's
-// entry when the caller has it. An ancestor's name comes from the image
-// cache when its entry is cacheable, else from /proc (and is cached).
-func (b *BPFBackend) ancestors(pid int, self *palisadebpf.AttrProcInfo) []Process {
+// entry when the caller has it, and chain the entries the lookup
+// program read from it up (parent first): they stand in for map lookups,
+// and when there are fewer than lookupAncestors the program found no
+// entry after the last. An ancestor's name comes from the image cache
+// when its entry is cacheable, else from /proc (and is cached).
+func (b *BPFBackend) ancestors(pid int, self *palisadebpf.AttrProcInfo, chain []palisadebpf.AttrProcInfo) []Process {
 	var out []Process
 	var info palisadebpf.AttrProcInfo
 	if self != nil {
@@ -460,8 +550,15 @@ func (b *BPFBackend) ancestors(pid int, self *palisadebpf.AttrProcInfo) []Proces
 			break
 		}
 		var pinfo palisadebpf.AttrProcInfo
-		if err := b.objs.Procs.Lookup(ppid, &pinfo); err != nil {
-			break // not a sandbox process
+		switch i := len(out); {
+		case i < len(chain) && chain[i].Tgid == ppid:
+			pinfo = chain[i]
+		case chain != nil && i >= len(chain) && len(chain) < lookupAncestors:
+			return out // the program found no entry for ppid: not a sandbox process
+		default:
+			if err := b.objs.Procs.Lookup(ppid, &pinfo); err != nil {
+				return out // not a sandbox process
+			}
 		}
 		cacheable := pinfo.StartTime != 0 && pinfo.ExecSeq != execSeqUnknown
 		img, ok := b.images.get(imageKeyOf(&pinfo))

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -215,6 +216,35 @@ func TestBPFAndProcAgree(t *testing.T) {
 		if ti, tc, ok := bb.byTuple(normAddr(c.client), normAddr(c.proxy), &byTuple); !ok || ti != inode || tc != cookie {
 			t.Errorf("%s: by 4-tuple: inode %d cookie %d found %v; sock_diag says inode %d cookie %d", what, ti, tc, ok, inode, cookie)
 		}
+		// The lookup program reads in one call what the map lookups
+		// read one by one.
+		var byRun palisadebpf.AttrConnInfo
+		ri, rc, ok, pre := bb.byTupleRun(normAddr(c.client), normAddr(c.proxy), &byRun)
+		if !ok || pre == nil || ri != inode || rc != cookie || byRun != byTuple {
+			t.Fatalf("%s: lookup program: inode %d cookie %d found %v prefetch %v, record %+v; want %d, %d, %+v", what, ri, rc, ok, pre != nil, byRun, inode, cookie, byTuple)
+		}
+		var passes uint64
+		var selfInfo palisadebpf.AttrProcInfo
+		bb.objs.Passes.Lookup(uint32(0), &passes)
+		bb.objs.Procs.Lookup(uint32(c.pid), &selfInfo)
+		if pre.passes != passes || !pre.selfOK || pre.self != selfInfo {
+			t.Errorf("%s: prefetched passes %d, self %+v (%v); the maps say %d, %+v", what, pre.passes, pre.self, pre.selfOK, passes, selfInfo)
+		}
+		var chain []palisadebpf.AttrProcInfo
+		for info := selfInfo; len(chain) < lookupAncestors; {
+			var parent palisadebpf.AttrProcInfo
+			if info.Ppid == 0 || bb.objs.Procs.Lookup(info.Ppid, &parent) != nil {
+				break
+			}
+			chain = append(chain, parent)
+			info = parent
+		}
+		if !slices.Equal(pre.anc, chain) {
+			t.Errorf("%s: prefetched ancestors %+v, the map's chain %+v", what, pre.anc, chain)
+		}
+	}
+	if n := bb.Counters()["bpf_lookup_run_errors"]; n != 0 {
+		t.Errorf("%d runs of the lookup program failed", n)
 	}
 	sh := s.spawn(self, "share", "4")
 	agree("client sharing with its child", sh, sh.pid, BackendBPFFast)
