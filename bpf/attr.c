@@ -589,5 +589,6 @@ int lookup(struct lookup_ctx *ctx)
 	LOOKUP_ANC(8) LOOKUP_ANC(9) LOOKUP_ANC(10) LOOKUP_ANC(11)
 	LOOKUP_ANC(12) LOOKUP_ANC(13) LOOKUP_ANC(14) LOOKUP_ANC(15)
 #undef LOOKUP_ANC
+	_Static_assert(LOOKUP_ANCESTORS == 16, "one LOOKUP_ANC step per ancestor");
 	return 0;
 }
