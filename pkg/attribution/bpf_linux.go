@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -338,12 +339,11 @@ func (b *BPFBackend) byTupleRun(client, proxy netip.AddrPort, rec *palisadebpf.A
 	lk := b.lookupCtx.Get().(*palisadebpf.AttrLookupCtx)
 	defer b.lookupCtx.Put(lk)
 	*lk = palisadebpf.AttrLookupCtx{Key: tupleKey(client, proxy)}
-	// The context goes in and out as the struct's own bytes: handed the
-	// struct, cilium/ebpf would encode and decode its 1 KiB field by
-	// field through reflection (measured: the lookup took longer than
-	// the six map reads it replaces).
-	raw := unsafe.Slice((*byte)(unsafe.Pointer(lk)), unsafe.Sizeof(*lk))
-	if _, err := b.objs.Lookup.Run(&ebpf.RunOptions{Context: raw, ContextOut: raw}); err != nil {
+	// BPF_PROG_TEST_RUN straight on the struct's memory: through
+	// cilium/ebpf's Program.Run the context is copied into fresh slices
+	// in and out (1 KiB each way, allocated per call), which in the
+	// proxy cost more than the six map reads this replaces.
+	if err := progRunCtx(b.objs.Lookup.FD(), unsafe.Pointer(lk), uint32(unsafe.Sizeof(*lk))); err != nil {
 		b.lookupRunErrors.Add(1)
 		inode, cookie, ok = b.byTuple(client, proxy, rec)
 		return inode, cookie, ok, nil
@@ -356,6 +356,43 @@ func (b *BPFBackend) byTupleRun(client, proxy netip.AddrPort, rec *palisadebpf.A
 		anc: slices.Clone(lk.Anc[:min(int(lk.N_anc), lookupAncestors)])}
 	b.byTupleHits.Add(1)
 	return rec.SockIno, lk.Cookie, true, pre
+}
+
+// progRunAttr is the part of the kernel's union bpf_attr that
+// BPF_PROG_TEST_RUN reads (struct { ... } test in
+// include/uapi/linux/bpf.h), up to ctx_out.
+type progRunAttr struct {
+	progFD      uint32
+	retval      uint32
+	dataSizeIn  uint32
+	dataSizeOut uint32
+	dataIn      uint64
+	dataOut     uint64
+	repeat      uint32
+	duration    uint32
+	ctxSizeIn   uint32
+	ctxSizeOut  uint32
+	ctxIn       uint64
+	ctxOut      uint64
+	flags       uint32
+	cpu         uint32
+	batchSize   uint32
+	_           uint32
+}
+
+// progRunCtx runs the syscall program fd once with ctx (size bytes) as
+// its context; the kernel copies the context back to ctx_in (a syscall
+// program takes no ctx_out). BenchmarkLookupProgramRun: 1.3 µs and no
+// allocation per run, against 2.9 µs and 3 KiB in 4 allocations through
+// cilium/ebpf's Program.Run on the same context (2.2x).
+func progRunCtx(fd int, ctx unsafe.Pointer, size uint32) error {
+	attr := progRunAttr{progFD: uint32(fd), ctxSizeIn: size, ctxIn: uint64(uintptr(ctx))}
+	_, _, errno := unix.Syscall(unix.SYS_BPF, unix.BPF_PROG_TEST_RUN, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr))
+	runtime.KeepAlive(ctx)
+	if errno != 0 {
+		return fmt.Errorf("BPF_PROG_TEST_RUN: %w", errno)
+	}
+	return nil
 }
 
 // tupleKey is the tuples map's key of the sandbox socket client -> proxy.

@@ -4,8 +4,12 @@ package attribution
 
 import (
 	"fmt"
+	"os"
 	"slices"
 	"testing"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
 
 	palisadebpf "github.com/palisade-sandbox/palisade/bpf"
 )
@@ -56,4 +60,50 @@ func TestAncestorsBeyondTheLookupProgram(t *testing.T) {
 	if short := names(bb.ancestors(base, &infos[0], infos[1:4])); !slices.Equal(short, want[:3]) {
 		t.Errorf("ancestors after a chain of 3: %v, want %v", short, want[:3])
 	}
+}
+
+// BenchmarkLookupProgramRun runs the lookup program for one live
+// connection through cilium/ebpf's Program.Run (the context handed over
+// as bytes: as a struct it is encoded by reflection, slower still) and
+// through progRunCtx, the BPF_PROG_TEST_RUN that byTupleRun makes on
+// the context's own memory.
+//
+//	go test -run '^$' -bench LookupProgramRun ./pkg/attribution
+func BenchmarkLookupProgramRun(b *testing.B) {
+	self, err := os.Executable()
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := newTestSandbox(b, 64)
+	bb := s.bpfBackend(b)
+	c := s.spawn(self, "client", "4")
+	key := tupleKey(normAddr(c.client), normAddr(c.proxy))
+	check := func(b *testing.B, lk *palisadebpf.AttrLookupCtx) {
+		if lk.Found&lookupConn == 0 || int(lk.Conn.Proc.Tgid) != c.pid {
+			b.Fatalf("lookup found %d, tgid %d; want the client %d", lk.Found, lk.Conn.Proc.Tgid, c.pid)
+		}
+	}
+	b.Run("cilium-Run", func(b *testing.B) {
+		lk := new(palisadebpf.AttrLookupCtx)
+		raw := unsafe.Slice((*byte)(unsafe.Pointer(lk)), unsafe.Sizeof(*lk))
+		b.ReportAllocs()
+		for b.Loop() {
+			*lk = palisadebpf.AttrLookupCtx{Key: key}
+			if _, err := bb.objs.Lookup.Run(&ebpf.RunOptions{Context: raw, ContextOut: raw}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		check(b, lk)
+	})
+	b.Run("progRunCtx", func(b *testing.B) {
+		lk := new(palisadebpf.AttrLookupCtx)
+		b.ReportAllocs()
+		for b.Loop() {
+			*lk = palisadebpf.AttrLookupCtx{Key: key}
+			if err := progRunCtx(bb.objs.Lookup.FD(), unsafe.Pointer(lk), uint32(unsafe.Sizeof(*lk))); err != nil {
+				b.Fatal(err)
+			}
+		}
+		check(b, lk)
+	})
 }
