@@ -360,7 +360,7 @@ func (b *BPFBackend) byTupleRun(client, proxy netip.AddrPort, rec *palisadebpf.A
 
 // progRunAttr is the part of the kernel's union bpf_attr that
 // BPF_PROG_TEST_RUN reads (struct { ... } test in
-// include/uapi/linux/bpf.h), up to ctx_out.
+// include/uapi/linux/bpf.h), through batch_size.
 type progRunAttr struct {
 	progFD      uint32
 	retval      uint32

@@ -277,7 +277,9 @@ func (p *proxyProc) nextEpoch() error {
 	default:
 		last, perr := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
 		if perr != nil {
-			return fmt.Errorf("sandboxnet: policy DNS epoch: %s does not hold an epoch (%q); remove it to count from 0 again", file, bytes.TrimSpace(b))
+			shown := bytes.TrimSpace(b)
+			shown = shown[:min(len(shown), 32)] // a line, not a whole file
+			return fmt.Errorf("sandboxnet: policy DNS epoch: %s does not hold an epoch (%q); remove it to count from 0 again", file, shown)
 		}
 		next = last + 1
 	}
