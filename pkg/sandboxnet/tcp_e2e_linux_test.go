@@ -28,11 +28,10 @@ const labTCPEcho = `  tcpecho:
       - path: /usr/bin/python3*
 `
 
-// tcpScript runs in the sandbox. Every probe prints name=result; a
-// refused connection is one that never gets the echo back.
-const tcpScript = `
-python3 - <<'PY'
-import socket, time
+// pyProbe is the python3 function the sandbox scripts connect with:
+// probe(addr) returns ("echo", peer) when the data comes back, else why
+// not (a refused connection is one that never gets the echo back).
+const pyProbe = `import os, socket, time
 def probe(addr, data=b"palisade-tcp"):
     try:
         s = socket.create_connection(addr, timeout=5)
@@ -52,7 +51,12 @@ def probe(addr, data=b"palisade-tcp"):
         return "reset:%s" % e.errno, peer
     finally:
         s.close()
-r, syn = probe(("echo.test", 7007))
+`
+
+// tcpScript runs in the sandbox. Every probe prints name=result.
+const tcpScript = `
+python3 - <<'PY'
+` + pyProbe + `r, syn = probe(("echo.test", 7007))
 print("by_name=%s" % r)
 print("synthetic=%s" % syn)
 try:
@@ -197,27 +201,7 @@ func TestTransparentTCPEndToEnd(t *testing.T) {
 // resolves and connects afresh.
 const epochScript = `
 python3 - <<'PY'
-import os, socket, time
-def probe(addr, data=b"palisade-epoch"):
-    try:
-        s = socket.create_connection(addr, timeout=5)
-    except OSError as e:
-        return "connect_error:%s" % e.errno, None
-    peer = s.getpeername()[0]
-    try:
-        s.sendall(data)
-        got = b""
-        while len(got) < len(data):
-            b = s.recv(64)
-            if not b:
-                break
-            got += b
-        return ("echo" if got == data else "no_echo:%r" % got), peer
-    except OSError as e:
-        return "reset:%s" % e.errno, peer
-    finally:
-        s.close()
-r, cached = probe(("echo.test", 7007))
+` + pyProbe + `r, cached = probe(("echo.test", 7007))
 print("first=%s" % r)
 print("first_addr=%s" % cached, flush=True)
 deadline = time.time() + 30
