@@ -28,7 +28,7 @@ import (
 func TestRuntimeTuning(t *testing.T) {
 	dir := t.TempDir()
 	policy := filepath.Join(dir, "policy.yaml")
-	os.WriteFile(policy, []byte("version: 1\nnetwork_policies:\n  web:\n    endpoints:\n      - host: allowed.test\n        port: 80\n    binaries:\n      - path: /usr/bin/curl\n"), 0o600)
+	os.WriteFile(policy, []byte("version: 1\nnetwork_policies: {}\n"), 0o600)
 	hosts := filepath.Join(dir, "hosts")
 	os.WriteFile(hosts, []byte("127.0.0.1 allowed.test\n"), 0o600)
 	var base []string

@@ -10,7 +10,6 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -250,8 +249,10 @@ func (b *BPFBackend) Lookup(ctx context.Context, client, proxy netip.AddrPort) (
 	}
 	b.proc.lookups.Add(1)
 	var rec palisadebpf.AttrConnInfo
-	var pre *prefetch
 	inode, cookie, recorded, pre := b.byTupleRun(c, p, &rec)
+	if pre != nil {
+		defer b.lookupCtx.Put((*palisadebpf.AttrLookupCtx)(pre))
+	}
 	fromTuple := recorded
 	if !recorded {
 		inode, cookie, err = b.proc.socketID(c, p)
@@ -307,15 +308,17 @@ func (b *BPFBackend) Lookup(ctx context.Context, client, proxy netip.AddrPort) (
 	return id, nil
 }
 
-// prefetch is what bpf/attr.c's lookup program read in the same call as
-// a connection's record: the pass counter, the connector's process-tree
-// entry (self, when selfOK) and its ancestors' entries, parent first, as
-// far as the program follows the chain (lookupAncestors).
-type prefetch struct {
-	passes uint64
-	self   palisadebpf.AttrProcInfo
-	selfOK bool
-	anc    []palisadebpf.AttrProcInfo
+// prefetch is the lookup program's context after a run that found the
+// record: what bpf/attr.c read in the same call, namely the pass
+// counter, the connector's process-tree entry (Self, when selfOK) and
+// its ancestors' entries, parent first, as far as the program followed
+// the chain (anc). It is pooled: valid until Lookup returns.
+type prefetch palisadebpf.AttrLookupCtx
+
+func (p *prefetch) selfOK() bool { return p.Found&lookupSelf != 0 }
+
+func (p *prefetch) anc() []palisadebpf.AttrProcInfo {
+	return p.Anc[:min(int(p.N_anc), lookupAncestors)]
 }
 
 // lookupAncestors is how many ancestors the lookup program reads.
@@ -331,31 +334,31 @@ const (
 // also reads what the fast path needs next (prefetch) instead of four
 // more map lookups. When the program cannot run it falls back to
 // byTuple (pre nil). A record without the socket's inode is not one.
+// The caller returns pre to b.lookupCtx when done with it.
 func (b *BPFBackend) byTupleRun(client, proxy netip.AddrPort, rec *palisadebpf.AttrConnInfo) (inode, cookie uint64, ok bool, pre *prefetch) {
 	if b.objs.Lookup == nil {
 		inode, cookie, ok = b.byTuple(client, proxy, rec)
 		return inode, cookie, ok, nil
 	}
 	lk := b.lookupCtx.Get().(*palisadebpf.AttrLookupCtx)
-	defer b.lookupCtx.Put(lk)
 	*lk = palisadebpf.AttrLookupCtx{Key: tupleKey(client, proxy)}
 	// BPF_PROG_TEST_RUN straight on the struct's memory: through
 	// cilium/ebpf's Program.Run the context is copied into fresh slices
 	// in and out (1 KiB each way, allocated per call), which in the
 	// proxy cost more than the six map reads this replaces.
 	if err := progRunCtx(b.objs.Lookup.FD(), unsafe.Pointer(lk), uint32(unsafe.Sizeof(*lk))); err != nil {
+		b.lookupCtx.Put(lk)
 		b.lookupRunErrors.Add(1)
 		inode, cookie, ok = b.byTuple(client, proxy, rec)
 		return inode, cookie, ok, nil
 	}
 	if lk.Found&lookupConn == 0 || lk.Conn.SockIno == 0 {
+		b.lookupCtx.Put(lk)
 		return 0, 0, false, nil
 	}
 	*rec = lk.Conn
-	pre = &prefetch{passes: lk.Passes, self: lk.Self, selfOK: lk.Found&lookupSelf != 0,
-		anc: slices.Clone(lk.Anc[:min(int(lk.N_anc), lookupAncestors)])}
 	b.byTupleHits.Add(1)
-	return rec.SockIno, lk.Cookie, true, pre
+	return rec.SockIno, lk.Cookie, true, (*prefetch)(lk)
 }
 
 // progRunAttr is the part of the kernel's union bpf_attr that
@@ -436,7 +439,7 @@ func (b *BPFBackend) byTuple(client, proxy netip.AddrPort, rec *palisadebpf.Attr
 func (b *BPFBackend) fastPath(ctx context.Context, rec *palisadebpf.AttrConnInfo, inode uint64, pre *prefetch) *Identity {
 	var passes uint64
 	if pre != nil {
-		passes = pre.passes
+		passes = pre.Passes
 	} else if err := b.objs.Passes.Lookup(uint32(0), &passes); err != nil {
 		return nil
 	}
@@ -447,7 +450,7 @@ func (b *BPFBackend) fastPath(ctx context.Context, rec *palisadebpf.AttrConnInfo
 	var cur palisadebpf.AttrProcInfo
 	var cacheable bool
 	if pre != nil {
-		cur, cacheable = pre.self, pre.selfOK && imageOf(&pre.self, &rec.Proc)
+		cur, cacheable = pre.Self, pre.selfOK() && imageOf(&pre.Self, &rec.Proc)
 	} else {
 		cur, cacheable = b.image(tgid, &rec.Proc)
 	}
@@ -479,7 +482,7 @@ func (b *BPFBackend) fastPath(ctx context.Context, rec *palisadebpf.AttrConnInfo
 	}
 	var chain []palisadebpf.AttrProcInfo
 	if pre != nil && self != nil {
-		chain = pre.anc
+		chain = pre.anc()
 	}
 	ancestors := b.ancestors(tgid, self, chain)
 	if testHookNamed != nil {

@@ -227,8 +227,8 @@ func TestBPFAndProcAgree(t *testing.T) {
 		var selfInfo palisadebpf.AttrProcInfo
 		bb.objs.Passes.Lookup(uint32(0), &passes)
 		bb.objs.Procs.Lookup(uint32(c.pid), &selfInfo)
-		if pre.passes != passes || !pre.selfOK || pre.self != selfInfo {
-			t.Errorf("%s: prefetched passes %d, self %+v (%v); the maps say %d, %+v", what, pre.passes, pre.self, pre.selfOK, passes, selfInfo)
+		if pre.Passes != passes || !pre.selfOK() || pre.Self != selfInfo {
+			t.Errorf("%s: prefetched passes %d, self %+v (%v); the maps say %d, %+v", what, pre.Passes, pre.Self, pre.selfOK(), passes, selfInfo)
 		}
 		var chain []palisadebpf.AttrProcInfo
 		for info := selfInfo; len(chain) < lookupAncestors; {
@@ -239,8 +239,8 @@ func TestBPFAndProcAgree(t *testing.T) {
 			chain = append(chain, parent)
 			info = parent
 		}
-		if !slices.Equal(pre.anc, chain) {
-			t.Errorf("%s: prefetched ancestors %+v, the map's chain %+v", what, pre.anc, chain)
+		if !slices.Equal(pre.anc(), chain) {
+			t.Errorf("%s: prefetched ancestors %+v, the map's chain %+v", what, pre.anc(), chain)
 		}
 	}
 	if n := bb.Counters()["bpf_lookup_run_errors"]; n != 0 {
