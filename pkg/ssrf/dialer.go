@@ -57,10 +57,10 @@ func (d *Dialer) DialScope(ctx context.Context, host string, port int, s Scope) 
 	if err != nil {
 		return nil, netip.AddrPort{}, err
 	}
-	nd := net.Dialer{Control: d.Control, KeepAlive: d.KeepAlive}
 	var errs []error
 	for i, ap := range addrs {
 		actx, acancel := attemptContext(ctx, len(addrs)-i)
+		nd := net.Dialer{Control: d.control(ap), KeepAlive: d.KeepAlive}
 		c, err := nd.DialContext(actx, "tcp", ap.String())
 		acancel()
 		if err == nil {
@@ -72,6 +72,23 @@ func (d *Dialer) DialScope(ctx context.Context, host string, port int, s Scope) 
 		}
 	}
 	return nil, netip.AddrPort{}, fmt.Errorf("ssrf: connect %s port %d: %w", host, port, errors.Join(errs...))
+}
+
+// control is the net.Dialer Control for a connection to ap: the
+// Dialer's own Control, then eagerConnect.
+func (d *Dialer) control(ap netip.AddrPort) func(network, address string, c syscall.RawConn) error {
+	eager := eagerConnect(ap)
+	if eager == nil {
+		return d.Control
+	}
+	return func(network, address string, c syscall.RawConn) error {
+		if d.Control != nil {
+			if err := d.Control(network, address, c); err != nil {
+				return err
+			}
+		}
+		return eager(network, address, c)
+	}
 }
 
 // Resolve returns the addresses of host:port that the Guard admits for the
