@@ -6,7 +6,11 @@
 // embed an IPv4 address, ...), decides with a Guard which destinations a
 // matched policy endpoint may reach, and dials through a Dialer that
 // resolves once, checks every answer and connects to exactly the checked
-// address — never re-resolving between check and dial.
+// address — never re-resolving between check and dial. On Linux the
+// Dialer starts each connect itself from the socket's Control hook, to
+// the checked address only, so a handshake that completes inside
+// connect(2) (a veth or loopback peer) does not wait for the runtime's
+// poller.
 //
 // The flow is resolve → classify → dial:
 //
