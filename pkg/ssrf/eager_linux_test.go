@@ -174,7 +174,9 @@ func TestEagerConnectInProgress(t *testing.T) {
 		unix.Close(fd)
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { unix.Close(fd) })
+	// shutdown first: close alone would leave the accepting goroutine
+	// below blocked in accept(2) for good.
+	t.Cleanup(func() { unix.Shutdown(fd, unix.SHUT_RDWR); unix.Close(fd) })
 	sa, err := unix.Getsockname(fd)
 	if err != nil {
 		t.Fatal(err)
