@@ -235,3 +235,19 @@ func TestEagerConnectInProgress(t *testing.T) {
 		t.Fatalf("TCP state after eagerConnect = %d; want SYN sent (%d)", state, unix.BPF_TCP_SYN_SENT)
 	}
 }
+
+func TestSockaddr(t *testing.T) {
+	v4 := sockaddr(netip.MustParseAddrPort("198.51.100.7:443"))
+	if sa, ok := v4.(*unix.SockaddrInet4); !ok || sa.Port != 443 || sa.Addr != [4]byte{198, 51, 100, 7} {
+		t.Errorf("IPv4: %#v", v4)
+	}
+	v6 := sockaddr(netip.MustParseAddrPort("[2001:db8::7]:443"))
+	if sa, ok := v6.(*unix.SockaddrInet6); !ok || sa.Port != 443 || sa.Addr != netip.MustParseAddr("2001:db8::7").As16() {
+		t.Errorf("IPv6: %#v", v6)
+	}
+	for _, s := range []string{"[::ffff:198.51.100.7]:443", "[fe80::1%lo]:443"} {
+		if sa := sockaddr(netip.MustParseAddrPort(s)); sa != nil {
+			t.Errorf("%s: %#v; want nil (left to net)", s, sa)
+		}
+	}
+}
