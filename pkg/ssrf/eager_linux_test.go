@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/palisade-sandbox/palisade/pkg/testutil"
 	"golang.org/x/sys/unix"
 )
 
@@ -59,9 +60,7 @@ func dialObserved(t *testing.T, ctx context.Context, addr string, control func(s
 func echoListener(t *testing.T, network, addr string) (net.Listener, netip.AddrPort) {
 	t.Helper()
 	l, err := net.Listen(network, addr)
-	if err != nil {
-		t.Skipf("no %s loopback here: %v", network, err)
-	}
+	testutil.RequireData(t, "a "+network+" loopback address", err)
 	t.Cleanup(func() { l.Close() })
 	go func() {
 		for {
