@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -249,4 +250,65 @@ func TestSockaddr(t *testing.T) {
 			t.Errorf("%s: %#v; want nil (left to net)", s, sa)
 		}
 	}
+}
+
+// TestDialerControlRunsBeforeTheConnect: the Dialer's own Control (a
+// firewall mark, say) sees the socket before any connect, the eager one
+// included, and an error from it stops the dial with nothing connected.
+func TestDialerControlRunsBeforeTheConnect(t *testing.T) {
+	_, ap := echoListener(t, "tcp4", "127.0.0.1:0")
+	var seen []uint8
+	d := &Dialer{Control: func(_, _ string, c syscall.RawConn) error {
+		seen = append(seen, tcpState(t, c))
+		return nil
+	}}
+	nd := net.Dialer{Control: d.control(ap)}
+	c, err := nd.Dial("tcp", ap.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	roundTrip(t, c)
+	c.Close()
+	if len(seen) != 1 || seen[0] != unix.BPF_TCP_CLOSE {
+		t.Fatalf("TCP states the Dialer's Control saw: %v; want one, unconnected (%d)", seen, unix.BPF_TCP_CLOSE)
+	}
+
+	// A failing Control: no connection reaches the listener.
+	refuse := errors.New("no mark")
+	counted, other := acceptCounter(t)
+	d = &Dialer{Control: func(string, string, syscall.RawConn) error { return refuse }}
+	nd = net.Dialer{Control: d.control(other)}
+	if _, err := nd.Dial("tcp", other.String()); !errors.Is(err, refuse) {
+		t.Fatalf("dial with a failing Control: %v; want %v", err, refuse)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if n := counted(); n != 0 {
+		t.Fatalf("%d connections reached the listener despite the failing Control", n)
+	}
+}
+
+// acceptCounter listens on IPv4 loopback and counts the connections
+// that complete a handshake with it (the accept queue included).
+func acceptCounter(t *testing.T) (func() int, netip.AddrPort) {
+	t.Helper()
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	var mu sync.Mutex
+	n := 0
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			n++
+			mu.Unlock()
+			c.Close()
+		}
+	}()
+	return func() int { mu.Lock(); defer mu.Unlock(); return n }, l.Addr().(*net.TCPAddr).AddrPort()
 }
