@@ -2,9 +2,12 @@ package main
 
 import (
 	"bufio"
+	"bytes"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -82,5 +85,67 @@ func TestStdoutAloneKeepsNothing(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(home); len(ents) != 0 {
 		t.Fatalf("--stdout alone wrote to HOME: %v", ents)
+	}
+}
+
+// Issue 29 item 7: a 5019 event's activity is the producer's own (99,
+// Other, named Policy Load, Policy Reload, Confinement Applied); the
+// record kept "Other" and lost what happened. The events are the ones
+// docs/events.md shows, which pkg/ocsf's constructors generate.
+func TestKeepsPolicyActivityNames(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/events.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	block := regexp.MustCompile("(?s)<!-- ocsf-example: ([a-z0-9-]+) -->\n```json\n(.*?)```\n")
+	var in bytes.Buffer
+	want := map[string]bool{}
+	for _, m := range block.FindAllSubmatch(doc, -1) {
+		var ev struct {
+			ClassUID     int    `json:"class_uid"`
+			ActivityName string `json:"activity_name"`
+		}
+		if err := json.Unmarshal(m[2], &ev); err != nil {
+			t.Fatalf("example %s: %v", m[1], err)
+		}
+		if ev.ClassUID != 5019 {
+			continue
+		}
+		json.Compact(&in, m[2])
+		in.WriteByte('\n')
+		want[ev.ActivityName] = true
+	}
+	for _, n := range []string{"Policy Load", "Policy Reload", "Confinement Applied"} {
+		if !want[n] {
+			t.Fatalf("docs/events.md has no 5019 example named %q", n)
+		}
+	}
+	cmd := collectorCmd(t, t.TempDir(), "--input", "-", "--stdout", "--agent-id", "agent-7")
+	cmd.Stdin = &in
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("ocsf-collector: %v\n%s", err, out)
+	}
+	got := map[string]bool{}
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		var r struct {
+			Category string `json:"category"`
+			Source   struct {
+				ActivityID   int    `json:"activity_id"`
+				ActivityName string `json:"activity_name"`
+			} `json:"source"`
+		}
+		if err := json.Unmarshal([]byte(l), &r); err != nil {
+			t.Fatalf("record %q: %v", l, err)
+		}
+		if r.Category != "policy" || r.Source.ActivityID != 99 {
+			t.Errorf("record %s: want category policy, activity 99", l)
+		}
+		got[r.Source.ActivityName] = true
+	}
+	for n := range want {
+		if !got[n] {
+			t.Errorf("no record keeps activity_name %q; got %v", n, got)
+		}
 	}
 }

@@ -63,9 +63,11 @@ func TestMapsEveryDocumentedOCSFExample(t *testing.T) {
 			t.Errorf("%s: record invalid: %v", name, err)
 		}
 		var src struct {
-			ClassUID int `json:"class_uid"`
-			ActionID int `json:"action_id"`
-			Metadata struct {
+			ClassUID     int    `json:"class_uid"`
+			ActivityID   int    `json:"activity_id"`
+			ActivityName string `json:"activity_name"`
+			ActionID     int    `json:"action_id"`
+			Metadata     struct {
 				UID string `json:"uid"`
 			} `json:"metadata"`
 		}
@@ -79,6 +81,11 @@ func TestMapsEveryDocumentedOCSFExample(t *testing.T) {
 		}
 		if want := map[int]string{1: ActionAllow, 2: ActionDeny}[src.ActionID]; want != "" && r.Action != want {
 			t.Errorf("%s: action_id %d mapped to %s", name, src.ActionID, r.Action)
+		}
+		if src.ActivityID == activityOther && r.Source.ActivityName != src.ActivityName {
+			// 99 (Other): the producer's name (Policy Load, Confinement
+			// Applied) is the only thing that says what happened.
+			t.Errorf("%s: activity 99 %q mapped to activity_name %q", name, src.ActivityName, r.Source.ActivityName)
 		}
 		if r.Reason == "" {
 			t.Errorf("%s: no reason", name)

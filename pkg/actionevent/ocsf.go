@@ -157,6 +157,10 @@ type classInfo struct {
 	activities map[int]string
 }
 
+// activityOther is OCSF's activity_id 99: an activity the class does not
+// enumerate, named by the producer's activity_name.
+const activityOther = 99
+
 var netActivities = map[int]string{0: "Unknown", 1: "Open", 2: "Close", 3: "Reset", 4: "Fail", 5: "Refuse", 6: "Traffic", 7: "Listen", 99: "Other"}
 
 var classes = map[int]classInfo{
@@ -237,6 +241,12 @@ func fromEvent(ev *ocsfEvent, line []byte, agentID string) (Record, error) {
 		r.Category = info.category
 		r.Source.ClassName = info.name
 		r.Source.ActivityName = info.activities[ev.ActivityID]
+		if ev.ActivityID == activityOther && ev.ActivityName != "" {
+			// 99 (Other) is the producer's own activity: its name is the
+			// information (5019 Policy Load, Confinement Applied), the
+			// caption "Other" says nothing.
+			r.Source.ActivityName = clip(ev.ActivityName, maxShort)
+		}
 	} else {
 		r.Category = CategoryOther
 	}
