@@ -48,7 +48,8 @@ Serves an explicit HTTP proxy (CONNECT host:port, absolute-form http://)
 that allows exactly what the policy's network_policies allow, for exactly
 the binaries they list. Denials are HTTP 403 with a one-line JSON body
 {"error":"policy_denied"|"ssrf_denied","host","port","binary","pid",
-"policy","reason"}. The policy file's directory is watched; SIGHUP and
+"policy","reason"}, a Proxy-Status field (RFC 9209) with the same facts,
+and the status line "403 Forbidden (ERROR: REASON)". The policy file's directory is watched; SIGHUP and
 POST /reload on the control socket reload too. A policy that does not
 load, validate and compile is rejected and the last good one stays.
 

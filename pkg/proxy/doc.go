@@ -9,7 +9,9 @@
 // policy decision (before any DNS lookup, so a denied name is never
 // resolved), then an SSRF-checked dial of exactly the address that was
 // checked. A denial is an HTTP 403 with a one-line JSON body whose error is
-// "policy_denied" or "ssrf_denied", sent before any tunnel byte.
+// "policy_denied" or "ssrf_denied", sent before any tunnel byte, with the
+// same facts in a Proxy-Status field (RFC 9209) and in the status line's
+// text, which is what clients that drop a refused CONNECT's body show.
 //
 // Policy generations are compiled off the hot path and swapped atomically;
 // each connection pins the generation it started with. Reloads come from

@@ -299,10 +299,12 @@ type h1Writer struct {
 	hijacked bool
 	err      error
 	record   *Record // the request's record, finished after the response
+	phrase   string  // the status line's text ("": the status's standard text)
 }
 
-func (w *h1Writer) Header() http.Header { return w.hdr }
-func (w *h1Writer) closeAfter()         { w.close = true }
+func (w *h1Writer) Header() http.Header     { return w.hdr }
+func (w *h1Writer) closeAfter()             { w.close = true }
+func (w *h1Writer) setPhrase(phrase string) { w.phrase = phrase }
 
 func (w *h1Writer) WriteHeader(code int) {
 	if w.wrote || code < 100 || code > 999 {
@@ -332,7 +334,11 @@ func (w *h1Writer) WriteHeader(code int) {
 	w.bw.WriteString("HTTP/1.1 ")
 	w.bw.WriteString(strconv.Itoa(code))
 	w.bw.WriteByte(' ')
-	w.bw.WriteString(http.StatusText(code))
+	if w.phrase != "" {
+		w.bw.WriteString(w.phrase)
+	} else {
+		w.bw.WriteString(http.StatusText(code))
+	}
 	w.bw.WriteString("\r\n")
 	for k, vv := range h {
 		if strings.HasPrefix(k, http.TrailerPrefix) || k == "Transfer-Encoding" || k == "Connection" {

@@ -310,7 +310,7 @@ func (p *Proxy) deny(c *net.TCPConn, rec *Record, outcome string) {
 	if rec.L7Checked && rec.URL != nil {
 		body.Method, body.Path = rec.Method, rec.URL.Path
 	}
-	writeJSONResponse(c, http.StatusForbidden, body)
+	writeDenial(c, &body)
 	lingerClose(c, 500*time.Millisecond)
 }
 

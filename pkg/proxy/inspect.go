@@ -538,10 +538,14 @@ func (ix *inspector) deny(w http.ResponseWriter, r *http.Request, rr *Record, re
 	if strings.HasPrefix(r.UserAgent(), "git/") {
 		ctype = "text/plain; charset=utf-8"
 	}
-	writeHTTPBody(w, http.StatusForbidden, ctype, DenialBody{
+	d := DenialBody{
 		Error: OutcomePolicyDenied, Host: rr.Host, Port: rr.Port, Binary: rr.binary(), PID: rr.pid(),
 		Policy: rr.Entry, Reason: reason, Method: r.Method, Path: path,
-	})
+	}
+	if pw, ok := w.(interface{ setPhrase(string) }); ok {
+		pw.setPhrase(d.reasonPhrase()) // HTTP/2 has no status text
+	}
+	writeHTTPBody(w, http.StatusForbidden, ctype, d.ProxyStatus(), d)
 }
 
 func (ix *inspector) bad(w http.ResponseWriter, rr *Record, reason, detail string) {
@@ -575,17 +579,21 @@ func tlsDetail(err error) string {
 }
 
 func writeHTTPJSON(w http.ResponseWriter, status int, body any) {
-	writeHTTPBody(w, status, "application/json", body)
+	writeHTTPBody(w, status, "application/json", "", body)
 }
 
-// writeHTTPBody answers with body as one line of JSON.
-func writeHTTPBody(w http.ResponseWriter, status int, ctype string, body any) {
+// writeHTTPBody answers with body as one line of JSON, and the
+// Proxy-Status field when proxyStatus is not empty.
+func writeHTTPBody(w http.ResponseWriter, status int, ctype, proxyStatus string, body any) {
 	b, _ := jsonLine(body)
 	h := w.Header()
 	for k := range h {
 		delete(h, k)
 	}
 	h.Set("Content-Type", ctype)
+	if proxyStatus != "" {
+		h.Set("Proxy-Status", proxyStatus)
+	}
 	h.Set("Cache-Control", "no-store")
 	h.Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(status)

@@ -184,6 +184,7 @@ func TestDenialsAreStructuredAndNothingIsTunnelled(t *testing.T) {
 			}
 			var db DenialBody
 			json.Unmarshal(body, &db)
+			checkProxyStatus(t, resp, db)
 			if got := get(evs[0], "status_code"); got != db.Error {
 				t.Errorf("event status_code %v, body error %s", got, db.Error)
 			}
