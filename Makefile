@@ -18,9 +18,24 @@ export CGO_ENABLED = 0
 
 all: build
 
+# Every binary's --version (pkg/cli.ReadBuildInfo) names the commit it
+# was built from. go build's own VCS stamp is switched off: it recognises
+# a repository only by a .git directory, so in a linked git worktree (.git
+# is a file) it stamps nothing, or the commit of a checkout the tree sits
+# in (golang/go#58218). git itself says which commit this tree is and
+# whether it has uncommitted changes ("+modified"); outside a git checkout
+# the commit is "unknown". OUT is where the binaries go.
+OUT      ?= bin
+CLIPKG   := github.com/palisade-sandbox/palisade/pkg/cli
+INGIT     = $(shell [ "$$(git rev-parse --show-toplevel 2>/dev/null)" = "$(CURDIR)" ] && echo yes)
+VCS_REV   = $(if $(INGIT),$(shell git rev-parse HEAD))
+VCS_TIME  = $(if $(INGIT),$(shell TZ=UTC git log -1 --format=%cd --date=format-local:%Y-%m-%dT%H:%M:%SZ))
+VCS_MOD   = $(if $(INGIT),$(shell [ -z "$$(git status --porcelain)" ] && echo false || echo true))
+LDFLAGS   = -X $(CLIPKG).stampRevision=$(VCS_REV) -X $(CLIPKG).stampTime=$(VCS_TIME) -X $(CLIPKG).stampModified=$(VCS_MOD)
+
 build:
-	@mkdir -p bin
-	$(GO) build -trimpath -o bin/ ./cmd/...
+	@mkdir -p $(OUT)
+	$(GO) build -trimpath -buildvcs=false -ldflags '$(LDFLAGS)' -o $(OUT)/ ./cmd/...
 
 # Privileged integration tests run the binaries from ./bin, so build first.
 test: build

@@ -2,8 +2,9 @@
 // the filesystem, egress, privilege, seccomp, user-namespace and
 // raw-socket boundaries hold. It prints one JSON object per check and
 // then CONFINEMENT_PROBE_OK only when every check passed, else
-// CONFINEMENT_PROBE_FAILED (exit 1); the same lines are appended to the
-// log that bootstrap reads (seed 000's live-confinement-probe.log).
+// CONFINEMENT_PROBE_FAILED (exit 1); with --log the same lines are
+// appended to that file (bootstrap names seed 000's
+// live-confinement-probe.log), and without it nothing is written.
 //
 // `confinement-probe route` is the in-sandbox route proof's classifier: it
 // runs a coding CLI's probe command and emits the
@@ -41,7 +42,9 @@ func main() {
 	cli.Exit("confinement-probe", run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr), os.Stderr)
 }
 
-// DefaultLog is seed 000's probe log, relative to $HOME.
+// DefaultLog is seed 000's probe log, relative to $HOME: bootstrap and
+// the systemd unit name it with --log; the probe writes no log unless
+// told where.
 const DefaultLog = ".mac/openshell/live-confinement-probe.log"
 
 const usage = `usage: confinement-probe [flags]
@@ -54,13 +57,16 @@ policy a real sandbox would get (--policy, else $MAC_OPENSHELL_POLICY, else
 ~/.mac/openshell-policy.yaml, else the bundled fail-closed default), runs
 the checks inside it and prints one JSON object per check
 ({"check","group","expected","observed","ok"}), then CONFINEMENT_PROBE_OK
-when every check passed, else CONFINEMENT_PROBE_FAILED and exit 1. The
-same lines are appended to --log. A policy without network entries gets
+when every check passed, else CONFINEMENT_PROBE_FAILED and exit 1. With
+--log the same lines are appended to that file (created 0600); without
+it nothing is written anywhere. Seed 000's bootstrap reads
+~/.mac/openshell/live-confinement-probe.log, so bootstrap and the systemd
+unit pass that path. A policy without network entries gets
 one canary entry (a reserved name for a binary that does not exist) so
 the fence and proxy exist and their denials can be proven.
 
 --inside runs the checks in this process, inside a sandbox that already
-exists (no log unless --log is given).
+exists.
 
 Groups: filesystem, egress, privilege, seccomp, user-namespace, raw-socket.
 Must run as root (it creates a sandbox).
@@ -72,6 +78,7 @@ const examples = `
 Examples:
   sudo confinement-probe
   sudo confinement-probe --policy /etc/mac/openshell-policy.yaml --json
+  sudo confinement-probe --log ~/.mac/openshell/live-confinement-probe.log
   sudo sandbox-supervisor run -- ./confinement-probe --inside
   confinement-probe route --cli opencode --sentinel PALISADE-7f3a -- \
       sandbox-supervisor run --kind probe -- opencode run "echo PALISADE-7f3a"
@@ -91,25 +98,20 @@ type flags struct {
 	protected    string
 }
 
-func parse(args []string, stderr io.Writer) (*flags, error) {
-	f := &flags{}
+// flagSet declares the probe's flags into f; its usage goes to w.
+func flagSet(f *flags, w io.Writer) *flag.FlagSet {
 	def := probe.DefaultTargets()
-	home, _ := os.UserHomeDir()
-	defLog := ""
-	if home != "" {
-		defLog = filepath.Join(home, DefaultLog)
-	}
 	fs := flag.NewFlagSet("confinement-probe", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(cli.FlagOutput(w))
 	fs.Usage = func() {
-		fmt.Fprint(stderr, usage)
-		fs.PrintDefaults()
-		fmt.Fprint(stderr, examples)
+		fmt.Fprint(w, usage)
+		cli.PrintFlags(w, fs)
+		fmt.Fprint(w, examples)
 	}
 	fs.StringVar(&f.policy, "policy", "", "policy file (overrides MAC_OPENSHELL_POLICY)")
 	fs.StringVar(&f.supervisor, "supervisor-bin", "", "sandbox-supervisor binary (default: next to this binary)")
 	fs.StringVar(&f.stateDir, "state-dir", "", "sandbox-supervisor --state-dir (default: its own)")
-	fs.StringVar(&f.logPath, "log", defLog, "append the check lines and the verdict to this file (\"\" for none; default none with --inside)")
+	fs.StringVar(&f.logPath, "log", "", "append the check lines and the verdict to this file, or /dev/fd/N (default: no log; bootstrap and the systemd unit pass ~/"+DefaultLog+")")
 	fs.StringVar(&f.logFormat, "log-format", "text", "stderr log format: text or json")
 	fs.BoolVar(&f.json, "json", false, "print one summary JSON object instead of the check lines")
 	fs.DurationVar(&f.timeout, "timeout", 2*time.Minute, "bound on the whole sandbox run")
@@ -118,7 +120,13 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 	fs.StringVar(&f.targets.WritableOutside, "writable-outside", def.WritableOutside, "--inside: a world-writable directory outside the policy (\"\": none)")
 	fs.StringVar(&f.targets.ReadOnly, "read-only-path", def.ReadOnly, "--inside: a directory the policy grants read-only")
 	fs.StringVar(&f.targets.Writable, "writable", "", "--inside: a directory the policy grants read-write (default: the working directory)")
-	if err := fs.Parse(args); err != nil {
+	return fs
+}
+
+func parse(args []string, stderr io.Writer) (*flags, error) {
+	f := &flags{}
+	fs := flagSet(f, stderr)
+	if err := cli.ParseFlags(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, cli.Quiet(cli.ExitOK)
 		}
@@ -129,15 +137,6 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 	}
 	if f.protected != "" {
 		f.targets.Protected = strings.Split(f.protected, ",")
-	}
-	explicitLog := false
-	fs.Visit(func(fl *flag.Flag) {
-		if fl.Name == "log" {
-			explicitLog = true
-		}
-	})
-	if f.inside && !explicitLog {
-		f.logPath = ""
 	}
 	if f.timeout <= 0 {
 		return nil, cli.Usagef("--timeout %s: must be positive", f.timeout)
@@ -153,12 +152,14 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 }
 
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	if cli.IsVersion(args) {
+		return cli.PrintVersion(stdout, "confinement-probe")
+	}
 	if len(args) > 0 && args[0] == "route" {
 		return routeCmd(ctx, args[1:], stdout, stderr)
 	}
 	if len(args) > 0 && (args[0] == "help" || args[0] == "-h" || args[0] == "--help") && len(args) == 1 {
-		fmt.Fprint(stdout, usage)
-		fmt.Fprint(stdout, examples)
+		flagSet(&flags{}, stdout).Usage()
 		return nil
 	}
 	f, err := parse(args, stderr)

@@ -71,7 +71,7 @@ func lastLine(s string) string {
 
 // The acceptance for the bundled default: the real binary starts a
 // throwaway sandbox through the real sandbox-supervisor (next to it),
-// every check passes, stdout and the default log both end with
+// every check passes, stdout and --log both end with
 // CONFINEMENT_PROBE_OK.
 func TestBundledDefaultPasses(t *testing.T) {
 	testutil.RequireRoot(t)
@@ -83,6 +83,7 @@ func TestBundledDefaultPasses(t *testing.T) {
 	testutil.Binary(t, "egress-proxy")
 	home := t.TempDir()
 	state := filepath.Join(t.TempDir(), "state")
+	logPath := filepath.Join(t.TempDir(), "probe", "probe.log")
 	cmd := exec.Command(bin, "--state-dir", state)
 	cmd.Env = probeEnv(home)
 	var stderr bytes.Buffer
@@ -100,16 +101,14 @@ func TestBundledDefaultPasses(t *testing.T) {
 			t.Errorf("%s: %s, want the proxy's policy_denied (the canary entry brings the proxy up)", r.Check, r.Observed)
 		}
 	}
-	log, err := os.ReadFile(filepath.Join(home, DefaultLog))
-	if err != nil || lastLine(string(log)) != probe.OKLine {
-		t.Fatalf("log: %v, last line %q", err, lastLine(string(log)))
-	}
-	if fi, _ := os.Stat(filepath.Join(home, DefaultLog)); fi.Mode().Perm() != 0o600 {
-		t.Errorf("log mode %v, want 0600", fi.Mode().Perm())
+	// Issue 29 item 6: without --log nothing is written (it created
+	// ~/.mac/openshell/live-confinement-probe.log on every run).
+	if ents, _ := os.ReadDir(home); len(ents) != 0 {
+		t.Errorf("a run without --log wrote to HOME: %v", ents)
 	}
 
-	// --json: one summary object; the log gains a second run.
-	cmd = exec.Command(bin, "--state-dir", state, "--json")
+	// --json: one summary object; --log gets the run.
+	cmd = exec.Command(bin, "--state-dir", state, "--json", "--log", logPath)
 	cmd.Env = probeEnv(home)
 	out, err = cmd.Output()
 	var sum struct {
@@ -127,16 +126,23 @@ func TestBundledDefaultPasses(t *testing.T) {
 	if sum.Sandbox.PolicySource != "bundled" || !sum.Sandbox.Canary {
 		t.Errorf("--json sandbox %+v, want the bundled policy with the canary entry", sum.Sandbox)
 	}
+	log, err := os.ReadFile(logPath)
+	if err != nil || lastLine(string(log)) != probe.OKLine {
+		t.Fatalf("log: %v, last line %q", err, lastLine(string(log)))
+	}
+	if fi, _ := os.Stat(logPath); fi.Mode().Perm() != 0o600 {
+		t.Errorf("log mode %v, want 0600", fi.Mode().Perm())
+	}
 
 	// No supervisor: the run fails closed and the log now ends with the
 	// failure, never with the earlier OK.
-	cmd = exec.Command(bin, "--state-dir", state, "--supervisor-bin", filepath.Join(t.TempDir(), "missing"))
+	cmd = exec.Command(bin, "--state-dir", state, "--supervisor-bin", filepath.Join(t.TempDir(), "missing"), "--log", logPath)
 	cmd.Env = probeEnv(home)
 	out, err = cmd.Output()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
 		t.Fatalf("missing supervisor: %v\n%s", err, out)
 	}
-	log, _ = os.ReadFile(filepath.Join(home, DefaultLog))
+	log, _ = os.ReadFile(logPath)
 	if lastLine(string(log)) != probe.FailedLine {
 		t.Fatalf("log after a failed run ends %q", lastLine(string(log)))
 	}

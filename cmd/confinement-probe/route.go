@@ -55,10 +55,10 @@ Exit status: 0 verified, 1 a failure class was recorded, 2 usage error.
 
 func routeCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("route", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(cli.FlagOutput(stderr))
 	fs.Usage = func() {
 		fmt.Fprint(stderr, routeUsage)
-		fs.PrintDefaults()
+		cli.PrintFlags(stderr, fs)
 		fmt.Fprint(stderr, routeExamples)
 	}
 	defTimeout := 180 * time.Second
@@ -74,7 +74,7 @@ func routeCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	timeout := fs.Duration("timeout", defTimeout, "bound on the probe command (env "+TimeoutEnv+", seconds)")
 	noToken := fs.Bool("token-unavailable", false, "the probe's inference token could not be minted: record inference_token_unavailable without running anything")
 	transcript := fs.String("transcript", "", "write the command's captured stdout and stderr to this file (0600)")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return cli.Quiet(cli.ExitOK)
 		}

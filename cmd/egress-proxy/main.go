@@ -233,7 +233,7 @@ func parseFlags(args []string, stdout io.Writer) (*flags, bool, error) {
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&f.caOut, "ca-out", "", "write the inspection CA certificate here")
 	fs.StringVar(&f.upstreamCA, "upstream-ca-bundle", "", "extra PEM roots for upstream servers")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, usage)
 			return nil, true, nil
@@ -314,6 +314,9 @@ func productVersion() string {
 }
 
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	if cli.IsVersion(args) {
+		return cli.PrintVersion(stdout, "egress-proxy")
+	}
 	f, help, err := parseFlags(args, stdout)
 	if help || err != nil {
 		return err

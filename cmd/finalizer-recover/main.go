@@ -124,6 +124,9 @@ var baseEnv = finalizer.DefaultEnv
 var identityRE = regexp.MustCompile(`^([^<>\n]*[^<>\s])\s*<([^<>\s]+@[^<>\s]+)>$`)
 
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	if cli.IsVersion(args) {
+		return cli.PrintVersion(stdout, "finalizer-recover")
+	}
 	if len(args) > 0 && (args[0] == "help" || args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
 		fmt.Fprint(stdout, usage)
 		return nil

@@ -66,6 +66,9 @@ var env imagepin.Env = os.LookupEnv
 var now = time.Now
 
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	if cli.IsVersion(args) {
+		return cli.PrintVersion(stdout, "image-pin")
+	}
 	if len(args) == 0 {
 		return cli.Usagef("missing subcommand (show, set, check, env); see image-pin --help")
 	}

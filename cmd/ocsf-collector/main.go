@@ -69,6 +69,11 @@ Examples:
   ocsf-collector --hub https://hub.example --agent-id a1 --token-file t \
       --otlp-endpoint http://127.0.0.1:4318 --metrics-listen 127.0.0.1:9464
 
+Exit status: 0 when it stopped normally (--once: the inputs were read to
+their end; or SIGINT/SIGTERM), with anything not yet acknowledged kept in
+the spool for the next run; 1 when the collector failed (with --once an
+--input that matches no file; a spool it cannot write); 2 on bad flags.
+
 Flags:
 `
 
@@ -78,14 +83,17 @@ func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
 func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	if cli.IsVersion(args) {
+		return cli.PrintVersion(stdout, prog)
+	}
 	if len(args) > 0 && args[0] == "__hubtest" {
 		return runHubtest(ctx, args[1:], stdout, stderr)
 	}
 	fs := flag.NewFlagSet(prog, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(cli.FlagOutput(stderr))
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usage)
-		fs.PrintDefaults()
+		cli.PrintFlags(fs.Output(), fs)
 	}
 	var inputs multiFlag
 	fs.Var(&inputs, "input", "OCSF JSONL file glob to follow, or - for stdin (repeatable; default $MAC_OPENSHELL_EVENTS_FILE)")
@@ -106,7 +114,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	once := fs.Bool("once", false, "read file inputs to their current end, deliver everything, exit")
 	logFormat := fs.String("log-format", "text", "log format on stderr: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
@@ -265,11 +273,11 @@ func defaultSpool() (string, error) {
 // listening and the ledger counters on exit.
 func runHubtest(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet(prog+" __hubtest", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(cli.FlagOutput(stderr))
 	listen := fs.String("listen", "127.0.0.1:0", "address")
 	agent := fs.String("agent-id", "", "agent to register")
 	tokenFile := fs.String("token-file", "", "write a fresh token for the agent here")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return cli.Usagef("%v", err)
 	}
 	if *agent == "" || *tokenFile == "" {

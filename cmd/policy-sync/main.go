@@ -65,10 +65,13 @@ func findCommand(name string) *command {
 }
 
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	if cli.IsVersion(args) {
+		return cli.PrintVersion(stdout, prog)
+	}
 	global := flag.NewFlagSet(prog, flag.ContinueOnError)
 	global.SetOutput(io.Discard)
 	logFormat := global.String("log-format", "text", "human log format on stderr: text or json")
-	if err := global.Parse(args); err != nil {
+	if err := cli.ParseFlags(global, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			mainUsage(stdout, global)
 			return nil
@@ -124,9 +127,7 @@ func mainUsage(w io.Writer, global *flag.FlagSet) {
 		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintf(w, "\nGlobal flags:\n")
-	global.SetOutput(w)
-	global.PrintDefaults()
-	global.SetOutput(io.Discard)
+	cli.PrintFlags(w, global)
 	fmt.Fprintf(w, "\nExamples:\n")
 	fmt.Fprintf(w, "  %s check /etc/mac/openshell-policy.yaml\n", prog)
 	fmt.Fprintf(w, "  %s resolve --json\n", prog)
@@ -140,8 +141,6 @@ func mainUsage(w io.Writer, global *flag.FlagSet) {
 func commandUsage(w io.Writer, c *command, fs *flag.FlagSet) {
 	fmt.Fprintf(w, "Usage: %s %s\n\n", prog, strings.TrimSpace(c.usage))
 	fmt.Fprintf(w, "Flags:\n")
-	fs.SetOutput(w)
-	fs.PrintDefaults()
-	fs.SetOutput(io.Discard)
+	cli.PrintFlags(w, fs)
 	fmt.Fprintf(w, "\nExamples:\n%s", c.examples)
 }

@@ -21,10 +21,10 @@ import (
 
 func newFlagSet(name, usage string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(cli.FlagOutput(stderr))
 	fs.Usage = func() {
 		fmt.Fprint(stderr, usage)
-		fs.PrintDefaults()
+		cli.PrintFlags(stderr, fs)
 	}
 	return fs
 }
@@ -82,7 +82,7 @@ func parseName(fs *flag.FlagSet, cmd string, args []string) (string, error) {
 }
 
 func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return cli.Quiet(cli.ExitOK)
 		}

@@ -240,10 +240,16 @@ const attachUsage = `usage: sandbox-supervisor attach [--state-dir DIR] NAME
 
 Attaches to the main process of the detached sandbox NAME: prints the
 output it kept (up to the last 1 MiB, stdout and stderr together), then
-the live output, until the main process ends. Input is passed to the main
-process's stdin while this client holds the stdin lease: one client at a
-time, the first to attach; the lease passes on when its holder leaves, and
-the stdin stays open across disconnects. Interrupt to detach.
+the live output, until the main process ends, and exits with its status.
+Input is passed to the main process's stdin while this client holds the
+stdin lease: one client at a time, the first to attach; the lease passes
+on when its holder leaves, and the stdin stays open across disconnects.
+Interrupt to detach.
+
+Exit status: the main process's own (128+N when it died of signal N),
+also when it had already ended; 2 when the sandbox has no main process
+(run --detach without a command: use exec); 1 when there is nothing to
+attach to (no such sandbox, or one run in the foreground).
 
 Examples:
   sudo sandbox-supervisor run --detach --name srv -- python3 -m http.server
@@ -267,13 +273,36 @@ func attachCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if err != nil {
 		return cli.Failf("attach: %v", err)
 	}
-	if _, err := store.Get(name); err != nil {
+	l, err := store.Get(name)
+	if err != nil {
 		return cli.Failf("attach: %v", err)
 	}
+	if l.NoMain {
+		return cli.Usagef("attach: sandbox %s has no main process (run --detach started it without a command): run commands in it with exec", name)
+	}
 	if err := attach.Attach(filepath.Join(sdir, attachSocket), stdin, stdout); err != nil {
+		if now, gerr := store.Get(name); gerr == nil && now.ID == l.ID && now.Status == state.StatusExited && now.ExitCode != nil {
+			fmt.Fprintf(stderr, "sandbox-supervisor: attach: the main process of sandbox %s already ended (exit %d); its output is gone\n", name, *now.ExitCode)
+			return mainStatus(now)
+		}
 		return cli.Failf("attach: sandbox %s has no main session to attach to (not detached, or its main process ended): %v", name, err)
 	}
-	return nil
+	// The output ended: the main process has ended, or will once it is
+	// torn down; its owner records the status.
+	final, err := store.WaitExited(name, l.ID)
+	if err != nil {
+		return cli.Failf("attach: %v", err)
+	}
+	return mainStatus(final)
+}
+
+// mainStatus is attach's result for a main process recorded as exited:
+// its status, with nothing more printed.
+func mainStatus(l state.Labels) error {
+	if *l.ExitCode == 0 {
+		return nil
+	}
+	return cli.Quiet(*l.ExitCode)
 }
 
 const execUsage = `usage: sandbox-supervisor exec [--tty] [--no-login-shell] [--env K=V]... [--workdir DIR] [--expect-id ID] NAME -- CMD [ARG...]
@@ -293,7 +322,13 @@ runs again for every exec. An exec ends with its client: if this process
 goes away, the command's process group is killed. With --expect-id the
 command runs only in the sandbox with that id (as run --detach printed
 it); if NAME has since been deleted and taken by another sandbox, exec
-exits 3 and runs nothing.
+exits 125 and runs nothing.
+
+Exit status: the command's own (128+N when it died of signal N); 125 when
+nothing was run (the sandbox or its init is gone, the directory is closed
+to the sandbox user, --expect-id names another sandbox); 126/127 the
+command is not executable / not found; 2 usage. A mismatch is 125, not
+3, which commands return themselves: a caller can tell that nothing ran.
 
 Examples:
   sudo sandbox-supervisor run --detach --name task-42 --workdir /srv/task-42
@@ -312,7 +347,7 @@ func execCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	var env multiFlag
 	fs.Var(&env, "env", "set K=V for the command (repeatable; reserved variables such as HTTPS_PROXY are refused)")
 	workdir := fs.String("workdir", "", "the command's directory inside the sandbox (default: the sandbox's workdir)")
-	expect := fs.String("expect-id", "", "run only if NAME's id is still ID (exit 3 otherwise, nothing run)")
+	expect := fs.String("expect-id", "", "run only if NAME's id is still ID (exit 125 otherwise, nothing run)")
 	dir := fs.String("state-dir", state.DefaultRoot, "state root")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -360,10 +395,8 @@ func execCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 		}
 	}
 	res, err := sandbox.Exec(ctx, o)
-	if errors.Is(err, sandbox.ErrIDMismatch) {
-		return cli.WithCode(ExitIDMismatch, err)
-	}
 	if err != nil {
+		// An --expect-id mismatch too (sandbox.ErrIDMismatch): nothing ran.
 		return cli.WithCode(sandbox.ExitSandboxFailed, err)
 	}
 	if res.ExitCode != 0 {
@@ -372,8 +405,9 @@ func execCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	return nil
 }
 
-// ExitIDMismatch is the status of delete and exec when --expect-id names
-// another sandbox than NAME is now (seed 004: ABORTED, nothing changed).
+// ExitIDMismatch is the status of delete when --expect-id names another
+// sandbox than NAME is now (seed 004: ABORTED, nothing changed). exec's
+// mismatch is 125 (nothing ran), not a status a command returns itself.
 const ExitIDMismatch = 3
 
 const deleteUsage = `usage: sandbox-supervisor delete [--expect-id ID] [--timeout DUR] [--state-dir DIR] NAME

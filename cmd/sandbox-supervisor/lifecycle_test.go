@@ -274,7 +274,8 @@ func TestExecWorkdirTheIdentityCannotEnter(t *testing.T) {
 
 // exec --expect-id runs the command only in the sandbox with that id:
 // with another id, or once the name has passed to a new sandbox, it exits
-// 3 and runs nothing; with the right id it runs as a plain exec does.
+// 125 and runs nothing (issue 29 item 6: it exited 3, which a command
+// returns too); with the right id it runs as a plain exec does.
 func TestExecExpectID(t *testing.T) {
 	bin, wd, st := lifecycleSetup(t)
 	name, oldID := detached(t, bin, st, wd)
@@ -283,8 +284,8 @@ func TestExecExpectID(t *testing.T) {
 		return err == nil
 	}
 	out, code := execIn(t, bin, st, "--expect-id", strings.Repeat("0", 32), name, "--", "echo x > wrong-id")
-	if code != 3 || !strings.Contains(out, "nothing run") || !strings.Contains(out, oldID) {
-		t.Errorf("wrong id: exit %d (%s), want 3 naming the sandbox's id and that nothing ran", code, out)
+	if code != 125 || !strings.Contains(out, "nothing run") || !strings.Contains(out, oldID) {
+		t.Errorf("wrong id: exit %d (%s), want 125 naming the sandbox's id and that nothing ran", code, out)
 	}
 	if ran("wrong-id") {
 		t.Error("the command ran although the id did not match")
@@ -301,8 +302,8 @@ func TestExecExpectID(t *testing.T) {
 	if newID == oldID {
 		t.Fatalf("the new sandbox has the old id %s", oldID)
 	}
-	if out, code := execIn(t, bin, st, "--expect-id", oldID, name, "--", "echo x > old-id"); code != 3 || ran("old-id") {
-		t.Errorf("old id after the name was taken: exit %d (%s), ran %v; want 3 and nothing run", code, out, ran("old-id"))
+	if out, code := execIn(t, bin, st, "--expect-id", oldID, name, "--", "echo x > old-id"); code != 125 || ran("old-id") {
+		t.Errorf("old id after the name was taken: exit %d (%s), ran %v; want 125 and nothing run", code, out, ran("old-id"))
 	}
 	if out, code := execIn(t, bin, st, "--expect-id", newID, name, "--", "echo x > new-id"); code != 0 || !ran("new-id") {
 		t.Errorf("new id: exit %d (%s), ran %v", code, out, ran("new-id"))
@@ -591,5 +592,68 @@ wait:
 	case <-done:
 	case <-time.After(5 * time.Second):
 		t.Error("logs --follow still runs after the sandbox was deleted")
+	}
+}
+
+// attachRun runs `attach NAME` with a 20 s bound and returns its output
+// and status.
+func attachRun(t *testing.T, bin, st, name string) (string, string, int) {
+	t.Helper()
+	cmd := exec.Command(bin, "attach", "--state-dir", st, name)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		cmd.Process.Kill()
+		<-done
+		t.Fatalf("attach %s still running after 20 s; output %q, stderr %q", name, stdout.String(), stderr.String())
+	}
+	return stdout.String(), stderr.String(), cmd.ProcessState.ExitCode()
+}
+
+// Issue 29 item 6: attach exits with the main process's status (it
+// exited 0 when the main process exited 7), 128+N for a signal, and
+// with the recorded status when the main process had already ended.
+func TestAttachExitStatus(t *testing.T) {
+	bin, wd, st := lifecycleSetup(t)
+	name, _ := detached(t, bin, st, wd, "--", "sh", "-c", "echo started; sleep 1; echo ending; exit 7")
+	out, errOut, code := attachRun(t, bin, st, name)
+	if code != 7 || !strings.Contains(out, "started") || !strings.Contains(out, "ending") {
+		t.Errorf("attach: exit %d, output %q, stderr %q; want 7 and the whole output", code, out, errOut)
+	}
+	// Once the owner is gone (with its attach socket), attach reports
+	// the recorded status.
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		_, err := os.Stat(filepath.Join(st, name, "attach.sock"))
+		if labelsOf(t, st, name).Status == state.StatusExited && errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, errOut, code := attachRun(t, bin, st, name); code != 7 || !strings.Contains(errOut, "already ended") {
+		t.Errorf("attach after the end: exit %d, stderr %q; want 7 saying it already ended", code, errOut)
+	}
+
+	name, _ = detached(t, bin, st, wd, "--", "sh", "-c", "sleep 1; kill -TERM $$")
+	if _, errOut, code := attachRun(t, bin, st, name); code != 128+int(syscall.SIGTERM) {
+		t.Errorf("attach to a main process killed by SIGTERM: exit %d (%s), want %d", code, errOut, 128+int(syscall.SIGTERM))
+	}
+}
+
+// Issue 29 item 6: a sandbox kept up for exec has no main process:
+// attach says so and exits 2 (it hung, silent).
+func TestAttachWithoutMainProcess(t *testing.T) {
+	bin, wd, st := lifecycleSetup(t)
+	name, _ := detached(t, bin, st, wd)
+	out, errOut, code := attachRun(t, bin, st, name)
+	if code != 2 || !strings.Contains(errOut, "no main process") || out != "" {
+		t.Errorf("attach to a kept-alive sandbox: exit %d, stdout %q, stderr %q; want 2 saying it has no main process", code, out, errOut)
 	}
 }

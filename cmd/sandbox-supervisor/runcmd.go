@@ -106,14 +106,14 @@ func parseRunFlags(args []string, stderr io.Writer, specOnly bool) (*runFlags, [
 		name = "spec"
 	}
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(cli.FlagOutput(stderr))
 	fs.Usage = func() {
 		if specOnly {
 			fmt.Fprint(stderr, specUsage)
 		} else {
 			fmt.Fprint(stderr, runUsage)
 		}
-		fs.PrintDefaults()
+		cli.PrintFlags(stderr, fs)
 		fmt.Fprint(stderr, runExamples)
 	}
 	fs.StringVar(&f.policy, "policy", "", "policy file (overrides MAC_OPENSHELL_POLICY)")
@@ -145,7 +145,7 @@ func parseRunFlags(args []string, stderr io.Writer, specOnly bool) (*runFlags, [
 	fs.BoolVar(&f.json, "json", false, "with --detach: print {\"name\",\"id\",\"owner_pid\"} as one JSON line")
 	fs.StringVar(&f.logFormat, "log-format", "text", "stderr log format: text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "stderr log level: debug, info, warn or error (debug shows start-up timing; the egress proxy gets the same level)")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, nil, cli.Quiet(cli.ExitOK)
 		}

@@ -650,7 +650,7 @@ func createStateAndCgroup(store *state.Store, o Options, lim cgroup.Limits) (sta
 func newLabels(o Options) state.Labels {
 	return state.Labels{
 		Kind: o.Kind, Keep: o.Keep, AgentID: o.AgentID, EventsFile: o.EventsFile,
-		PolicySHA256: o.Policy.SHA256, PolicySource: o.Policy.Source,
+		PolicySHA256: o.Policy.SHA256, PolicySource: o.Policy.Source, NoMain: o.KeepAlive,
 	}
 }
 

@@ -279,3 +279,33 @@ func (s *Store) collect(name string, staleAfter time.Duration, includeKept bool,
 	o.Removed = true
 	return o
 }
+
+// WaitExited waits until the sandbox name, with id, is recorded as exited
+// with its main process's status (its owner writes that the moment the
+// main process ends) and returns its labels. It fails when the sandbox is
+// deleted or replaced first, or when its creator ends without recording
+// a status. It polls, 10 ms at first and then up to every 250 ms, for as
+// long as the creator lives.
+func (s *Store) WaitExited(name, id string) (Labels, error) {
+	poll := 10 * time.Millisecond
+	for creatorGone := false; ; {
+		l, err := s.Get(name)
+		switch {
+		case err != nil:
+			return Labels{}, fmt.Errorf("sandbox %s ended and its state is gone: %w", name, err)
+		case l.ID != id:
+			return Labels{}, fmt.Errorf("sandbox %s (id %s) was deleted; the name now has id %s", name, id, l.ID)
+		case l.Status == StatusExited && l.ExitCode != nil:
+			return l, nil
+		case creatorGone:
+			return Labels{}, fmt.Errorf("sandbox %s: its owner (pid %d) ended without recording the main process's status", name, l.CreatorPID)
+		}
+		// One more read after the creator is seen gone: it records the
+		// status before it ends.
+		creatorGone = !s.CreatorAlive(l)
+		if !creatorGone {
+			time.Sleep(poll)
+			poll = min(2*poll, 250*time.Millisecond)
+		}
+	}
+}

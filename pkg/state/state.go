@@ -115,6 +115,10 @@ type Labels struct {
 	// sandbox's own infrastructure failed (no process result then).
 	Outcome string `json:"outcome,omitempty"`
 	Reason  string `json:"reason,omitempty"`
+	// NoMain is set for a sandbox started without a main command (run
+	// --detach with no CMD): it stays up for exec, and attach has no
+	// process to follow.
+	NoMain bool `json:"no_main,omitempty"`
 
 	Extra map[string]string `json:"extra,omitempty"`
 }
