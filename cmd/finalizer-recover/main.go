@@ -22,8 +22,8 @@ import (
 )
 
 const usage = `Usage:
-  finalizer-recover inspect WORKSPACE [--json]
-  finalizer-recover [--stalled] WORKSPACE --evidence-id ID
+  finalizer-recover inspect WORKSPACE [--remote URL] [--json]
+  finalizer-recover [--stalled] WORKSPACE --evidence-id ID --remote URL
       [--approve-new-file PATH]... [--execute] [--json]
       [--gate-timeout 30m] [--record PATH] [--identity "Name <email>"]
       [--gate-sandbox PATH] [--gate-policy FILE | --unsandboxed-gates]
@@ -38,15 +38,23 @@ preserved test evidence that counts, and the mode (refused at new files, or
 a stalled finalizer).
 
 Without inspect, the same plan is checked against the request: the evidence
-id must match, every new path must be approved exactly, and --stalled must
-be given exactly when the finalizer was interrupted. Without --execute this
-is a dry run. With --execute it commits the pending work with provenance
-trailers (in a private mirror; the preserved checkout is not changed),
-fetches the canonical branch from the evidence's remote_url itself,
-rebases onto it, reruns the contract and verification commands from the
-evidence, pushes to remote_url with
+id must match, the evidence's remote_url must equal --remote exactly, every
+new path must be approved exactly, and --stalled must be given exactly when
+the finalizer was interrupted. Without --execute this is a dry run. With
+--execute it commits the pending work with provenance trailers (in a
+private mirror; the preserved checkout is not changed), fetches the
+canonical branch from that URL, rebases onto it, reruns the contract and
+verification commands from the evidence, pushes to the URL with
 --force-with-lease=refs/heads/BRANCH:<fetched sha>, and writes the recovery
 record (default WORKSPACE/finalizer-recovery.json).
+
+--remote is the operator's word for where root pushes: the canonical remote
+of this repository as your own records name it (the fleet configuration,
+the task definition), never copied from the evidence or the plan, which the
+agent wrote. A local remote (an absolute path or file:// URL) must also be
+a bare repository outside every task workspace, below directories only root
+can change, without worktrees/, commondir, alternates or symbolic links; the
+push never checks a tree out there (receive.denyCurrentBranch=refuse).
 
 Everything in WORKSPACE is the agent's and the tool usually runs as root:
 git never runs in the workspace's .git (a private mirror holds copies of
@@ -71,6 +79,9 @@ Flags:
                       {"plan":…, "record":…|null, "executed":bool})
   --stalled           recover an interrupted finalizer
   --evidence-id ID    the original executor evidence id (required)
+  --remote URL        the canonical remote recovery fetches from and pushes
+                      to (required; optional for inspect); the evidence's
+                      remote_url must equal it exactly
   --approve-new-file PATH
                       approve one new path, exactly as inspect lists it;
                       repeat for each
@@ -95,14 +106,19 @@ Exit status: 0 ok (recoverable / pushed), 1 refused or failed, 2 usage.
 Examples:
   finalizer-recover inspect /srv/mac/tasks/task_b1828d67 --json
   finalizer-recover /srv/mac/tasks/task_b1828d67 --evidence-id ev_0001 \
+      --remote git@git.example.com:org/app.git \
       --approve-new-file src/new.go --approve-new-file docs/added.md
   finalizer-recover /srv/mac/tasks/task_b1828d67 --evidence-id ev_0001 \
+      --remote git@git.example.com:org/app.git \
       --approve-new-file src/new.go --approve-new-file docs/added.md --execute
-  finalizer-recover --stalled /srv/mac/tasks/task_9f0e --evidence-id ev_0042 --execute --json
+  finalizer-recover --stalled /srv/mac/tasks/task_9f0e --evidence-id ev_0042 \
+      --remote https://git.example.com/org/app.git --execute --json
   sudo finalizer-recover /srv/mac/tasks/task_b1828d67 --evidence-id ev_0001 \
-      --approve-new-file src/new.go --gate-sandbox /usr/local/bin/sandbox-supervisor \
+      --remote /srv/git/app.git --approve-new-file src/new.go \
+      --gate-sandbox /usr/local/bin/sandbox-supervisor \
       --gate-policy /etc/palisade/verify-policy.yaml --execute
   finalizer-recover /srv/mac/tasks/task_b1828d67 --evidence-id ev_0001 \
+      --remote git@git.example.com:org/app.git \
       --approve-new-file src/new.go --unsandboxed-gates --execute
 `
 
@@ -139,6 +155,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	fs.SetOutput(io.Discard)
 	asJSON := fs.Bool("json", false, "")
 	logFormat := fs.String("log-format", "text", "")
+	remote := fs.String("remote", "", "")
 	var (
 		stalled, execute, unsandboxed *bool
 		evidenceID, record            *string
@@ -175,7 +192,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return cli.Usagef("want exactly one WORKSPACE argument, got %d; see finalizer-recover --help", len(pos))
 	}
 	ws := pos[0]
-	opts := finalizer.Options{Env: baseEnv()}
+	opts := finalizer.Options{Env: baseEnv(), Remote: *remote}
 
 	if inspect {
 		plan, err := finalizer.Inspect(ctx, ws, opts)
@@ -193,6 +210,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 
 	if *evidenceID == "" {
 		return cli.Usagef("--evidence-id is required (the original executor evidence id; inspect shows it)")
+	}
+	if *remote == "" {
+		return cli.Usagef("--remote URL is required: the canonical remote of this repository, as your own records name it (not copied from the evidence); recovery fetches from and pushes to it only, and only when the evidence's remote_url equals it")
 	}
 	if *gateTimeout <= 0 {
 		return cli.Usagef("--gate-timeout %s: want a positive duration", *gateTimeout)

@@ -97,11 +97,12 @@ func TestUsage(t *testing.T) {
 		{"inspect", w.dir, "extra"},
 		{"inspect", w.dir, "--execute"},
 		{w.dir},
-		{w.dir, "--evidence-id", "ev_7", "--identity", "no email"},
-		{w.dir, "--evidence-id", "ev_7", "--gate-timeout", "0s"},
+		{w.dir, "--evidence-id", "ev_7"}, // no --remote
+		{w.dir, "--evidence-id", "ev_7", "--remote", w.remote, "--identity", "no email"},
+		{w.dir, "--evidence-id", "ev_7", "--remote", w.remote, "--gate-timeout", "0s"},
 		{w.dir, "--evidence-id", "ev_7", "--bogus"},
-		{w.dir, "--evidence-id", "ev_7", "--unsandboxed-gates", "--gate-sandbox", "/bin/true"},
-		{w.dir, "--evidence-id", "ev_7", "--unsandboxed-gates", "--gate-policy", "p.yaml"},
+		{w.dir, "--evidence-id", "ev_7", "--remote", w.remote, "--unsandboxed-gates", "--gate-sandbox", "/bin/true"},
+		{w.dir, "--evidence-id", "ev_7", "--remote", w.remote, "--unsandboxed-gates", "--gate-policy", "p.yaml"},
 	} {
 		_, errOut, code := invoke(t, args...)
 		if code != cli.ExitUsage {
@@ -125,18 +126,18 @@ func TestInspectDryRunExecute(t *testing.T) {
 		t.Fatalf("inspect text: exit %d\n%s", code, out)
 	}
 
-	_, errOut, code = invoke(t, w.dir, "--evidence-id", "ev_7", "--unsandboxed-gates")
+	_, errOut, code = invoke(t, w.dir, "--evidence-id", "ev_7", "--remote", w.remote, "--unsandboxed-gates")
 	if code != 1 || !strings.Contains(errOut, "unapproved new files") || !strings.Contains(errOut, "new.txt") {
 		t.Fatalf("dry run without approval: exit %d, %q", code, errOut)
 	}
-	out, errOut, code = invoke(t, w.dir, "--evidence-id", "ev_7", "--approve-new-file", "new.txt", "--unsandboxed-gates")
+	out, errOut, code = invoke(t, w.dir, "--evidence-id", "ev_7", "--remote", w.remote, "--approve-new-file", "new.txt", "--unsandboxed-gates")
 	if code != 0 || !strings.Contains(errOut, "add --execute") || !strings.Contains(out, "recoverable:") ||
 		!strings.Contains(out, "UNSANDBOXED: on the host") || !strings.Contains(errOut, "--unsandboxed-gates: the contract and verification commands") {
 		t.Fatalf("dry run: exit %d, %q, %q", code, out, errOut)
 	}
 	before := w.git(w.dir, "--git-dir", w.remote, "rev-parse", "main")
 
-	out, errOut, code = invoke(t, "--execute", w.dir, "--approve-new-file", "new.txt", "--evidence-id", "ev_7", "--json",
+	out, errOut, code = invoke(t, "--execute", w.dir, "--approve-new-file", "new.txt", "--evidence-id", "ev_7", "--remote", w.remote, "--json",
 		"--identity", "Ops Person <ops@example.invalid>", "--record", filepath.Join(w.dir, "rec.json"), "--unsandboxed-gates")
 	var res struct {
 		Record   finalizer.Record `json:"record"`
@@ -176,7 +177,7 @@ func TestNoSandboxRefused(t *testing.T) {
 	w.env = append(w.env, "PATH="+empty) // the default lookup finds nothing
 	before := w.git(w.dir, "--git-dir", w.remote, "rev-parse", "main")
 	for _, extra := range [][]string{{}, {"--gate-sandbox", filepath.Join(empty, "sandbox-supervisor")}} {
-		args := append([]string{w.dir, "--evidence-id", "ev_7", "--approve-new-file", "new.txt", "--execute"}, extra...)
+		args := append([]string{w.dir, "--evidence-id", "ev_7", "--remote", w.remote, "--approve-new-file", "new.txt", "--execute"}, extra...)
 		_, errOut, code := invoke(t, args...)
 		if code != 1 || !strings.Contains(errOut, "refusing to run repository code on the host") || !strings.Contains(errOut, "--unsandboxed-gates") {
 			t.Errorf("%q: exit %d, %q", extra, code, errOut)
@@ -198,7 +199,7 @@ func TestSandboxedExecute(t *testing.T) {
 	sup := testutil.Binary(t, "sandbox-supervisor")
 	w := newWorkspace(t)
 	before := w.git(w.dir, "--git-dir", w.remote, "rev-parse", "main")
-	out, errOut, code := invoke(t, w.dir, "--evidence-id", "ev_7", "--approve-new-file", "new.txt", "--execute", "--json", "--gate-sandbox", sup)
+	out, errOut, code := invoke(t, w.dir, "--evidence-id", "ev_7", "--remote", w.remote, "--approve-new-file", "new.txt", "--execute", "--json", "--gate-sandbox", sup)
 	var res struct {
 		Record finalizer.Record `json:"record"`
 	}
@@ -210,5 +211,33 @@ func TestSandboxedExecute(t *testing.T) {
 	}
 	if after := w.git(w.dir, "--git-dir", w.remote, "rev-parse", "main"); after == before || after != res.Record.PushedCommit {
 		t.Fatalf("remote main %s (before %s), record %s", after, before, res.Record.PushedCommit)
+	}
+}
+
+// TestRemoteRequired: recovery needs --remote (a usage error naming the
+// flag), and the evidence's remote_url must equal it (a refusal naming
+// both); inspect takes it optionally and says whether it matched.
+func TestRemoteRequired(t *testing.T) {
+	w := newWorkspace(t)
+	_, errOut, code := invoke(t, w.dir, "--evidence-id", "ev_7", "--approve-new-file", "new.txt", "--unsandboxed-gates")
+	if code != cli.ExitUsage || !strings.Contains(errOut, "--remote URL is required") {
+		t.Errorf("without --remote: exit %d, %q", code, errOut)
+	}
+	other := filepath.Join(filepath.Dir(w.remote), "other.git")
+	w.git(filepath.Dir(w.remote), "clone", "-q", "--bare", w.remote, other)
+	_, errOut, code = invoke(t, w.dir, "--evidence-id", "ev_7", "--remote", other, "--approve-new-file", "new.txt", "--unsandboxed-gates", "--execute")
+	if code != 1 || !strings.Contains(errOut, `remote_url "`+w.remote+`"`) || !strings.Contains(errOut, `does not match --remote "`+other+`"`) {
+		t.Errorf("mismatch: exit %d, %q", code, errOut)
+	}
+	out, _, code := invoke(t, "inspect", w.dir)
+	if code != 0 || !strings.Contains(out, "NOT verified: recovery needs --remote") {
+		t.Errorf("inspect without --remote: exit %d\n%s", code, out)
+	}
+	out, _, code = invoke(t, "inspect", w.dir, "--remote", w.remote)
+	if code != 0 || !strings.Contains(out, "equals --remote") {
+		t.Errorf("inspect with --remote: exit %d\n%s", code, out)
+	}
+	if _, errOut, code = invoke(t, "inspect", w.dir, "--remote", other); code != 1 || !strings.Contains(errOut, "does not match --remote") {
+		t.Errorf("inspect with another --remote: exit %d, %q", code, errOut)
 	}
 }

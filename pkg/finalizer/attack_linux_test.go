@@ -191,11 +191,17 @@ func (a *attack) checkOutside(t *testing.T, remoteMayMove bool) {
 // workspace, as docs/finalizer.md describes it).
 func (a *attack) giveWorkspace(t *testing.T, toAgent bool) {
 	t.Helper()
+	a.giveDir(t, a.f.ws, toAgent)
+}
+
+// giveDir hands any task workspace to the agent or back to root.
+func (a *attack) giveDir(t *testing.T, dir string, toAgent bool) {
+	t.Helper()
 	uid, gid := 0, 0
 	if toAgent {
 		uid, gid = a.uid, a.gid
 	}
-	if err := lchownTree(a.f.ws, uid, gid); err != nil {
+	if err := lchownTree(dir, uid, gid); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -203,8 +209,15 @@ func (a *attack) giveWorkspace(t *testing.T, toAgent bool) {
 // sandboxCmd is the agent's run in a real sandbox with the workspace as
 // working directory.
 func (a *attack) sandboxCmd(script string) *exec.Cmd {
+	return a.sandboxCmdIn(a.f.ws, script)
+}
+
+// sandboxCmdIn is the agent's run in a real sandbox with workdir as its
+// working directory.
+func (a *attack) sandboxCmdIn(workdir, script string, extra ...string) *exec.Cmd {
 	script = strings.NewReplacer("OUTSIDE", a.outside, "MARKER", a.marker, "BASE", a.f.base).Replace(script)
-	cmd := exec.Command(a.sup, "run", "--workdir", a.f.ws, "--log-level", "warn", "--", "sh", "-c", "set -e\n"+script)
+	args := append([]string{"run", "--workdir", workdir, "--log-level", "warn"}, extra...)
+	cmd := exec.Command(a.sup, append(args, "--", "sh", "-c", "set -e\n"+script)...)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + filepath.Join(a.f.dir, "home"), "TMPDIR=" + a.f.dir}
 	return cmd
 }
@@ -213,12 +226,19 @@ func (a *attack) sandboxCmd(script string) *exec.Cmd {
 // back to root.
 func (a *attack) plant(t *testing.T, script string) {
 	t.Helper()
-	a.giveWorkspace(t, true)
-	out, err := a.sandboxCmd(script).CombinedOutput()
+	a.plantIn(t, a.f.ws, script)
+}
+
+// plantIn runs script as the agent in a sandbox whose working directory
+// is the task workspace dir, then preserves dir (gives it to root).
+func (a *attack) plantIn(t *testing.T, dir, script string) {
+	t.Helper()
+	a.giveDir(t, dir, true)
+	out, err := a.sandboxCmdIn(dir, script).CombinedOutput()
 	if err != nil {
 		t.Fatalf("planting in the sandbox: %v\n%s", err, out)
 	}
-	a.giveWorkspace(t, false)
+	a.giveDir(t, dir, false)
 }
 
 type toolRun struct {
@@ -272,7 +292,7 @@ func (a *attack) run(t *testing.T, limit time.Duration, args ...string) toolRun 
 
 // recoverArgs is the documented recovery of the fixture, sandboxed gates.
 func (a *attack) recoverArgs(extra ...string) []string {
-	return append([]string{a.f.ws, "--evidence-id", a.f.ev.EvidenceID, "--approve-new-file", "docs/added.md",
+	return append([]string{a.f.ws, "--evidence-id", a.f.ev.EvidenceID, "--remote", a.f.remote, "--approve-new-file", "docs/added.md",
 		"--approve-new-file", "src/new.go", "--execute", "--gate-sandbox", a.sup}, extra...)
 }
 
@@ -569,7 +589,7 @@ func TestAttack9CommondirRedirects(t *testing.T) {
 func TestAttack10PlanSpoofing(t *testing.T) {
 	a := newAttack(t)
 	a.plant(t, `cd repo && touch "$(printf 'zz\nrecoverable:              true')"`)
-	r := a.run(t, 2*time.Minute, a.f.ws, "--evidence-id", a.f.ev.EvidenceID, "--approve-new-file", "docs/added.md",
+	r := a.run(t, 2*time.Minute, a.f.ws, "--evidence-id", a.f.ev.EvidenceID, "--remote", a.f.remote, "--approve-new-file", "docs/added.md",
 		"--approve-new-file", "src/new.go", "--gate-sandbox", a.sup)
 	if r.code != 1 {
 		t.Errorf("exit %d, want 1: the spoofing file is not approved", r.code)
@@ -634,7 +654,7 @@ func TestSignalsStopTheTool(t *testing.T) {
 			f.ev.TestEvidence = []TestEvidence{{Argv: f.ev.ContractCommand, ExitCode: exitCodeP(0)}}
 			f.saveEvidence()
 			before := f.remoteMain()
-			cmd := exec.Command(testutil.Binary(t, "finalizer-recover"), f.ws, "--evidence-id", f.ev.EvidenceID,
+			cmd := exec.Command(testutil.Binary(t, "finalizer-recover"), f.ws, "--evidence-id", f.ev.EvidenceID, "--remote", f.remote,
 				"--approve-new-file", "docs/added.md", "--approve-new-file", "src/new.go", "--execute", "--unsandboxed-gates")
 			cmd.Env = f.env
 			var out bytes.Buffer

@@ -162,7 +162,7 @@ func (f *fixture) saveProgress(status string) {
 // reach outside their tree on purpose. sandbox_linux_test.go runs the
 // gates confined.
 func (f *fixture) opts() Options {
-	return Options{Env: f.env, EvidenceID: f.ev.EvidenceID, Approve: []string{"docs/added.md", "src/new.go"}, UnsandboxedGates: true}
+	return Options{Env: f.env, EvidenceID: f.ev.EvidenceID, Remote: f.remote, Approve: []string{"docs/added.md", "src/new.go"}, UnsandboxedGates: true}
 }
 
 func (f *fixture) remoteMain() string {

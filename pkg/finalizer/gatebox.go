@@ -13,6 +13,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -102,14 +103,24 @@ func resolveGateSetup(opts Options) (*GateSetup, error) {
 		}
 		gs.Policy = gs.policyFlag
 	}
+	// A fixed sandbox name would make the second gate's sandbox collide
+	// with the first's.
+	gs.env = gateEnv(base, "MAC_OPENSHELL_SANDBOX_NAME")
+	return gs, nil
+}
+
+// gateEnv is base without SSH_AUTH_SOCK (root's SSH agent serves git's
+// fetch and push to the operator's --remote, never repository code) and
+// without the extra keys.
+func gateEnv(base []string, drop ...string) []string {
+	var env []string
 	for _, kv := range base {
-		// A fixed sandbox name would make the second gate's sandbox collide
-		// with the first's.
-		if !strings.HasPrefix(kv, "MAC_OPENSHELL_SANDBOX_NAME=") {
-			gs.env = append(gs.env, kv)
+		k, _, _ := strings.Cut(kv, "=")
+		if k != "SSH_AUTH_SOCK" && !slices.Contains(drop, k) {
+			env = append(env, kv)
 		}
 	}
-	return gs, nil
+	return env
 }
 
 // findGateSandbox looks for sandbox-supervisor next to this executable,

@@ -44,6 +44,11 @@ type Options struct {
 	GatePolicy       string
 	UnsandboxedGates bool
 
+	// Remote is the canonical remote URL the operator names (--remote):
+	// the evidence's remote_url must equal it exactly. Recovery refuses
+	// without it; plain inspection reports the URL as unverified.
+	Remote string
+
 	// Recover only.
 	Execute     bool
 	GateTimeout time.Duration // per command; 0 means 30 minutes
@@ -70,23 +75,25 @@ func DefaultEnv() []string {
 
 // Plan is what Inspect found and what Recover would do.
 type Plan struct {
-	Workspace            string           `json:"workspace"`
-	Repository           string           `json:"repository"`
-	Mode                 string           `json:"mode"`
-	ModeReason           string           `json:"mode_reason"`
-	EvidenceID           string           `json:"evidence_id"`
-	TaskID               string           `json:"task_id"`
-	EvidenceStatus       string           `json:"evidence_status"`
-	RefusalReason        string           `json:"refusal_reason,omitempty"`
-	FinalizerInterrupted bool             `json:"finalizer_interrupted"`
-	ProgressStatus       string           `json:"progress_status,omitempty"`
-	ProgressTerminal     bool             `json:"progress_terminal"`
-	PreservedHead        string           `json:"preserved_head"`
-	Head                 string           `json:"head"`
-	PreparedBase         string           `json:"prepared_base"`
-	CanonicalBranch      string           `json:"canonical_branch"`
-	Remote               string           `json:"remote"`
-	RemoteURL            string           `json:"remote_url"`
+	Workspace            string `json:"workspace"`
+	Repository           string `json:"repository"`
+	Mode                 string `json:"mode"`
+	ModeReason           string `json:"mode_reason"`
+	EvidenceID           string `json:"evidence_id"`
+	TaskID               string `json:"task_id"`
+	EvidenceStatus       string `json:"evidence_status"`
+	RefusalReason        string `json:"refusal_reason,omitempty"`
+	FinalizerInterrupted bool   `json:"finalizer_interrupted"`
+	ProgressStatus       string `json:"progress_status,omitempty"`
+	ProgressTerminal     bool   `json:"progress_terminal"`
+	PreservedHead        string `json:"preserved_head"`
+	Head                 string `json:"head"`
+	PreparedBase         string `json:"prepared_base"`
+	CanonicalBranch      string `json:"canonical_branch"`
+	Remote               string `json:"remote"`
+	RemoteURL            string `json:"remote_url"`
+	// RemoteVerified: remote_url equals the operator's --remote.
+	RemoteVerified       bool             `json:"remote_verified"`
 	ModifiedFiles        []string         `json:"modified_files"`
 	NewFiles             []string         `json:"new_files"`
 	ApprovedNewFiles     []string         `json:"approved_new_files"`
@@ -209,11 +216,7 @@ func inspect(ctx context.Context, workspace string, opts Options, w *wsHandles) 
 		}
 	}
 
-	if rt, err := checkRemoteURL(ev.RemoteURL, ws); err != nil {
-		p.refuse("%v", err)
-	} else {
-		p.remote = rt
-	}
+	checkRemote(ctx, p, opts)
 
 	m, stop, err := openRepository(ctx, p, w, opts)
 	if err != nil {

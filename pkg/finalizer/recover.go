@@ -401,6 +401,7 @@ func runGates(ctx context.Context, g *gitRunner, repo string, plan *Plan, opts O
 	if err != nil {
 		return StepGateSandbox, fmt.Errorf("preparing the gate clone: %w", err)
 	}
+	base = gateEnv(base)
 	gates := [][]string{ev.ContractCommand}
 	gates = append(gates, ev.VerificationCommands...)
 	for i, argv := range gates {

@@ -1,24 +1,32 @@
 package finalizer
 
 import (
+	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 )
 
 // remoteTarget is where recovery fetches from and pushes to: the
 // evidence's remote_url itself, never a remote name looked up in the
-// agent's config.
+// agent's config, and only when it equals the URL the operator named
+// (Options.Remote).
 type remoteTarget struct {
 	url   string // what git is given
 	local bool   // a path on this host: the file protocol, hooks disabled
 }
 
-// localPackArgs make git run the remote side of a local fetch or push
-// with hooks and other configured programs disabled: git does not pass
-// its -c options to a local receive-pack or upload-pack.
-const localRemoteConfig = "git -c core.hooksPath=/dev/null -c core.fsmonitor=false -c core.alternateRefsCommand=true -c protocol.allow=never -c protocol.file.allow=always"
+// localRemoteConfig starts the remote side of a local fetch or push with
+// hooks and every configured program off (git does not pass its -c
+// options to a local receive-pack or upload-pack), and with the
+// repository's own receive settings overridden: the agent cannot have
+// written the remote (see checkLocalRemote), but a push never checks a
+// tree out anywhere (denyCurrentBranch=refuse: no updateInstead into a
+// work tree or a linked worktree's directory), never deletes the
+// checked-out branch, and never starts a gc.
+const localRemoteConfig = "git -c core.hooksPath=/dev/null -c core.fsmonitor=false -c core.alternateRefsCommand=true" +
+	" -c receive.denyCurrentBranch=refuse -c receive.denyDeleteCurrent=refuse -c receive.autogc=false -c gc.auto=0" +
+	" -c protocol.allow=never -c protocol.file.allow=always"
 
 // remoteArgs returns the subcommand options for talking to t.
 func (t remoteTarget) remoteArgs(sub string) []string {
@@ -44,21 +52,46 @@ func (t remoteTarget) runner(g *gitRunner) *gitRunner {
 	return &c
 }
 
+// checkRemote decides where recovery may fetch and push. The evidence is
+// the agent's: its remote_url counts only when it equals the remote the
+// operator named (--remote), exactly; a recovery request without one is
+// refused. Plain inspection may go without --remote (nothing is fetched
+// or pushed); the plan then says the URL is unverified.
+func checkRemote(ctx context.Context, p *Plan, opts Options) {
+	evURL := p.ev.RemoteURL
+	switch {
+	case opts.Remote != "" && opts.Remote != evURL:
+		p.refuse("remote_url %q in %s does not match --remote %q: recovery fetches from and pushes to the remote the operator names, and the evidence names another one", evURL, EvidenceFile, opts.Remote)
+		return
+	case opts.Remote == "" && opts.Recovery:
+		p.refuse("no --remote given: name the canonical remote of this repository (from your own records, not from the evidence); recovery pushes only there, and only if remote_url %q equals it", evURL)
+	}
+	p.RemoteVerified = opts.Remote != ""
+	if rt, err := checkRemoteURL(ctx, evURL, p.Workspace); err != nil {
+		p.refuse("%v", err)
+	} else {
+		p.remote = rt
+	}
+}
+
 // checkRemoteURL accepts https, http, ssh (also scp-like host:path) and
-// git URLs, and a local repository given as an absolute path or file://
-// URL that is a directory outside the workspace (the agent could have
-// planted a repository with hooks inside it). Remote helpers (ext::,
-// foo::) are refused.
-func checkRemoteURL(url, ws string) (remoteTarget, error) {
+// git URLs whose user, host and path do not start with '-', and a local
+// repository given as an absolute path or file:// URL that passes
+// checkLocalRemote. Remote helpers (ext::, foo::) are refused.
+func checkRemoteURL(ctx context.Context, url, ws string) (remoteTarget, error) {
 	if strings.HasPrefix(url, "-") {
 		return remoteTarget{}, fmt.Errorf("remote_url %q starts with '-'", url)
 	}
-	if scheme, _, ok := strings.Cut(url, "://"); ok {
+	if scheme, rest, ok := strings.Cut(url, "://"); ok {
 		switch strings.ToLower(scheme) {
 		case "https", "http", "ssh", "git", "git+ssh", "ssh+git":
+			authority, path, _ := strings.Cut(rest, "/")
+			if err := checkHostPath(url, authority, path); err != nil {
+				return remoteTarget{}, err
+			}
 			return remoteTarget{url: url}, nil
 		case "file":
-			return localRemote(strings.TrimPrefix(url, url[:len(scheme)+3]), url, ws)
+			return localRemote(ctx, rest, url, ws)
 		}
 		return remoteTarget{}, fmt.Errorf("remote_url %q: transport %q is not allowed (https, http, ssh, git or a local path)", url, scheme)
 	}
@@ -67,29 +100,44 @@ func checkRemoteURL(url, ws string) (remoteTarget, error) {
 	}
 	colon, slash := strings.IndexByte(url, ':'), strings.IndexByte(url, '/')
 	if colon >= 0 && (slash < 0 || colon < slash) {
-		return remoteTarget{url: url}, nil // scp-like ssh: host:path
+		// scp-like ssh: [user@]host:path
+		if err := checkHostPath(url, url[:colon], url[colon+1:]); err != nil {
+			return remoteTarget{}, err
+		}
+		return remoteTarget{url: url}, nil
 	}
-	return localRemote(url, url, ws)
+	return localRemote(ctx, url, url, ws)
 }
 
-func localRemote(p, url, ws string) (remoteTarget, error) {
+// checkHostPath refuses a network URL whose user, host or path starts
+// with '-': ssh would take ssh://-oProxyCommand=... as an option and run
+// the command. Git refuses these itself; recovery does not rely on it.
+func checkHostPath(url, authority, path string) error {
+	user, host, found := strings.Cut(authority, "@")
+	if !found {
+		user, host = "", authority
+	}
+	host = strings.TrimPrefix(host, "[")
+	switch {
+	case host == "":
+		return fmt.Errorf("remote_url %q: no host", url)
+	case strings.HasPrefix(host, "-"):
+		return fmt.Errorf("remote_url %q: the host starts with '-' (ssh would read it as an option)", url)
+	case strings.HasPrefix(user, "-"):
+		return fmt.Errorf("remote_url %q: the user starts with '-' (ssh would read it as an option)", url)
+	case strings.HasPrefix(strings.TrimLeft(path, "/"), "-"):
+		return fmt.Errorf("remote_url %q: the path starts with '-' (the remote command would read it as an option)", url)
+	}
+	return nil
+}
+
+func localRemote(ctx context.Context, p, url, ws string) (remoteTarget, error) {
 	if !filepath.IsAbs(p) || filepath.Clean(p) != p {
 		return remoteTarget{}, fmt.Errorf("remote_url %q: a local remote must be a clean absolute path", url)
 	}
-	real, err := filepath.EvalSymlinks(p)
+	real, err := checkLocalRemote(ctx, p, ws)
 	if err != nil {
 		return remoteTarget{}, fmt.Errorf("remote_url %q: %w", url, err)
-	}
-	realWS, err := filepath.EvalSymlinks(ws)
-	if err != nil {
-		return remoteTarget{}, err
-	}
-	if real == realWS || strings.HasPrefix(real, realWS+string(filepath.Separator)) || strings.HasPrefix(realWS, real+string(filepath.Separator)) {
-		return remoteTarget{}, fmt.Errorf("remote_url %q: a local remote must lie outside the workspace (it resolves to %s)", url, quotePath(real))
-	}
-	st, err := os.Stat(real)
-	if err != nil || !st.IsDir() {
-		return remoteTarget{}, fmt.Errorf("remote_url %q: not a local repository directory", url)
 	}
 	return remoteTarget{url: real, local: true}, nil
 }

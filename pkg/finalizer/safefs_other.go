@@ -30,9 +30,10 @@ func (d *safeDir) copyFile(context.Context, string, string, int64) (int64, error
 func (d *safeDir) snapshotPath(context.Context, string, string, int64) (int64, error) {
 	return 0, errNoSafeFS
 }
-func (d *safeDir) names() ([]string, error)                    { return nil, errNoSafeFS }
-func (d *safeDir) sameDir(string, *safeDir) bool               { return false }
-func (d *safeDir) ownedBy(int) bool                            { return false }
-func (d *safeDir) changeableByOthers() string                  { return errNoSafeFS.Error() }
-func scanGitDir(context.Context, *safeDir) ([]string, error)   { return nil, errNoSafeFS }
-func scanWorkTree(context.Context, *safeDir) ([]string, error) { return nil, errNoSafeFS }
+func (d *safeDir) names() ([]string, error)                            { return nil, errNoSafeFS }
+func (d *safeDir) sameDir(string, *safeDir) bool                       { return false }
+func (d *safeDir) ownedBy(int) bool                                    { return false }
+func (d *safeDir) changeableByOthers() string                          { return errNoSafeFS.Error() }
+func checkLocalRemote(context.Context, string, string) (string, error) { return "", errNoSafeFS }
+func scanGitDir(context.Context, *safeDir) ([]string, error)           { return nil, errNoSafeFS }
+func scanWorkTree(context.Context, *safeDir) ([]string, error)         { return nil, errNoSafeFS }

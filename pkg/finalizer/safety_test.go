@@ -2,8 +2,10 @@ package finalizer
 
 import (
 	"context"
+	"io"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -48,26 +50,51 @@ func TestAllowedConfigExactNames(t *testing.T) {
 }
 
 // TestCheckRemoteURL: the evidence URL is what git talks to; a local
-// remote must be a directory outside the workspace, helpers are refused.
+// remote must be a bare repository outside every workspace that nobody
+// but this user can change, helpers are refused, and no user, host or
+// path may start with '-'.
 func TestCheckRemoteURL(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	ws := filepath.Join(dir, "ws")
-	remote := filepath.Join(dir, "remote.git")
-	for _, d := range []string{ws, filepath.Join(ws, "repo", "origin"), remote} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
+	bare := func(p string) string {
+		t.Helper()
+		if out, err := exec.Command("git", "init", "-q", "--bare", p).CombinedOutput(); err != nil {
+			t.Fatalf("git init %s: %v\n%s", p, err, out)
 		}
+		return p
 	}
-	if err := os.Symlink(filepath.Join(ws, "repo", "origin"), filepath.Join(dir, "sneaky")); err != nil {
+	remote := bare(filepath.Join(dir, "remote.git"))
+	inWS := bare(filepath.Join(ws, "repo", "origin"))
+	other := filepath.Join(dir, "task1")
+	evil := bare(filepath.Join(other, "evil.git"))
+	os.WriteFile(filepath.Join(other, EvidenceFile), []byte("{}"), 0o644)
+	wt := bare(filepath.Join(dir, "wt.git"))
+	os.MkdirAll(filepath.Join(wt, "worktrees", "x"), 0o755)
+	alt := bare(filepath.Join(dir, "alt.git"))
+	os.WriteFile(filepath.Join(alt, "objects", "info", "alternates"), []byte(remote+"/objects\n"), 0o644)
+	cd := bare(filepath.Join(dir, "cd.git"))
+	os.WriteFile(filepath.Join(cd, "commondir"), []byte(remote+"\n"), 0o644)
+	loose := bare(filepath.Join(dir, "loose.git"))
+	os.Chmod(filepath.Join(loose, "refs", "heads"), 0o777)
+	lnk := bare(filepath.Join(dir, "lnk.git"))
+	os.Symlink("/etc/cron.d", filepath.Join(lnk, "refs", "heads", "main"))
+	plain := filepath.Join(dir, "plain")
+	os.Mkdir(plain, 0o755)
+	if err := os.Symlink(inWS, filepath.Join(dir, "sneaky")); err != nil {
 		t.Fatal(err)
 	}
+	// A link root did not make: its owner could re-point it.
+	foreign := filepath.Join(dir, "foreign")
+	os.Symlink(remote, foreign)
+	foreignOK := os.Geteuid() == 0 && os.Lchown(foreign, 10001, 10001) == nil
 	for _, c := range []struct {
 		url, err string
 		local    bool
 	}{
 		{"https://git.example.invalid/org/repo.git", "", false},
 		{"ssh://git@git.example.invalid/org/repo.git", "", false},
+		{"ssh://git.example.invalid:2222/org/repo.git", "", false},
 		{"git@git.example.invalid:org/repo.git", "", false},
 		{remote, "", true},
 		{"file://" + remote, "", true},
@@ -77,12 +104,27 @@ func TestCheckRemoteURL(t *testing.T) {
 		{"fd::3", "remote helpers", false},
 		{"origin", "clean absolute path", false},
 		{"./origin", "clean absolute path", false},
-		{filepath.Join(ws, "repo", "origin"), "outside the workspace", false},
+		{inWS, "outside the workspace", false},
 		{filepath.Join(dir, "sneaky"), "outside the workspace", false},
 		{"-uupload-pack=touch /tmp/x", "starts with '-'", false},
-		{filepath.Join(dir, "missing"), "no such file", false},
+		{"ssh://-oProxyCommand=touch% /tmp/pwned/x", "host starts with '-'", false},
+		{"ssh://-oProxyCommand=x@host/repo", "user starts with '-'", false},
+		{"ssh://[-oProxyCommand=x]/repo", "host starts with '-'", false},
+		{"git+ssh://host/-path", "path starts with '-'", false},
+		{"-oProxyCommand=x:repo", "starts with '-'", false},
+		{"git@-oProxyCommand=x:repo", "host starts with '-'", false},
+		{"host:-upload-pack=x", "path starts with '-'", false},
+		{"https:///nohost", "no host", false},
+		{filepath.Join(dir, "missing"), "not a local repository", false},
+		{evil, "a task workspace (it holds " + EvidenceFile, false},
+		{wt, "linked worktrees", false},
+		{alt, "alternates borrow objects", false},
+		{cd, "commondir points git at another repository", false},
+		{loose, "writable by others", false},
+		{lnk, "a symbolic link", false},
+		{plain, "not a bare repository", false},
 	} {
-		rt, err := checkRemoteURL(c.url, ws)
+		rt, err := checkRemoteURL(context.Background(), c.url, ws)
 		switch {
 		case c.err == "" && err != nil:
 			t.Errorf("%q: %v", c.url, err)
@@ -90,6 +132,11 @@ func TestCheckRemoteURL(t *testing.T) {
 			t.Errorf("%q: error %v, want %q", c.url, err, c.err)
 		case c.err == "" && rt.local != c.local:
 			t.Errorf("%q: local %v", c.url, rt.local)
+		}
+	}
+	if foreignOK {
+		if _, err := checkRemoteURL(context.Background(), foreign, ws); err == nil || !strings.Contains(err.Error(), "symbolic link owned by uid 10001") {
+			t.Errorf("a remote reached through another user's symlink: %v", err)
 		}
 	}
 }
@@ -205,5 +252,54 @@ func TestSpecialFilesRefused(t *testing.T) {
 				t.Errorf("git looked at the repository anyway: head %q, files %q %q", plan.Head, plan.NewFiles, plan.ModifiedFiles)
 			}
 		})
+	}
+}
+
+// TestLocalPushNeverChecksOut: even a local remote that got past
+// checkLocalRemote (here handed to execute directly) cannot make root's
+// receive-pack check the pushed tree out: receive.denyCurrentBranch=
+// updateInstead and a linked worktree naming a victim directory, with
+// HEAD on an unborn branch so that receive-pack's own checks pass, would
+// write the agent's files there; recovery starts receive-pack with
+// denyCurrentBranch=refuse, so the push is refused and the victim keeps
+// only what it had.
+func TestLocalPushNeverChecksOut(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, fixtureOpts{})
+	evil := filepath.Join(f.dir, "evil.git")
+	victim := filepath.Join(f.dir, "victim")
+	f.git(f.dir, "clone", "-q", "--bare", f.remote, evil)
+	f.git(evil, "config", "receive.denyCurrentBranch", "updateInstead")
+	f.git(evil, "symbolic-ref", "HEAD", "refs/heads/unborn")
+	f.write(evil, "worktrees/x/gitdir", victim+"/.git\n", 0o644)
+	f.write(evil, "worktrees/x/HEAD", "ref: refs/heads/main\n", 0o644)
+	f.write(evil, "worktrees/x/commondir", "../..\n", 0o644)
+	f.write(victim, "keep.txt", "keep\n", 0o644)
+	evilMain := f.git(f.dir, "--git-dir", evil, "rev-parse", "main")
+
+	ctx := context.Background()
+	opts := f.opts()
+	opts.Recovery, opts.Execute = true, true
+	w := &wsHandles{}
+	defer w.close()
+	plan, m, err := inspect(ctx, f.ws, opts, w)
+	defer m.remove()
+	if err != nil || !plan.Recoverable {
+		t.Fatalf("inspect: %v, refusals %q", err, plan.Refusals)
+	}
+	plan.remote = remoteTarget{url: evil, local: true}
+	step, err := execute(ctx, plan, opts, &Record{}, io.Discard, m, w)
+	if step != StepPush || err == nil {
+		t.Errorf("execute: step %q, %v; want the push refused", step, err)
+	}
+	if ents, _ := os.ReadDir(victim); len(ents) != 1 {
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		t.Errorf("the push checked files out into the victim directory: %q", names)
+	}
+	if got := f.git(f.dir, "--git-dir", evil, "rev-parse", "main"); got != evilMain {
+		t.Errorf("the evil remote's main moved")
 	}
 }

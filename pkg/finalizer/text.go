@@ -32,7 +32,11 @@ func (p *Plan) WriteText(w io.Writer) error {
 	}
 	kv("preserved HEAD", "%s (%s)", p.PreservedHead, match)
 	kv("prepared base", "%s", p.PreparedBase)
-	kv("canonical", "%s/%s (%s)", p.Remote, quotePath(p.CanonicalBranch), quotePath(p.RemoteURL))
+	verified := "equals --remote"
+	if !p.RemoteVerified {
+		verified = "NOT verified: recovery needs --remote naming it"
+	}
+	kv("canonical", "%s/%s (%s; %s)", p.Remote, quotePath(p.CanonicalBranch), quotePath(p.RemoteURL), verified)
 	fmt.Fprintf(&b, "would commit (tracked, modified): %d\n", len(p.ModifiedFiles))
 	for _, f := range p.ModifiedFiles {
 		fmt.Fprintf(&b, "  %s\n", quotePath(f))
