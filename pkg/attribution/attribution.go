@@ -110,7 +110,9 @@ type Backend interface {
 	//
 	// Errors: ErrNotFound when no sandbox process holds the socket (it
 	// closed already, or it is not the sandbox's), a *SharedError when
-	// unrelated sandbox processes hold it, ctx's error when cancelled,
+	// unrelated sandbox processes hold it, ErrIncomplete when a backend
+	// that records connectors has no record of this socket's, ctx's error
+	// when cancelled,
 	// and others (wrapped) when /proc cannot be read. Every error means
 	// deny.
 	Lookup(ctx context.Context, client, proxy netip.AddrPort) (*Identity, error)
@@ -118,6 +120,32 @@ type Backend interface {
 
 // ErrNotFound: no sandbox process holds the connection's socket.
 var ErrNotFound = errors.New("attribution: no sandbox process holds the connection")
+
+// ErrIncomplete: the eBPF backend has no connect record for the socket
+// (evicted from its map, or never written). The socket's holder alone is
+// not enough to decide on — the process that connected it is unknown,
+// and a socket handed from an unlisted connector to an allowed holder
+// must not pass because its record was flooded away — so the lookup
+// fails closed.
+var ErrIncomplete = errors.New("attribution: no connect record for the socket (evicted or never written); its connector is unknown")
+
+// IncompleteError is ErrIncomplete with the socket's holder as the
+// exhaustive search found it (nil when it could not be named), for the
+// record of the refusal.
+type IncompleteError struct {
+	Inode  uint64
+	Holder *Identity
+}
+
+func (e *IncompleteError) Error() string {
+	if e.Holder == nil {
+		return fmt.Sprintf("%v: socket inode %d", ErrIncomplete, e.Inode)
+	}
+	return fmt.Sprintf("%v: socket inode %d, held by pid %d (%s)", ErrIncomplete, e.Inode, e.Holder.PID, e.Holder.Exe)
+}
+
+// Is makes errors.Is(err, ErrIncomplete) true.
+func (e *IncompleteError) Is(target error) bool { return target == ErrIncomplete }
 
 // ErrShared is matched (errors.Is) by every *SharedError.
 var ErrShared = errors.New("attribution: socket held by unrelated sandbox processes")

@@ -32,6 +32,10 @@ type BPFConfig struct {
 	// Proc configures the /proc backend the eBPF backend uses for the
 	// exhaustive check and for sockets it has no record of.
 	Proc ProcConfig
+	// MaxConns sizes this sandbox's connection-record and 4-tuple maps
+	// (LRU: a flood evicts the oldest records, and a socket whose record
+	// is gone is refused, ErrIncomplete). 0 means BPFMaxConns.
+	MaxConns int
 }
 
 // BPFBackend attributes connections by what eBPF programs on the
@@ -56,7 +60,9 @@ type BPFConfig struct {
 // image. Otherwise the /proc backend's
 // exhaustive check names the holder, and a recorded connector that
 // differs from it is reported as Identity.Connector. Ancestors come from
-// the process-tree map, not a /proc walk.
+// the process-tree map, not a /proc walk. A socket without a record
+// (evicted from the LRU map by a flood, or connected before the programs
+// were attached) is ErrIncomplete: its holder alone never decides.
 type BPFBackend struct {
 	proc   *ProcBackend
 	objs   palisadebpf.AttrObjects
@@ -102,7 +108,14 @@ func NewBPFBackend(cfg BPFConfig) (_ *BPFBackend, err error) {
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, fmt.Errorf("attribution: bpf: memlock limit: %w", err)
 	}
-	if err := palisadebpf.LoadAttrObjects(&b.objs, nil); err != nil {
+	spec, err := palisadebpf.LoadAttr()
+	if err != nil {
+		return nil, fmt.Errorf("attribution: bpf: %w", err)
+	}
+	if err := sizeMaps(spec, cfg); err != nil {
+		return nil, err
+	}
+	if err := spec.LoadAndAssign(&b.objs, nil); err != nil {
 		return nil, fmt.Errorf("attribution: bpf: load programs: %w", err)
 	}
 	cg, err := os.Open(cfg.CgroupPath)
@@ -154,6 +167,24 @@ func NewBPFBackend(cfg BPFConfig) (_ *BPFBackend, err error) {
 		return nil, err
 	}
 	return b, nil
+}
+
+// sizeMaps applies the configured map sizes to spec: the maps are this
+// sandbox's alone, so their size is chosen per sandbox.
+func sizeMaps(spec *ebpf.CollectionSpec, cfg BPFConfig) error {
+	if cfg.MaxConns < 0 || cfg.MaxConns > 1<<24 {
+		return fmt.Errorf("attribution: BPFConfig.MaxConns %d: want 0 (default) to %d", cfg.MaxConns, 1<<24)
+	}
+	if cfg.MaxConns > 0 {
+		for _, name := range []string{"conns", "tuples"} {
+			m := spec.Maps[name]
+			if m == nil {
+				return fmt.Errorf("attribution: bpf: no map %q", name)
+			}
+			m.MaxEntries = uint32(cfg.MaxConns)
+		}
+	}
+	return nil
 }
 
 // ensureTracefs mounts tracefs at /sys/kernel/tracing when no tracefs is
@@ -223,7 +254,7 @@ func (b *BPFBackend) Close() error {
 
 // Counters returns the backend's counters: how lookups were answered
 // (fast: the recorded connector; exhaustive: the /proc search;
-// unrecorded: no record for the socket; handed_off: holder and recorded
+// unrecorded: no record for the socket, refused; handed_off: holder and recorded
 // connector differ; image_cached: fast-path answers whose executable was
 // named from the image cache; by_tuple: sockets found by 4-tuple, without
 // a sock_diag query; tuple_mismatch: exhaustive searches where sock_diag
@@ -264,13 +295,12 @@ func (b *BPFBackend) Lookup(ctx context.Context, client, proxy netip.AddrPort) (
 		}
 		recorded = cookie != 0 && b.objs.Conns.Lookup(cookie, &rec) == nil
 	}
-	if recorded {
-		if id := b.fastPath(ctx, &rec, inode, pre); id != nil {
-			b.fast.Add(1)
-			return id, nil
-		}
-	} else {
-		b.unrecorded.Add(1)
+	if !recorded {
+		return nil, b.incomplete(ctx, client, proxy, inode)
+	}
+	if id := b.fastPath(ctx, &rec, inode, pre); id != nil {
+		b.fast.Add(1)
+		return id, nil
 	}
 	b.exhaustive.Add(1)
 	if fromTuple {
@@ -287,7 +317,9 @@ func (b *BPFBackend) Lookup(ctx context.Context, client, proxy netip.AddrPort) (
 		if di != inode || dc != cookie {
 			b.tupleMismatch.Add(1)
 			inode = di
-			recorded = dc != 0 && b.objs.Conns.Lookup(dc, &rec) == nil
+			if dc == 0 || b.objs.Conns.Lookup(dc, &rec) != nil {
+				return nil, b.incomplete(ctx, client, proxy, inode)
+			}
 		}
 	}
 	id, err := b.proc.holderOf(ctx, client, proxy, inode)
@@ -298,14 +330,25 @@ func (b *BPFBackend) Lookup(ctx context.Context, client, proxy netip.AddrPort) (
 		return nil, err
 	}
 	id.Backend = BackendBPF
-	if recorded {
-		tgid := int(rec.Proc.Tgid)
-		if tgid != id.PID || !b.sameExe(tgid, &rec.Proc) {
-			b.handedOff.Add(1)
-			id.Connector = &Process{PID: tgid, Exe: b.exeOf(tgid, &rec.Proc)}
-		}
+	tgid := int(rec.Proc.Tgid)
+	if tgid != id.PID || !b.sameExe(tgid, &rec.Proc) {
+		b.handedOff.Add(1)
+		id.Connector = &Process{PID: tgid, Exe: b.exeOf(tgid, &rec.Proc)}
 	}
 	return id, nil
+}
+
+// incomplete counts and reports a socket without a connect record, an
+// *IncompleteError naming the holder the exhaustive search finds (for
+// the refusal's record; it is never decided on).
+func (b *BPFBackend) incomplete(ctx context.Context, client, proxy netip.AddrPort, inode uint64) error {
+	b.unrecorded.Add(1)
+	ie := &IncompleteError{Inode: inode}
+	if id, err := b.proc.holderOf(ctx, client, proxy, inode); err == nil {
+		id.Backend = BackendBPF
+		ie.Holder = id
+	}
+	return ie
 }
 
 // prefetch is the lookup program's context after a run that found the

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -31,23 +32,7 @@ func handOffBackends(t *testing.T, s *testSandbox) map[string]Backend {
 // bpfBackend loads the eBPF backend on the sandbox's v2 cgroup.
 func (s *testSandbox) bpfBackend(t testing.TB) *BPFBackend {
 	t.Helper()
-	for _, f := range []string{"bpf:cgroup_sock_addr", "bpf:sock_ops", "bpf:tracepoint"} {
-		testutil.RequireFeature(t, f)
-	}
-	dir := s.cg.Path(cgroup.Unified)
-	if dir == "" {
-		testutil.RequireData(t, "a cgroup v2 hierarchy for the sandbox's cgroup", errors.New("none mounted"))
-	}
-	b, err := NewBPFBackend(BPFConfig{CgroupPath: dir, Proc: ProcConfig{
-		NetnsPID: func() int { return s.initPID },
-		Procs:    s.cg.Procs,
-		InitPID:  s.initPID,
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
-	return b
+	return s.bpfBackendWith(t, nil)
 }
 
 // selfAndOther returns the test binary and a copy of it under another
@@ -471,4 +456,82 @@ func TestFastPathRefusesAnExecWhileNaming(t *testing.T) {
 	if id.Backend == BackendBPFFast || id.PID != c.pid {
 		t.Errorf("%+v: want the exhaustive search's answer (pid %d), not the fast path's", *id, c.pid)
 	}
+}
+
+// A socket handed from an unlisted connector to another process is
+// attributed to both (the proxy then needs both allowed). A flood that
+// evicts the socket's connect record from its LRU map must not leave
+// the holder to be decided on alone: the lookup fails closed
+// (ErrIncomplete), counted as unrecorded. The map is sized small for
+// the sandbox (BPFConfig.MaxConns) so the flood is quick.
+func TestEvictedRecordNeverWidens(t *testing.T) {
+	s := newTestSandbox(t, 128)
+	self, other := selfAndOther(t)
+	bb := s.bpfBackendWith(t, func(c *BPFConfig) { c.MaxConns = 256 })
+	path := filepath.Join(t.TempDir(), "r.sock")
+	tag := testutil.UniqueName("recv")
+	if _, err := fmt.Fprintf(s.stdin, "spawn %s recv %s %s\n", other, tag, path); err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(s.waitLine(tag, 20*time.Second))
+	recvPID, _ := strconv.Atoi(f[2])
+	c := s.spawnArgs(self, "scmsend", "4", path, "close")
+	s.waitLine(tag+".got", 20*time.Second)
+	// The record exists before the flood (read by the map-lookup system
+	// call, which leaves the LRU's reference bit alone: a lookup by a
+	// program would move the record to the active list, which a flood of
+	// unreferenced records never rotates).
+	_, cookie, err := bb.proc.socketID(normAddr(c.client), normAddr(c.proxy))
+	var rec palisadebpf.AttrConnInfo
+	if err != nil || bb.objs.Conns.Lookup(cookie, &rec) != nil || int(rec.Proc.Tgid) != c.pid {
+		t.Fatalf("before the flood: record %+v of cookie %d (%v); want connector %d", rec, cookie, err, c.pid)
+	}
+	flood := testutil.UniqueName("flood")
+	if _, err := fmt.Fprintf(s.stdin, "spawn %s flood %s 4096\n", self, flood); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Fields(s.waitLine(flood, 60*time.Second)); len(got) < 3 || got[2] != strconv.Itoa(4096*runtime.NumCPU()) {
+		t.Fatalf("flood: %v, want 4096 refused connects per CPU (%d)", got, runtime.NumCPU())
+	}
+	if bb.objs.Conns.Lookup(cookie, &rec) == nil {
+		t.Fatalf("the flood left the record of cookie %d in place (%d records): the test proves nothing", cookie, mapLen(t, bb.objs.Conns))
+	}
+	before := bb.Counters()["bpf_unrecorded"]
+	id, err := bb.Lookup(context.Background(), c.client, c.proxy)
+	if !errors.Is(err, ErrIncomplete) {
+		t.Fatalf("after the flood: %+v, %v; want ErrIncomplete, never the holder (pid %d) alone", id, err, recvPID)
+	}
+	var ie *IncompleteError
+	if !errors.As(err, &ie) || ie.Holder == nil || ie.Holder.PID != recvPID {
+		t.Errorf("refusal %v: want it to name the holder %d for the record", err, recvPID)
+	}
+	if got := bb.Counters()["bpf_unrecorded"]; got != before+1 {
+		t.Errorf("bpf_unrecorded %d, want %d", got, before+1)
+	}
+}
+
+// bpfBackendWith is bpfBackend with the configuration adjusted by mod.
+func (s *testSandbox) bpfBackendWith(t testing.TB, mod func(*BPFConfig)) *BPFBackend {
+	t.Helper()
+	for _, f := range []string{"bpf:cgroup_sock_addr", "bpf:sock_ops", "bpf:tracepoint"} {
+		testutil.RequireFeature(t, f)
+	}
+	dir := s.cg.Path(cgroup.Unified)
+	if dir == "" {
+		testutil.RequireData(t, "a cgroup v2 hierarchy for the sandbox's cgroup", errors.New("none mounted"))
+	}
+	cfg := BPFConfig{CgroupPath: dir, Proc: ProcConfig{
+		NetnsPID: func() int { return s.initPID },
+		Procs:    s.cg.Procs,
+		InitPID:  s.initPID,
+	}}
+	if mod != nil {
+		mod(&cfg)
+	}
+	b, err := NewBPFBackend(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
 }

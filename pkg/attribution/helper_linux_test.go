@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -65,6 +66,9 @@ func TestMain(m *testing.M) {
 //	scmsend <tag> <dial> <path> keep|close: connects, sends the socket to
 //	  the recv listening on path, keeps or closes its own copy, prints its
 //	  ready line.
+//	flood <tag> <n>: n TCP connects to 224.0.0.1:80 on each CPU, each
+//	  refused by the kernel after the cgroup connect hook recorded it (so
+//	  the record is never removed), then prints "flooded <tag> <refused>".
 //
 // dial is "4|ip:port", "6|[ip]:port" or "mapped|ip:port" (an AF_INET6
 // socket connecting to the IPv4-mapped address).
@@ -77,6 +81,8 @@ func runHelper(mode string, args []string) error {
 		return nil
 	case "recv":
 		return helperRecv(args)
+	case "flood":
+		return helperFlood(args)
 	case "exechand", "execwait", "forkhand", "forkexit", "exit", "scmsend":
 		return helperHandOff(mode, args)
 	case "client", "share", "sibling":
@@ -300,5 +306,51 @@ func helperRecv(args []string) error {
 	ln.Close()
 	fmt.Printf("got %s.got %d\n", args[0], fds[0])
 	time.Sleep(helperLife)
+	return nil
+}
+
+// helperFlood fills the connection-record map: a TCP connect to a
+// multicast address passes the cgroup connect4 hook (which writes a
+// record) and is then refused by the route lookup, before the socket
+// reaches sock_ops, so nothing ever deletes the record.
+func helperFlood(args []string) error {
+	if len(args) != 2 {
+		return fmt.Errorf("flood: want <tag> <n>")
+	}
+	n, err := strconv.Atoi(args[1])
+	if err != nil || n <= 0 || n > 1<<20 {
+		return fmt.Errorf("flood: n %q", args[1])
+	}
+	// The LRU map keeps a per-CPU list of new entries that only that
+	// CPU's next inserts hand to the shared list eviction works on: the
+	// flood runs on every CPU in turn, as an attacker's would.
+	runtime.LockOSThread()
+	var all unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &all); err != nil {
+		return err
+	}
+	refused := 0
+	sa := &unix.SockaddrInet4{Port: 80, Addr: [4]byte{224, 0, 0, 1}}
+	for cpu := range 1024 {
+		if !all.IsSet(cpu) {
+			continue
+		}
+		var one unix.CPUSet
+		one.Set(cpu)
+		if err := unix.SchedSetaffinity(0, &one); err != nil {
+			return err
+		}
+		for range n {
+			fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+			if err != nil {
+				return err
+			}
+			if unix.Connect(fd, sa) != nil {
+				refused++
+			}
+			unix.Close(fd)
+		}
+	}
+	fmt.Printf("flooded %s %d\n", args[0], refused)
 	return nil
 }

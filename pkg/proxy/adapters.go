@@ -73,9 +73,22 @@ type AttributionBackend struct{ Backend attribution.Backend }
 // Lookup implements Attributor.
 func (a AttributionBackend) Lookup(ctx context.Context, client, local netip.AddrPort) (*Identity, error) {
 	id, err := a.Backend.Lookup(ctx, client, local)
+	if errors.Is(err, attribution.ErrIncomplete) {
+		ie := &IncompleteError{Err: err}
+		var aie *attribution.IncompleteError
+		if errors.As(err, &aie) && aie.Holder != nil {
+			ie.Holder = fromAttribution(aie.Holder)
+		}
+		return nil, ie
+	}
 	if err != nil {
 		return nil, err
 	}
+	return fromAttribution(id), nil
+}
+
+// fromAttribution converts an attribution identity.
+func fromAttribution(id *attribution.Identity) *Identity {
 	out := &Identity{PID: id.PID, Exe: id.Exe, SHA256: id.SHA256, Backend: id.Backend}
 	if c := id.Connector; c != nil {
 		out.Connector = &Ancestor{PID: c.PID, Exe: c.Exe}
@@ -86,7 +99,17 @@ func (a AttributionBackend) Lookup(ctx context.Context, client, local netip.Addr
 			out.Ancestors[i] = Ancestor{PID: p.PID, Exe: p.Exe}
 		}
 	}
-	return out, nil
+	return out
+}
+
+// SandboxPID implements SandboxPIDer: the pid of hostPID in its own pid
+// namespace, 0 when it cannot be read.
+func (a AttributionBackend) SandboxPID(hostPID int) int {
+	n, err := attribution.SandboxPID("", hostPID)
+	if err != nil {
+		return 0
+	}
+	return n
 }
 
 // AttributionCounters implements AttributionCounter for backends that

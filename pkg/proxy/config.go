@@ -99,12 +99,40 @@ type Identity struct {
 	Backend string
 }
 
+// ErrAttributionIncomplete is matched (errors.Is) by an Attributor's
+// error when it knows the socket's holder but has no record of the
+// process that connected it (evicted, never written): the proxy refuses
+// with ReasonAttributionIncomplete instead of deciding on the holder
+// alone.
+var ErrAttributionIncomplete = errors.New("attribution incomplete: no record of the socket's connector")
+
+// IncompleteError is ErrAttributionIncomplete with the socket's holder
+// (nil when unknown): events name it, the decision never uses it.
+type IncompleteError struct {
+	Holder *Identity
+	Err    error
+}
+
+func (e *IncompleteError) Error() string { return e.Err.Error() }
+
+// Is makes errors.Is(err, ErrAttributionIncomplete) true.
+func (e *IncompleteError) Is(target error) bool { return target == ErrAttributionIncomplete }
+
 // Attributor maps an accepted connection to the process that opened it.
 // client is the peer address the proxy saw, local the address the client
 // connected to (the proxy listener, or for the fence the original
 // destination).
 type Attributor interface {
 	Lookup(ctx context.Context, client, local netip.AddrPort) (*Identity, error)
+}
+
+// SandboxPIDer is implemented by an Attributor that can name a host
+// process by the pid it has in its own pid namespace (the sandbox's).
+// Denials tell the agent that pid, never the host's: a host pid helps
+// an agent aim pid reuse at the host pid space attribution keys on. It
+// returns 0 when the process is gone.
+type SandboxPIDer interface {
+	SandboxPID(hostPID int) int
 }
 
 // AttributionCounter is implemented by an Attributor that counts its

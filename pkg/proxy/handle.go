@@ -252,6 +252,13 @@ func (p *Proxy) identify(rec *Record) bool {
 	cancel()
 	if err != nil || id == nil {
 		rec.Reason = ReasonAttributionFailed
+		if errors.Is(err, ErrAttributionIncomplete) {
+			rec.Reason = ReasonAttributionIncomplete
+			var ie *IncompleteError
+			if errors.As(err, &ie) {
+				rec.Identity = ie.Holder // for the record only
+			}
+		}
 		if err != nil {
 			rec.Cause = err.Error()
 		}
@@ -303,7 +310,7 @@ func (p *Proxy) deny(c *net.TCPConn, rec *Record, outcome string) {
 		Host:   rec.Host,
 		Port:   rec.Port,
 		Binary: rec.binary(),
-		PID:    rec.pid(),
+		PID:    p.agentPID(rec),
 		Policy: rec.Entry,
 		Reason: rec.Reason,
 	}

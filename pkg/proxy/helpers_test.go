@@ -98,6 +98,10 @@ func (a *fakeAttributor) Lookup(_ context.Context, client, local netip.AddrPort)
 	return a.fn(client, local)
 }
 
+// SandboxPID stands in for the pid namespace translation: host pid 4242
+// is 242 in the sandbox.
+func (a *fakeAttributor) SandboxPID(host int) int { return host % 1000 }
+
 func identityOf(exe, sha string, ancestors ...string) *Identity {
 	id := &Identity{PID: 4242, Exe: exe, SHA256: sha}
 	for i, a := range ancestors {

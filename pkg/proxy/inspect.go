@@ -539,7 +539,7 @@ func (ix *inspector) deny(w http.ResponseWriter, r *http.Request, rr *Record, re
 		ctype = "text/plain; charset=utf-8"
 	}
 	d := DenialBody{
-		Error: OutcomePolicyDenied, Host: rr.Host, Port: rr.Port, Binary: rr.binary(), PID: rr.pid(),
+		Error: OutcomePolicyDenied, Host: rr.Host, Port: rr.Port, Binary: rr.binary(), PID: ix.p.agentPID(rr),
 		Policy: rr.Entry, Reason: reason, Method: r.Method, Path: path,
 	}
 	if pw, ok := w.(interface{ setPhrase(string) }); ok {

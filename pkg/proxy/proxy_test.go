@@ -92,7 +92,7 @@ func TestDenialsAreStructuredAndNothingIsTunnelled(t *testing.T) {
 			target: func(p int) string { return fmt.Sprintf("denied.test:%d", p) },
 			status: 403,
 			body: func(p int) string {
-				return fmt.Sprintf(`{"error":"policy_denied","host":"denied.test","port":%d,"binary":"/usr/bin/curl","pid":4242,"policy":"","reason":"no_matching_endpoint"}`, p)
+				return fmt.Sprintf(`{"error":"policy_denied","host":"denied.test","port":%d,"binary":"/usr/bin/curl","pid":242,"policy":"","reason":"no_matching_endpoint"}`, p)
 			},
 		},
 		{
@@ -100,7 +100,7 @@ func TestDenialsAreStructuredAndNothingIsTunnelled(t *testing.T) {
 			target: func(p int) string { return fmt.Sprintf("allowed.test:%d", p+1) },
 			status: 403,
 			body: func(p int) string {
-				return fmt.Sprintf(`{"error":"policy_denied","host":"allowed.test","port":%d,"binary":"/usr/bin/curl","pid":4242,"policy":"web","reason":"port_not_allowed"}`, p+1)
+				return fmt.Sprintf(`{"error":"policy_denied","host":"allowed.test","port":%d,"binary":"/usr/bin/curl","pid":242,"policy":"web","reason":"port_not_allowed"}`, p+1)
 			},
 		},
 		{
@@ -109,7 +109,7 @@ func TestDenialsAreStructuredAndNothingIsTunnelled(t *testing.T) {
 			identity: identityOf(pythonExe, curlSHA, shellExe),
 			status:   403,
 			body: func(p int) string {
-				return fmt.Sprintf(`{"error":"policy_denied","host":"allowed.test","port":%d,"binary":"/usr/bin/python3","pid":4242,"policy":"web","reason":"binary_not_allowed"}`, p)
+				return fmt.Sprintf(`{"error":"policy_denied","host":"allowed.test","port":%d,"binary":"/usr/bin/python3","pid":242,"policy":"web","reason":"binary_not_allowed"}`, p)
 			},
 		},
 		{
@@ -117,7 +117,7 @@ func TestDenialsAreStructuredAndNothingIsTunnelled(t *testing.T) {
 			target: func(p int) string { return fmt.Sprintf("internal.test:%d", p) },
 			status: 403,
 			body: func(p int) string {
-				return fmt.Sprintf(`{"error":"ssrf_denied","host":"internal.test","port":%d,"binary":"/usr/bin/curl","pid":4242,"policy":"web","reason":"loopback"}`, p)
+				return fmt.Sprintf(`{"error":"ssrf_denied","host":"internal.test","port":%d,"binary":"/usr/bin/curl","pid":242,"policy":"web","reason":"loopback"}`, p)
 			},
 		},
 		{
@@ -126,7 +126,7 @@ func TestDenialsAreStructuredAndNothingIsTunnelled(t *testing.T) {
 			pin:    map[string]string{curlExe: otherSHA},
 			status: 403,
 			body: func(p int) string {
-				return fmt.Sprintf(`{"error":"policy_denied","host":"allowed.test","port":%d,"binary":"/usr/bin/curl","pid":4242,"policy":"","reason":"identity_mismatch"}`, p)
+				return fmt.Sprintf(`{"error":"policy_denied","host":"allowed.test","port":%d,"binary":"/usr/bin/curl","pid":242,"policy":"","reason":"identity_mismatch"}`, p)
 			},
 		},
 		{

@@ -25,6 +25,10 @@ const (
 // rest).
 const (
 	ReasonAttributionFailed = "attribution_failed"
+	// ReasonAttributionIncomplete: the attribution backend has no record
+	// of who connected the socket (ErrAttributionIncomplete); the holder
+	// alone is never decided on.
+	ReasonAttributionIncomplete = "attribution_incomplete"
 	// ReasonConnectorDenied: the socket was handed on, and the process
 	// that connected it is not allowed (or can no longer be named).
 	ReasonConnectorDenied  = "connector_not_allowed"
@@ -128,6 +132,17 @@ func (r *Record) pid() int {
 		return 0
 	}
 	return r.Identity.PID
+}
+
+// agentPID is the pid a denial tells the agent: the caller's pid in its
+// own (the sandbox's) pid namespace, never the host pid that events
+// carry; 0 when unknown or when the attributor cannot translate.
+func (p *Proxy) agentPID(r *Record) int {
+	pider, ok := p.cfg.Attributor.(SandboxPIDer)
+	if r.Identity == nil || r.Identity.PID <= 0 || !ok {
+		return 0
+	}
+	return pider.SandboxPID(r.Identity.PID)
 }
 
 // sharedEventConn is what the events of every request on one inspected

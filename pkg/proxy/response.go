@@ -17,6 +17,8 @@ type DenialBody struct {
 	Host   string `json:"host"`
 	Port   int    `json:"port"`
 	Binary string `json:"binary"`
+	// PID is the caller's pid in its own (the sandbox's) pid namespace,
+	// 0 when unknown; never the host pid, which only events carry.
 	PID    int    `json:"pid"`
 	Policy string `json:"policy"`
 	Reason string `json:"reason"`

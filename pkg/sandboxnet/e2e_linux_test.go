@@ -162,12 +162,12 @@ code ssrf curl http://loopy.test/
 cp /usr/bin/curl /tmp/curl
 code copy_of_curl /tmp/curl http://allowed.test/
 printf 'python=%s\n' "$(python3 -c '
-import urllib.request, urllib.error
+import os, urllib.request, urllib.error
 try:
     urllib.request.urlopen("http://allowed.test/", timeout=10)
     print("200")
 except urllib.error.HTTPError as e:
-    print(e.code, e.read().decode().strip())
+    print(e.code, os.getpid(), e.read().decode().strip())
 except Exception as e:
     print("error", e)
 ')"
@@ -250,8 +250,32 @@ func TestEgressEndToEnd(t *testing.T) {
 			t.Errorf("copy_of_curl: binary %v, want /tmp/curl", d["binary"])
 		}
 	}
-	if py := r["python"]; !strings.HasPrefix(py, "403 ") || denial(t, strings.TrimPrefix(py, "403 "))["reason"] != "binary_not_allowed" {
-		t.Errorf("python3 through the proxy: %q, want 403 binary_not_allowed", py)
+	// The denial names the caller by the pid it has in the sandbox's pid
+	// namespace (what os.getpid() says there), never by its host pid;
+	// the event keeps the host pid.
+	pyCode, rest, _ := strings.Cut(r["python"], " ")
+	pyPID, pyBody, _ := strings.Cut(rest, " ")
+	var pyDenial map[string]any
+	if pyCode == "403" {
+		pyDenial = denial(t, pyBody)
+	}
+	if pyDenial == nil || pyDenial["reason"] != "binary_not_allowed" {
+		t.Fatalf("python3 through the proxy: %q, want 403 binary_not_allowed", r["python"])
+	}
+	if got := fmt.Sprint(pyDenial["pid"]); got != pyPID {
+		t.Errorf("python3's denial names pid %s; python3's pid in the sandbox is %s", got, pyPID)
+	}
+	pyHostPID := 0
+	for _, e := range l.eventLines() {
+		a, _ := e["actor"].(map[string]any)
+		pr, _ := a["process"].(map[string]any)
+		f, _ := pr["file"].(map[string]any)
+		if pid, ok := pr["pid"].(float64); ok && e["action"] == "Denied" && strings.Contains(fmt.Sprint(f["path"]), "python3") {
+			pyHostPID = int(pid)
+		}
+	}
+	if pyHostPID == 0 || strconv.Itoa(pyHostPID) == pyPID {
+		t.Errorf("python3's denial event names host pid %d; want the host pid, not the sandbox's %s", pyHostPID, pyPID)
 	}
 	rc, ms, _ := strings.Cut(r["direct"], " ")
 	if n, _ := strconv.Atoi(ms); rc == "0" || n > 1000 {

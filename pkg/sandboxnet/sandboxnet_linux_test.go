@@ -38,6 +38,9 @@ func TestMain(m *testing.M) {
 		fakeProxy(os.Args[1:])
 		return
 	}
+	if len(os.Args) > 1 && os.Args[1] == identityHelperArg {
+		identityHelper(os.Args[2:])
+	}
 	os.Exit(m.Run())
 }
 
