@@ -4,7 +4,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -19,6 +21,7 @@ import (
 
 	"github.com/palisade-sandbox/palisade/pkg/cli"
 	"github.com/palisade-sandbox/palisade/pkg/finalizer"
+	"github.com/palisade-sandbox/palisade/pkg/termsafe"
 )
 
 const usage = `Usage:
@@ -131,7 +134,32 @@ func main() {
 	go func() { <-ctx.Done(); stop() }()
 	err := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
-	cli.Exit("finalizer-recover", err, os.Stderr)
+	cli.Exit("finalizer-recover", safeError(err), os.Stderr)
+}
+
+// safeError keeps err's exit status but escapes its message for the
+// terminal: it can quote names and argv the agent chose (they are quoted
+// already; this is the last line of defence).
+func safeError(err error) error {
+	var e *cli.Error
+	if err == nil || (errors.As(err, &e) && e.Silent) {
+		return err
+	}
+	return cli.WithCode(cli.Code(err), errors.New(termsafe.String(err.Error())))
+}
+
+// writeJSON is machine output: one JSON document on stdout, with every
+// control, line-separator or bidi rune inside its strings escaped (the
+// value is the same), since the plan quotes names the agent chose.
+func writeJSON(w io.Writer, v any) error {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return fmt.Errorf("write JSON: %w", err)
+	}
+	_, err := w.Write(termsafe.JSON(b.Bytes()))
+	return err
 }
 
 // baseEnv is the environment handed to git and the gates; tests replace it.
@@ -248,7 +276,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			Record   *finalizer.Record `json:"record"`
 			Executed bool              `json:"executed"`
 		}{plan, rec, rec != nil}
-		if jerr := cli.WriteJSON(stdout, out); jerr != nil {
+		if jerr := writeJSON(stdout, out); jerr != nil {
 			return jerr
 		}
 	} else if rec == nil {
@@ -285,7 +313,7 @@ func recordLocation(p *finalizer.Plan, opts finalizer.Options) string {
 
 func printPlan(w io.Writer, p *finalizer.Plan, asJSON bool) error {
 	if asJSON {
-		return cli.WriteJSON(w, p)
+		return writeJSON(w, p)
 	}
 	return p.WriteText(w)
 }

@@ -251,6 +251,12 @@ also when it had already ended; 2 when the sandbox has no main process
 (run --detach without a command: use exec); 1 when there is nothing to
 attach to (no such sandbox, or one run in the foreground).
 
+The output is the sandboxed program's, relayed byte for byte (as docker
+attach does): it can hold terminal escapes (a title, a clipboard write with
+OSC 52, a cleared screen) and lines that look like the supervisor's. Attach
+only to what you would run in this terminal yourself; use logs (escaped)
+to read a sandbox's events.
+
 Examples:
   sudo sandbox-supervisor run --detach --name srv -- python3 -m http.server
   sudo sandbox-supervisor attach srv
@@ -329,6 +335,12 @@ nothing was run (the sandbox or its init is gone, the directory is closed
 to the sandbox user, --expect-id names another sandbox); 126/127 the
 command is not executable / not found; 2 usage. A mismatch is 125, not
 3, which commands return themselves: a caller can tell that nothing ran.
+
+The command's output is relayed byte for byte, by design (as docker exec
+does): whatever runs in the sandbox can put terminal escapes (a title, a
+clipboard write with OSC 52, a cleared screen) and lines that look like
+the supervisor's on this terminal. Redirect it to a file, or read it with
+cat -v, when the sandbox runs code you do not trust.
 
 Examples:
   sudo sandbox-supervisor run --detach --name task-42 --workdir /srv/task-42

@@ -12,6 +12,7 @@ import (
 	"github.com/palisade-sandbox/palisade/pkg/cli"
 	"github.com/palisade-sandbox/palisade/pkg/eventlog"
 	"github.com/palisade-sandbox/palisade/pkg/state"
+	"github.com/palisade-sandbox/palisade/pkg/termsafe"
 )
 
 const logsUsage = `usage: sandbox-supervisor logs [--since DUR] [--follow] [--json] [--denied] [--state-dir DIR] NAME
@@ -24,8 +25,11 @@ creation on. --denied keeps the denials, one line each:
   DENY /usr/bin/curl(4242) -> POST files.example.com:80/upload policy_denied
   DENY-FS /usr/bin/cat(4242) read /etc/shadow
 
---json prints the events as they are (JSONL). --follow keeps printing new
-events until the sandbox ends or the command is interrupted.
+--json prints the events as JSON lines, with control, line-separator and
+bidi characters inside strings written as \uXXXX escapes (the same values).
+Every name in the output may come from the agent: it never reaches the
+terminal raw. --follow keeps printing new events until the sandbox ends or
+the command is interrupted.
 
 Examples:
   sudo sandbox-supervisor logs task-42
@@ -82,7 +86,10 @@ func logsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			partial = nil
 			if e, ok := eventlog.Parse(line); ok && f.Match(e) {
 				if *asJSON {
-					w.Write(line)
+					// The events quote names the agent chose: no raw
+					// control or bidi rune reaches a terminal (the
+					// value is unchanged).
+					w.Write(termsafe.JSON(line))
 				} else {
 					fmt.Fprintln(w, eventlog.Line(e))
 				}

@@ -52,6 +52,10 @@ const runUsage = `usage: sandbox-supervisor run [flags] -- CMD [ARG...]
 Creates a sandbox from the resolved policy (--policy, else
 $MAC_OPENSHELL_POLICY, else ~/.mac/openshell-policy.yaml, else the bundled
 fail-closed default) and runs CMD in it as the policy's unprivileged user.
+CMD's output is relayed byte for byte, by design (as docker run does): it
+can hold terminal escapes and lines that look like the supervisor's.
+Callers that must tell the supervisor's own failure from the command's
+output read --status-fd.
 
 Flags:
 `
@@ -97,6 +101,9 @@ type runFlags struct {
 	dnsTTL                   time.Duration
 	proxyProcs               int
 	dnsTTLSet, proxyProcsSet bool
+	// statusFD is --status-fd: a descriptor the caller passed, where run
+	// writes its outcome (-1: none).
+	statusFD int
 }
 
 func parseRunFlags(args []string, stderr io.Writer, specOnly bool) (*runFlags, []string, error) {
@@ -145,6 +152,7 @@ func parseRunFlags(args []string, stderr io.Writer, specOnly bool) (*runFlags, [
 	fs.BoolVar(&f.json, "json", false, "with --detach: print {\"name\",\"id\",\"owner_pid\"} as one JSON line")
 	fs.StringVar(&f.logFormat, "log-format", "text", "stderr log format: text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "stderr log level: debug, info, warn or error (debug shows start-up timing; the egress proxy gets the same level)")
+	fs.IntVar(&f.statusFD, "status-fd", -1, "write run's outcome as one JSON line to this descriptor (which the caller opened, e.g. 3>pipe): {\"exit_code\":N,\"from_command\":bool,\"error\":\"...\"}; the command never gets the descriptor, so only the supervisor writes there (callers tell a sandbox that was not created from a command that exited 125)")
 	if err := cli.ParseFlags(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, nil, cli.Quiet(cli.ExitOK)
@@ -165,6 +173,9 @@ func parseRunFlags(args []string, stderr io.Writer, specOnly bool) (*runFlags, [
 	}
 	if f.json && !f.detach {
 		return nil, nil, cli.Usagef("--json goes with --detach")
+	}
+	if f.statusFD >= 0 && (f.statusFD < 3 || f.detach || specOnly) {
+		return nil, nil, cli.Usagef("--status-fd %d: want a descriptor above 2 that the caller opened, without --detach", f.statusFD)
 	}
 	if _, isFD := ocsf.FDDest(f.events); f.detach && (isFD || f.events == "-") {
 		return nil, nil, cli.Usagef("--events %s: a detached sandbox outlives this process and its descriptors; give --events a file", f.events)
@@ -268,6 +279,15 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	f, cmdArgs, err := parseRunFlags(args, stderr, specOnly)
 	if err != nil {
 		return err
+	}
+	var st *runStatus
+	if f.statusFD >= 0 {
+		// Taken before anything is started, so that no child (the init,
+		// the proxy, the command) inherits it.
+		if st, err = openRunStatus(f.statusFD); err != nil {
+			return cli.Usagef("--status-fd: %v", err)
+		}
+		defer func() { st.write(err) }()
 	}
 	if f.detach && !specOnly && own == nil {
 		return detach(args, f.json, stdout)
@@ -442,6 +462,7 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if err != nil {
 		return sandboxFailed(err)
 	}
+	st.fromCommand()
 	if res.ExitCode != 0 {
 		return cli.Quiet(res.ExitCode)
 	}

@@ -16,8 +16,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
+
+	"github.com/palisade-sandbox/palisade/pkg/termsafe"
 )
 
 // Event is the part of an OCSF event that logs reads.
@@ -116,9 +116,10 @@ func IsDenial(e Event) bool {
 // executables and files a line shows, and logs prints it to a root
 // operator's terminal: control characters (C0, DEL, C1), line and
 // paragraph separators, bidirectional overrides and U+FFFD (an invalid
-// byte) are written as Go escapes (\x1b, \n, \u202e), so a name can
-// neither drive the terminal nor forge a second line.
-func Line(e Event) string { return printable(line(e)) }
+// byte) are written as Go escapes (\x1b, \n, \u202e) by package
+// termsafe, so a name can neither drive the terminal nor forge a second
+// line.
+func Line(e Event) string { return termsafe.String(line(e)) }
 
 func line(e Event) string {
 	p := e.Actor.Process
@@ -142,31 +143,6 @@ func line(e Event) string {
 	}
 	t := time.UnixMilli(e.Time).UTC().Format("2006-01-02T15:04:05.000Z")
 	return fmt.Sprintf("%s %s %s", t, e.TypeName, e.Message)
-}
-
-// printable returns s with every rune a terminal would act on, or that
-// would hide or reorder the text, escaped as Go does in a quoted string.
-func printable(s string) string {
-	if strings.IndexFunc(s, unsafeRune) < 0 {
-		return s
-	}
-	var b strings.Builder
-	for _, r := range s {
-		switch {
-		case r == utf8.RuneError:
-			b.WriteString(`\ufffd`)
-		case unsafeRune(r):
-			q := strconv.QuoteRune(r)
-			b.WriteString(q[1 : len(q)-1])
-		default:
-			b.WriteRune(r)
-		}
-	}
-	return b.String()
-}
-
-func unsafeRune(r rune) bool {
-	return r == utf8.RuneError || unicode.IsControl(r) || unicode.In(r, unicode.Bidi_Control, unicode.Zl, unicode.Zp)
 }
 
 func hostPort(host, ip string, port int) string {

@@ -3,12 +3,16 @@
 package finalizer
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
+
+	"github.com/palisade-sandbox/palisade/pkg/termsafe"
 )
 
 // Regression tests for issue 24, built like issue 17's (attack_linux_test.go):
@@ -77,5 +81,92 @@ printf '#!/bin/sh\nexit 0\n' > repo/scripts/contract.sh
 	a.checkOutside(t, false)
 	if got := a.f.git(a.f.dir, "--git-dir", evil, "rev-parse", "main"); got != evilMain {
 		t.Errorf("evil.git's main moved to %s", got)
+	}
+}
+
+// rawUnsafe lists the runes in s a terminal would act on or that hide or
+// reorder text (termsafe.Unsafe), newlines and tabs excepted.
+func rawUnsafe(s string) []rune {
+	var bad []rune
+	for i, r := range s {
+		if r == utf8.RuneError {
+			if _, size := utf8.DecodeRuneInString(s[i:]); size == 1 {
+				bad = append(bad, r)
+				continue
+			}
+		}
+		if r != '\n' && r != '\t' && termsafe.Unsafe(r) {
+			bad = append(bad, r)
+		}
+	}
+	return bad
+}
+
+// TestAttackGateOutputDrivesTerminal (item 3): the agent writes the
+// contract script the gate runs. (a) It prints OSC 52 (a clipboard
+// write), a title, clear-screen and home, a forged "pushed … to
+// origin/main" line, a C1 CSI, a bidi override, a line separator and a
+// carriage return, then passes: before the fix all of it reached root's
+// terminal byte for byte. (b) It prints "sandbox-supervisor: sandbox not
+// created: <OSC 52> FORGED" and exits 125: before the fix that line,
+// escape bytes included, became the tool's error and the record's error.
+// Now gate output is escaped and every line carries the gate's name, the
+// supervisor's own outcome travels on its --status-fd, and no escape
+// byte reaches the terminal or the record.
+func TestAttackGateOutputDrivesTerminal(t *testing.T) {
+	const forged = "pushed 0123456789012345678901234567890123456789 to origin/main"
+	for _, c := range []struct {
+		name, script string
+		pushed       bool
+	}{
+		{"passes", `cat > repo/scripts/contract.sh <<'X'
+#!/bin/sh
+printf '\033]52;c;cHduZWQ=\007\033]0;owned\007\033[2J\033[H'
+printf '` + forged + `\n'
+printf '\302\2331m bidi:\342\200\256 sep:\342\200\250 cr:\rX\n' >&2
+test -f canon.txt && grep -q agent feature.txt
+X
+`, true},
+		{"forges the supervisor", `cat > repo/scripts/contract.sh <<'X'
+#!/bin/sh
+printf 'sandbox-supervisor: sandbox not created: \033]52;c;cHduZWQ=\007 FORGED\n' >&2
+exit 125
+X
+`, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			a := newAttack(t)
+			a.plant(t, c.script)
+			r := a.run(t, 3*time.Minute, a.recoverArgs()...)
+			if bad := rawUnsafe(r.stdout + r.stderr); len(bad) > 0 {
+				t.Errorf("raw control, separator or bidi runes reached the terminal: %q", bad)
+			}
+			for _, line := range strings.Split(r.stdout+r.stderr, "\n") {
+				if strings.HasPrefix(line, forged) || strings.Contains(line, "FORGED") && !strings.HasPrefix(line, "[contract] ") {
+					t.Errorf("a gate's line stands on its own: %q", line)
+				}
+			}
+			data, err := os.ReadFile(filepath.Join(a.f.ws, RecordFile))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if bad := rawUnsafe(string(data)); len(bad) > 0 {
+				t.Errorf("raw control, separator or bidi runes in the record: %q", bad)
+			}
+			var rec Record
+			if err := json.Unmarshal(data, &rec); err != nil {
+				t.Fatal(err)
+			}
+			if c.pushed {
+				if r.code != 0 || rec.Status != RecordPushed || !strings.Contains(r.stdout, "pushed "+rec.PushedCommit+" to origin/main") {
+					t.Errorf("exit %d, record %+v: the recovery should push", r.code, rec)
+				}
+			} else {
+				if r.code != 1 || rec.FailedStep != StepGate || strings.Contains(rec.Error, "FORGED") || strings.Contains(rec.Error, "sandbox not created") {
+					t.Errorf("exit %d, step %q, error %q: want a gate failure (exit 125 of the gate) without the gate's words", r.code, rec.FailedStep, rec.Error)
+				}
+			}
+			a.checkOutside(t, c.pushed)
+		})
 	}
 }

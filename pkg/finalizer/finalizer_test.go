@@ -583,7 +583,7 @@ func TestGateTimeoutKillsProcessGroup(t *testing.T) {
 	pidFile := filepath.Join(dir, "pid")
 	start := time.Now()
 	gc := gateCommand{argv: []string{"sh", "-c", "sleep 60 & echo $! > " + pidFile + "; wait"}, dir: dir, env: []string{"PATH=" + os.Getenv("PATH")}}
-	run, _ := runGate(context.Background(), gc, 500*time.Millisecond, nil_writer{})
+	run, _ := runGate(context.Background(), gc, 500*time.Millisecond, nil_writer{}, "verification[0]")
 	if !run.TimedOut || run.ExitCode != -1 {
 		t.Fatalf("run %+v, want a timeout", run)
 	}

@@ -191,7 +191,7 @@ func (gs *GateSetup) command(dir string, argv, hostEnv []string) gateCommand {
 	if !gs.Sandboxed {
 		return gateCommand{argv: argv, dir: dir, env: hostEnv}
 	}
-	a := []string{gs.Sandbox, "run", "--kind", "verify", "--workdir", dir, "--log-level", "warn"}
+	a := []string{gs.Sandbox, "run", "--kind", "verify", "--workdir", dir, "--log-level", "warn", "--status-fd", "3"}
 	if gs.policyFlag != "" {
 		a = append(a, "--policy", gs.policyFlag)
 	}
@@ -199,7 +199,8 @@ func (gs *GateSetup) command(dir string, argv, hostEnv []string) gateCommand {
 	a = append(a, argv...)
 	// The supervisor runs in this process's directory so that relative
 	// paths in its own knobs mean what the operator meant; the gate runs
-	// in --workdir.
+	// in --workdir. Its outcome comes back on descriptor 3 (a pipe only
+	// it holds: runGate), never from the gate's output.
 	return gateCommand{argv: a, env: gs.env, sandboxed: true}
 }
 

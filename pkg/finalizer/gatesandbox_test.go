@@ -443,16 +443,3 @@ func TestGateTreeVerify(t *testing.T) {
 		f.git(gt.dir, "checkout", "-q", "--detach", "-f", head)
 	}
 }
-
-// TestSupervisorLine: only the supervisor's own error line reaches the
-// error and the record; the gate's output never does.
-func TestSupervisorLine(t *testing.T) {
-	t.Parallel()
-	tail := []byte("gate says TOKEN=hunter2\nsandbox-supervisor: sandbox not created: policy: bad\nmore gate output\n")
-	if got := supervisorLine(tail, "sandbox-supervisor"); got != ": sandbox-supervisor: sandbox not created: policy: bad" {
-		t.Errorf("supervisorLine = %q", got)
-	}
-	if got := supervisorLine([]byte("TOKEN=hunter2\n"), "sandbox-supervisor"); got != "" {
-		t.Errorf("gate output leaked into the error: %q", got)
-	}
-}

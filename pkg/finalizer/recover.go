@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/palisade-sandbox/palisade/pkg/fsutil"
+	"github.com/palisade-sandbox/palisade/pkg/termsafe"
 )
 
 // Record statuses.
@@ -382,12 +383,16 @@ func markProgressRecovered(wsd *safeDir, plan *Plan, rec *Record, now time.Time)
 	return writeJSONAtomic(wsd.join(ProgressFile), doc)
 }
 
+// writeJSONAtomic writes v as indented JSON. The record quotes names and
+// argv the agent chose: no control, line-separator or bidi rune is stored
+// raw (termsafe.JSON escapes them; the values are unchanged), so a record
+// shown with cat cannot drive a terminal.
 func writeJSONAtomic(path string, v any) error {
 	data, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return err
 	}
-	return fsutil.WriteFileAtomic(path, append(data, '\n'), 0o644)
+	return fsutil.WriteFileAtomic(path, append(termsafe.JSON(data), '\n'), 0o644)
 }
 
 // runGates prepares the gate clone, runs every gate in it and checks after
@@ -409,15 +414,18 @@ func runGates(ctx context.Context, g *gitRunner, repo string, plan *Plan, opts O
 		if i > 0 {
 			name = fmt.Sprintf("verification[%d]", i-1)
 		}
-		run, tail := runGate(ctx, gs.command(gt.dir, argv, base), gateTimeout(opts), gateOutput)
+		run, status := runGate(ctx, gs.command(gt.dir, argv, base), gateTimeout(opts), gateOutput, name)
 		run.Gate, run.Argv = name, argv
 		rec.Gates = append(rec.Gates, run)
 		switch {
 		case run.TimedOut:
 			return StepGate, fmt.Errorf("%s gate %q timed out after %s", name, argv, gateTimeout(opts))
-		case gs.Sandboxed && run.ExitCode == sandboxExitFailed:
-			return StepGateSandbox, fmt.Errorf("%s gate %q: %s exited %d, so the sandbox could not be created (or the gate itself exited %d); %s (no fallback without --unsandboxed-gates)%s",
-				name, argv, filepath.Base(gs.Sandbox), sandboxExitFailed, sandboxExitFailed, errNoGateSandbox, supervisorLine(tail, filepath.Base(gs.Sandbox)))
+		case gs.Sandboxed && status == nil:
+			return StepGateSandbox, fmt.Errorf("%s gate %q: %s exited %d without reporting its outcome on --status-fd (is it a sandbox-supervisor of this release?); %s (no fallback without --unsandboxed-gates)",
+				name, argv, filepath.Base(gs.Sandbox), run.ExitCode, errNoGateSandbox)
+		case gs.Sandboxed && !status.FromCommand:
+			return StepGateSandbox, fmt.Errorf("%s gate %q: %s exited %d: the sandbox was not created%s; %s (no fallback without --unsandboxed-gates)",
+				name, argv, filepath.Base(gs.Sandbox), run.ExitCode, status.reason(), errNoGateSandbox)
 		case run.ExitCode != 0:
 			return StepGate, fmt.Errorf("%s gate %q failed with exit code %d", name, argv, run.ExitCode)
 		}
@@ -436,30 +444,46 @@ func runGates(ctx context.Context, g *gitRunner, repo string, plan *Plan, opts O
 	return "", nil
 }
 
-// supervisorLine returns the supervisor's own last error line from a gate's
-// output tail ("NAME: sandbox not created: ..."), formatted for an error.
-// Other output is the gate's and stays out of errors and records.
-func supervisorLine(tail []byte, name string) string {
-	lines := strings.Split(string(tail), "\n")
-	for i := len(lines) - 1; i >= 0; i-- {
-		if l := strings.TrimSpace(lines[i]); strings.HasPrefix(l, name+": ") {
-			return ": " + strings.ToValidUTF8(l, "?")
-		}
+// gateStatus is what sandbox-supervisor run --status-fd reported: its
+// own outcome, on a descriptor the gate never holds. The gate's output
+// (which can print anything, the supervisor's error line included)
+// never enters an error or a record.
+type gateStatus struct {
+	ExitCode    int    `json:"exit_code"`
+	FromCommand bool   `json:"from_command"`
+	Error       string `json:"error"`
+}
+
+// reason is the supervisor's message for an error, escaped (it can quote
+// an argv the agent chose) and bounded.
+func (s *gateStatus) reason() string {
+	if s.Error == "" {
+		return ""
 	}
-	return ""
+	msg := s.Error
+	if len(msg) > 1024 {
+		msg = msg[:1024] + "..."
+	}
+	return ": " + termsafe.String(strings.ToValidUTF8(msg, "\ufffd"))
 }
 
 // runGate runs one gate command with a timeout; on timeout a host gate's
 // whole process group is killed, a sandboxed gate's supervisor is
-// terminated. It returns the run and the last bytes of output.
-func runGate(ctx context.Context, gc gateCommand, timeout time.Duration, out io.Writer) (GateRun, []byte) {
+// terminated. The gate's output reaches out only through an escaping
+// writer, every line prefixed with the gate's name: the agent wrote the
+// gate and could otherwise drive the operator's terminal (OSC 52, a
+// title, a cleared screen) or forge a line of the tool's own. A
+// sandboxed gate's supervisor reports its outcome on descriptor 3; the
+// status is nil when it reported none (a host gate, a killed
+// supervisor).
+func runGate(ctx context.Context, gc gateCommand, timeout time.Duration, out io.Writer, name string) (GateRun, *gateStatus) {
 	run := GateRun{Argv: gc.argv}
 	gctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	h := sha256.New()
-	tail := &tailBuffer{max: 1024}
+	esc := termsafe.NewWriter(out, "["+name+"] ")
 	var mu lockedWriter
-	mu.w = io.MultiWriter(out, h, tail)
+	mu.w = io.MultiWriter(h, esc)
 	cmd := exec.CommandContext(gctx, gc.argv[0], gc.argv[1:]...)
 	cmd.Dir = gc.dir
 	cmd.Env = gc.env
@@ -467,8 +491,27 @@ func runGate(ctx context.Context, gc gateCommand, timeout time.Duration, out io.
 	cmd.Stdout, cmd.Stderr = &mu, &mu
 	cmd.WaitDelay = 10 * time.Second
 	setProcessGroup(cmd, gc.sandboxed)
+	var statusR *os.File
+	if gc.sandboxed {
+		r, w, err := os.Pipe()
+		if err != nil {
+			run.ExitCode = -1
+			return run, nil
+		}
+		defer w.Close()
+		statusR = r
+		defer r.Close()
+		cmd.ExtraFiles = []*os.File{w}
+	}
 	start := time.Now()
-	err := cmd.Run()
+	err := cmd.Start()
+	if err == nil {
+		if len(cmd.ExtraFiles) > 0 {
+			cmd.ExtraFiles[0].Close() // the supervisor holds the only write end
+		}
+		err = cmd.Wait()
+	}
+	esc.Close()
 	run.DurationMS = time.Since(start).Milliseconds()
 	run.OutputSHA256 = hex.EncodeToString(h.Sum(nil))
 	switch {
@@ -483,19 +526,20 @@ func runGate(ctx context.Context, gc gateCommand, timeout time.Duration, out io.
 			run.ExitCode = -1 // could not start, or killed by a signal
 		}
 	}
-	return run, tail.b
+	return run, readGateStatus(statusR)
 }
 
-// tailBuffer keeps the last max bytes written to it.
-type tailBuffer struct {
-	b   []byte
-	max int
-}
-
-func (t *tailBuffer) Write(p []byte) (int, error) {
-	t.b = append(t.b, p...)
-	if len(t.b) > t.max {
-		t.b = append([]byte(nil), t.b[len(t.b)-t.max:]...)
+// readGateStatus reads the supervisor's status line (its write end is
+// closed by now: the supervisor exited, and nothing else held it).
+func readGateStatus(r *os.File) *gateStatus {
+	if r == nil {
+		return nil
 	}
-	return len(p), nil
+	r.SetReadDeadline(time.Now().Add(5 * time.Second))
+	data, _ := io.ReadAll(io.LimitReader(r, 64<<10))
+	var s gateStatus
+	if len(bytes.TrimSpace(data)) == 0 || json.Unmarshal(data, &s) != nil {
+		return nil
+	}
+	return &s
 }

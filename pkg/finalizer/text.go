@@ -3,8 +3,9 @@ package finalizer
 import (
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
+
+	"github.com/palisade-sandbox/palisade/pkg/termsafe"
 )
 
 // WriteText renders the plan for a human operator.
@@ -88,12 +89,7 @@ func (p *Plan) WriteText(w io.Writer) error {
 	return err
 }
 
-// oneLine keeps a message on its line: any control character left in it
-// (a name should have been quoted already) is escaped.
-func oneLine(s string) string {
-	if !hasControl(s) {
-		return s
-	}
-	q := strconv.Quote(s)
-	return q[1 : len(q)-1]
-}
+// oneLine keeps a message on its line: any control, line-separator or
+// bidi character left in it (a name should have been quoted already) is
+// escaped.
+func oneLine(s string) string { return termsafe.String(s) }
