@@ -57,6 +57,12 @@ can hold terminal escapes and lines that look like the supervisor's.
 Callers that must tell the supervisor's own failure from the command's
 output read --status-fd.
 
+The environment is rebuilt: PATH is the caller's PATH entries that lie
+under the policy's read_only paths, in order, then the standard ones
+(sudo resets PATH: sudo env "PATH=$PATH" ... keeps yours); HOME is
+` + sandbox.DefaultHome + `, a directory of the sandbox's own kept and
+removed with its state (shared by every exec), or --home DIR.
+
 Flags:
 `
 
@@ -77,6 +83,7 @@ MAC_HUB_VERIFY_PROFILE (default | bounded-tmpfs).
 Examples:
   sudo sandbox-supervisor run -- sh -c 'id; cat /etc/shadow; echo done'
   sudo sandbox-supervisor run --tty -- bash
+  sudo sandbox-supervisor run --home /var/lib/agent-homes/claude --workdir /srv/task --tty -- claude
   sudo sandbox-supervisor run --workdir /srv/task --env CI=1 --memory 4g --cpus 2 -- make test
   sudo sandbox-supervisor run --profile bounded-tmpfs --kind verify -- ./scripts/run-tests.sh
   sudo sandbox-supervisor run --policy p.yaml --upstream-ca-bundle /etc/palisade/corp-ca.pem -- pip download x
@@ -87,14 +94,14 @@ Examples:
 `
 
 type runFlags struct {
-	policy, name, kind, agentID, workdir, passthrough, events string
-	profile, memory, stateDir, logFormat, logLevel            string
-	proxyBin, hostsFile, taskMetadata, trustedRegistries      string
-	upstreamCA, attribution                                   string
-	cpus                                                      float64
-	pids                                                      int64
-	tty, noTTY, keep, allowDegraded, detach, json             bool
-	env                                                       multiFlag
+	policy, name, kind, agentID, workdir, home, passthrough, events string
+	profile, memory, stateDir, logFormat, logLevel                  string
+	proxyBin, hostsFile, taskMetadata, trustedRegistries            string
+	upstreamCA, attribution                                         string
+	cpus                                                            float64
+	pids                                                            int64
+	tty, noTTY, keep, allowDegraded, detach, json                   bool
+	env                                                             multiFlag
 	// dnsTTL and proxyProcs are the proxy's --dns-ttl and --procs,
 	// passed only when given (the *Set fields): unset, the proxy's own
 	// defaults apply.
@@ -128,6 +135,7 @@ func parseRunFlags(args []string, stderr io.Writer, specOnly bool) (*runFlags, [
 	fs.StringVar(&f.kind, "kind", "adhoc", "lifecycle kind: task, verify, probe or adhoc")
 	fs.StringVar(&f.agentID, "agent-id", "", "agent id recorded in labels and events")
 	fs.StringVar(&f.workdir, "workdir", "", "working directory, bound read-write when the policy includes it (default: current directory)")
+	fs.StringVar(&f.home, "home", "", "host directory bound as the command's HOME, created for the sandbox user when missing (default: a directory of the sandbox's own at "+sandbox.DefaultHome+", kept and removed with the sandbox)")
 	fs.Var(&f.env, "env", "set K=V in the sandbox (repeatable)")
 	fs.StringVar(&f.passthrough, "env-passthrough", envOr("MAC_OPENSHELL_ENV_PASSTHROUGH", strings.Join(sandbox.DefaultPassthrough, ",")), "comma list of variables copied from this environment")
 	fs.StringVar(&f.events, "events", os.Getenv("MAC_OPENSHELL_EVENTS_FILE"), "OCSF JSONL destination: a file (appended), - for stdout, or /dev/fd/N for a descriptor the caller opened (e.g. 3>&1)")
@@ -197,6 +205,9 @@ func parseRunFlags(args []string, stderr io.Writer, specOnly bool) (*runFlags, [
 	}
 	if _, err := state.ParseKind(f.kind); err != nil {
 		return nil, nil, cli.Usagef("--kind: %v", err)
+	}
+	if f.home != "" && !filepath.IsAbs(f.home) {
+		return nil, nil, cli.Usagef("--home %q: must be an absolute path", f.home)
 	}
 	if f.name != "" {
 		if err := state.ValidateName(f.name); err != nil {
@@ -385,7 +396,7 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	}
 	env, err := sandbox.BuildEnv(sandbox.EnvInput{
 		Host: os.Environ(), Set: f.env, Passthrough: strings.Split(f.passthrough, ","),
-		Workdir: workdir, Name: f.name, TTY: f.tty, Profile: f.profile,
+		Workdir: workdir, Home: f.home, ReadOnly: pinfo.ReadOnly, Name: f.name, TTY: f.tty, Profile: f.profile,
 	})
 	if err != nil {
 		return cli.Usagef("%v", err)
@@ -399,8 +410,13 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		if name == "" {
 			name = "sbx-000000000000"
 		}
+		homeSrc := filepath.Join(f.stateDir, name, sandbox.HomeDirName)
+		if f.home != "" {
+			homeSrc = filepath.Clean(f.home)
+		}
 		s, err := sandbox.BuildSpec(sandbox.SpecInput{
 			Name: name, Kind: f.kind, Args: cmdArgs, Env: env, Workdir: workdir, UID: uid, GID: gid,
+			Home: sandbox.SandboxHome(f.home), HomeSource: homeSrc,
 			TTY: f.tty, Hostname: name, PolicySHA: pinfo.SHA256, Compat: compat(pinfo), Profile: f.profile,
 			PidsLimit: f.pids, MemoryBytes: mem, CPUs: f.cpus, HidePaths: []string{f.stateDir},
 		})
@@ -439,7 +455,7 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	logger.Debug("startup", "phase", "cli", "since_main_us", time.Since(mainStart).Microseconds())
 	opts := sandbox.Options{
 		Name: f.name, Kind: state.Kind(f.kind), AgentID: f.agentID, Args: cmdArgs, Env: env,
-		Workdir: workdir, TTY: f.tty, Keep: f.keep, StateRoot: f.stateDir, Policy: pinfo,
+		Workdir: workdir, Home: f.home, TTY: f.tty, Keep: f.keep, StateRoot: f.stateDir, Policy: pinfo,
 		Profile: f.profile, PidsLimit: f.pids, Memory: mem, CPUs: f.cpus,
 		AllowDegraded: f.allowDegraded, Required: cli.Truthy(os.Getenv("MAC_OPENSHELL_REQUIRED")),
 		Probe: probe, Events: events, Logger: logger, Network: network, Prestarted: pre, Signals: sigs,
@@ -584,7 +600,7 @@ func expandTaskEgress(base *policy.Resolved, workdir string, f *runFlags, stderr
 
 // privateRW are read-write paths that are fresh filesystems inside the
 // sandbox: the host's files there are out of its reach.
-var privateRW = []string{"/tmp", "/dev/shm", "/dev/null", "/dev/zero", "/dev/full", "/dev/tty", "/dev/pts"}
+var privateRW = sandbox.PrivateReadWrite
 
 // outOfReach refuses a policy file, hosts file or events file that the
 // sandbox could change: through the policy file or hosts file (both

@@ -2,13 +2,54 @@ package sandbox
 
 import (
 	"fmt"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
 )
 
-// DefaultPath is the PATH every sandboxed command starts with.
+// DefaultPath is the standard PATH: the end of every sandboxed command's
+// PATH (see SandboxPath).
 const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// DefaultHome is HOME inside a sandbox without --home: a directory of the
+// sandbox's own, kept in its state directory (HomeDir) and bound here.
+// The sandbox's /run is a fresh filesystem, so the path is the same in
+// every sandbox and names nothing of the host.
+const DefaultHome = "/run/palisade/home"
+
+// SandboxPath is the PATH a sandboxed command starts with: the caller's
+// PATH entries that lie at or under one of the policy's read_only paths,
+// in the caller's order (so /usr/local/go/bin survives when /usr is
+// read-only), then the entries of DefaultPath not already there. A
+// relative entry, or one the sandbox could write or cannot read, is
+// dropped.
+func SandboxPath(callerPath string, readOnly []string) string {
+	var out []string
+	seen := map[string]bool{}
+	add := func(dir string) {
+		if !seen[dir] {
+			seen[dir] = true
+			out = append(out, dir)
+		}
+	}
+	for _, dir := range strings.Split(callerPath, ":") {
+		if !filepath.IsAbs(dir) {
+			continue
+		}
+		dir = filepath.Clean(dir)
+		for _, ro := range readOnly {
+			if filepath.IsAbs(ro) && under(dir, ro) {
+				add(dir)
+				break
+			}
+		}
+	}
+	for _, dir := range strings.Split(DefaultPath, ":") {
+		add(dir)
+	}
+	return strings.Join(out, ":")
+}
 
 // DefaultPassthrough is the MAC_OPENSHELL_ENV_PASSTHROUGH default (seed
 // 000: "hub+gateway vars").
@@ -33,10 +74,15 @@ type EnvInput struct {
 	Set         []string // --env K=V, in order; later wins
 	Passthrough []string // names copied from Host when set there
 	Workdir     string
-	Name        string
-	TTY         bool
-	Profile     string
-	Reserved    []string // K=V pairs the supervisor sets (proxy variables)
+	// Home is HOME in the sandbox: --home, or "" for DefaultHome.
+	Home string
+	// ReadOnly are the policy's read_only paths: the caller's PATH
+	// entries under them are kept (SandboxPath).
+	ReadOnly []string
+	Name     string
+	TTY      bool
+	Profile  string
+	Reserved []string // K=V pairs the supervisor sets (proxy variables)
 }
 
 // BuildEnv clears the environment and rebuilds it: a safe base, then the
@@ -50,8 +96,8 @@ func BuildEnv(in EnvInput) ([]string, error) {
 		}
 	}
 	env := map[string]string{
-		"PATH":             DefaultPath,
-		"HOME":             in.Workdir,
+		"PATH":             SandboxPath(host["PATH"], in.ReadOnly),
+		"HOME":             SandboxHome(in.Home),
 		"USER":             "sandbox",
 		"LOGNAME":          "sandbox",
 		"SHELL":            "/bin/sh",

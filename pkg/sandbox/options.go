@@ -34,8 +34,13 @@ type Options struct {
 	EventsFile string
 	// Env is the command's complete environment (see BuildEnv). Variables
 	// returned by the NetworkAttacher are added on top.
-	Env       []string
-	Workdir   string
+	Env     []string
+	Workdir string
+	// Home is the host directory bound as the command's HOME (--home; it
+	// must then be HOME in Env too): created for the sandbox identity when
+	// missing. "" gives the sandbox a HOME of its own in its state
+	// directory, bound at DefaultHome (see HomeDirName).
+	Home      string
 	TTY       bool
 	Keep      bool
 	StateRoot string

@@ -67,40 +67,10 @@ func OutOfReach(label, path string, uid, gid uint32, workdir string, readWrite, 
 // filesystems inside the sandbox (/tmp, /dev/shm): nothing an agent
 // writes there survives the run.
 func CheckPolicyPaths(p PolicyInfo, workdir string, private []string) error {
-	type root struct{ path, label string }
-	roots := []root{{workdir, "the working directory " + workdir}}
-	for i, rw := range p.ReadWrite {
-		if !isPrivatePath(rw, private) {
-			roots = append(roots, root{rw, fmt.Sprintf("filesystem_policy.read_write[%d] %s", i, rw)})
-		}
-	}
-	// Each root as named and as resolved now.
-	var forms []root
-	for _, r := range roots {
-		if r.path == "" || !filepath.IsAbs(r.path) {
-			continue
-		}
-		forms = append(forms, root{filepath.Clean(r.path), r.label})
-		if real, err := filepath.EvalSymlinks(r.path); err == nil && real != filepath.Clean(r.path) {
-			forms = append(forms, root{real, r.label})
-		}
-	}
-	inside := func(cand string) (string, bool) {
-		for _, r := range forms {
-			if under(cand, r.path) && filepath.Clean(cand) != r.path {
-				return r.label, true
-			}
-		}
-		return "", false
-	}
+	w := newWritableRoots(workdir, p.ReadWrite, private)
 	check := func(field, entry string) error {
-		if !filepath.IsAbs(entry) {
-			return nil // validation already refuses relative paths
-		}
-		for _, cand := range resolvedPrefixes(entry) {
-			if label, ok := inside(cand); ok {
-				return fmt.Errorf("%s %s lies inside %s, which the sandbox can write: the agent could replace it with a symlink between runs and widen its own access; name a path outside every read-write path", field, entry, label)
-			}
+		if label, ok := w.inside(entry); ok {
+			return fmt.Errorf("%s %s lies inside %s, which the sandbox can write: the agent could replace it with a symlink between runs and widen its own access; name a path outside every read-write path", field, entry, label)
 		}
 		return nil
 	}
@@ -115,6 +85,49 @@ func CheckPolicyPaths(p PolicyInfo, workdir string, private []string) error {
 		}
 	}
 	return nil
+}
+
+// writableRoots are the directories the sandbox can write that it gets
+// from the host (the working directory and the read_write paths that are
+// not private), each as named and as resolved now.
+type writableRoots []struct{ path, label string }
+
+func newWritableRoots(workdir string, readWrite, private []string) writableRoots {
+	type root struct{ path, label string }
+	roots := []root{{workdir, "the working directory " + workdir}}
+	for i, rw := range readWrite {
+		if !isPrivatePath(rw, private) {
+			roots = append(roots, root{rw, fmt.Sprintf("filesystem_policy.read_write[%d] %s", i, rw)})
+		}
+	}
+	var w writableRoots
+	for _, r := range roots {
+		if r.path == "" || !filepath.IsAbs(r.path) {
+			continue
+		}
+		w = append(w, root{filepath.Clean(r.path), r.label})
+		if real, err := filepath.EvalSymlinks(r.path); err == nil && real != filepath.Clean(r.path) {
+			w = append(w, root{real, r.label})
+		}
+	}
+	return w
+}
+
+// inside reports whether the absolute path entry lies strictly inside one
+// of the roots, prefix by prefix as named and as resolved now, and names
+// the root. A relative entry is not checked (validation refuses those).
+func (w writableRoots) inside(entry string) (string, bool) {
+	if !filepath.IsAbs(entry) {
+		return "", false
+	}
+	for _, cand := range resolvedPrefixes(entry) {
+		for _, r := range w {
+			if under(cand, r.path) && filepath.Clean(cand) != r.path {
+				return r.label, true
+			}
+		}
+	}
+	return "", false
 }
 
 func isPrivatePath(p string, private []string) bool {

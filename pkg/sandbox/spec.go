@@ -46,20 +46,24 @@ type SpecInput struct {
 	Args []string
 	// KeepAlive: no main command (Args empty); the sandbox stays up for
 	// execs until it is deleted.
-	KeepAlive   bool
-	Env         []string // final environment, already scrubbed and rebuilt
-	Workdir     string   // absolute; bound read-write at the same path
-	UID, GID    uint32
-	TTY         bool
-	Hostname    string
-	PolicySHA   string
-	Compat      string // best_effort | hard_requirement
-	Profile     string
-	PidsLimit   int64
-	MemoryBytes int64   // 0: no limit
-	CPUs        float64 // 0: no limit
-	HidePaths   []string
-	TmpSize     string
+	KeepAlive bool
+	Env       []string // final environment, already scrubbed and rebuilt
+	Workdir   string   // absolute; bound read-write at the same path
+	// Home is HOME in the sandbox and HomeSource the host directory bound
+	// there (read-write); both empty: no HOME mount (Home equal to Workdir
+	// needs none either).
+	Home, HomeSource string
+	UID, GID         uint32
+	TTY              bool
+	Hostname         string
+	PolicySHA        string
+	Compat           string // best_effort | hard_requirement
+	Profile          string
+	PidsLimit        int64
+	MemoryBytes      int64   // 0: no limit
+	CPUs             float64 // 0: no limit
+	HidePaths        []string
+	TmpSize          string
 }
 
 // BuildSpec builds the OCI runtime spec of one sandbox. It is pure: the
@@ -82,6 +86,12 @@ func BuildSpec(in SpecInput) (*specs.Spec, error) {
 		if under(in.Workdir, p) {
 			return nil, fmt.Errorf("sandbox: workdir %s lies inside hidden supervisor state %s", in.Workdir, p)
 		}
+		if in.Home != "" && in.Home == in.HomeSource && under(in.Home, p) {
+			return nil, fmt.Errorf("sandbox: --home %s lies inside hidden supervisor state %s", in.Home, p)
+		}
+	}
+	if (in.Home == "") != (in.HomeSource == "") || in.Home != "" && (!filepath.IsAbs(in.Home) || !filepath.IsAbs(in.HomeSource)) {
+		return nil, fmt.Errorf("sandbox: home %q from %q: want two absolute paths or none", in.Home, in.HomeSource)
 	}
 	tmpSize := in.TmpSize
 	if tmpSize == "" {
@@ -175,8 +185,13 @@ func BuildSpec(in SpecInput) (*specs.Spec, error) {
 		s.Mounts = append(s.Mounts, specs.Mount{Destination: p, Type: "tmpfs", Source: "tmpfs",
 			Options: []string{"nosuid", "nodev", "noexec", "ro", "mode=000", "size=4k"}})
 	}
-	// The workdir comes last so that it shows through /tmp or any other
-	// fresh filesystem it lies under.
+	// HOME and the workdir come last so that they show through /tmp,
+	// /run or any other fresh filesystem they lie under; the workdir after
+	// HOME, so that a workdir inside HOME shows through it.
+	if in.Home != "" && filepath.Clean(in.Home) != filepath.Clean(in.Workdir) {
+		s.Mounts = append(s.Mounts, specs.Mount{Destination: filepath.Clean(in.Home), Type: "bind", Source: in.HomeSource,
+			Options: []string{"rbind", "nosuid", "nodev"}})
+	}
 	s.Mounts = append(s.Mounts, specs.Mount{Destination: in.Workdir, Type: "bind", Source: in.Workdir,
 		Options: []string{"rbind", "nosuid", "nodev"}})
 	return s, nil

@@ -114,12 +114,12 @@ func TestBuildEnv(t *testing.T) {
 		t.Fatal(err)
 	}
 	joined := strings.Join(env, "\n")
-	for _, want := range []string{"CI=1", "PATH=/opt/bin:/usr/bin", "MAC_HUB_URL=http://hub", "HOME=/w", "TERM=xterm-256color", "HTTP_PROXY=http://10.0.0.1:3128", "PALISADE_SANDBOX=sbx"} {
+	for _, want := range []string{"CI=1", "PATH=/opt/bin:/usr/bin", "MAC_HUB_URL=http://hub", "HOME=" + DefaultHome, "TERM=xterm-256color", "HTTP_PROXY=http://10.0.0.1:3128", "PALISADE_SANDBOX=sbx"} {
 		if !strings.Contains(joined+"\n", want+"\n") {
 			t.Errorf("env lacks %s", want)
 		}
 	}
-	for _, bad := range []string{"SECRET", "NOT_SET", "HOME=/root"} {
+	for _, bad := range []string{"SECRET", "NOT_SET", "HOME=/root", "HOME=/w"} {
 		if strings.Contains(joined, bad) {
 			t.Errorf("env carries %s", bad)
 		}

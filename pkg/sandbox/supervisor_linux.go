@@ -236,7 +236,11 @@ func Create(ctx context.Context, o Options) (*Sandbox, error) {
 		s.denials().stop(o.Logger, name)
 		return nil
 	})
-	icfg, spec, err := initConfig(o, plan, name, workdir, uid, gid, pids, mem, cpus, store.Root())
+	homeSrc, err := s.prepareHome(workdir)
+	if err != nil {
+		return s, s.failf("home", err)
+	}
+	icfg, spec, err := initConfig(o, plan, name, workdir, homeSrc, uid, gid, pids, mem, cpus, store.Root())
 	if err != nil {
 		return s, s.failf("spec", err)
 	}
@@ -656,9 +660,11 @@ func newLabels(o Options) state.Labels {
 
 // initConfig builds the sandbox's OCI spec and everything else the init
 // needs, including the compiled seccomp filter.
-func initConfig(o Options, plan Plan, name, workdir string, uid, gid uint32, pids, mem int64, cpus float64, stateRoot string) (*InitConfig, *specs.Spec, error) {
+func initConfig(o Options, plan Plan, name, workdir, homeSrc string, uid, gid uint32, pids, mem int64, cpus float64, stateRoot string) (*InitConfig, *specs.Spec, error) {
+	home := SandboxHome(o.Home)
 	spec, err := BuildSpec(SpecInput{
 		Name: name, Kind: string(o.Kind), Args: o.Args, KeepAlive: o.KeepAlive, Env: o.Env, Workdir: workdir,
+		Home: home, HomeSource: homeSrc,
 		UID: uid, GID: gid, TTY: o.TTY, Hostname: name, PolicySHA: o.Policy.SHA256,
 		Compat: compatName(o.Policy.HardRequirement), Profile: o.Profile,
 		PidsLimit: pids, MemoryBytes: mem, CPUs: cpus,
@@ -677,7 +683,7 @@ func initConfig(o Options, plan Plan, name, workdir string, uid, gid uint32, pid
 	}
 	icfg := &InitConfig{Spec: spec, Seccomp: plan.Seccomp, Timing: o.Logger.Enabled(context.Background(), slog.LevelDebug)}
 	if plan.Landlock {
-		icfg.Landlock = LandlockRules(o.Policy, workdir, o.Profile)
+		icfg.Landlock = LandlockRules(o.Policy, workdir, home, o.Profile)
 	}
 	if o.Profile == ProfileBoundedTmpfs {
 		icfg.StorageCheck = BoundedStoragePath
@@ -706,13 +712,17 @@ func compatName(hard bool) string {
 
 // LandlockRules derives the Landlock grants from the policy plus the
 // sandbox's own baseline: its private /proc read-only, its devices, its
-// /dev/shm, and the workdir read-write when include_workdir is set.
-func LandlockRules(p PolicyInfo, workdir, profile string) *landlock.Rules {
+// /dev/shm, its HOME (home, "" for none) read-write, and the workdir
+// read-write when include_workdir is set.
+func LandlockRules(p PolicyInfo, workdir, home, profile string) *landlock.Rules {
 	r := &landlock.Rules{HardRequirement: p.HardRequirement}
 	r.ReadOnly = append(r.ReadOnly, p.ReadOnly...)
 	r.ReadOnly = append(r.ReadOnly, "/proc", "/dev/random", "/dev/urandom")
 	r.ReadWrite = append(r.ReadWrite, p.ReadWrite...)
 	r.ReadWrite = append(r.ReadWrite, "/dev/null", "/dev/zero", "/dev/full", "/dev/tty", "/dev/pts", "/dev/shm")
+	if home != "" {
+		r.ReadWrite = append(r.ReadWrite, home)
+	}
 	if p.IncludeWorkdir {
 		r.ReadWrite = append(r.ReadWrite, workdir)
 	}
