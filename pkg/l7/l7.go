@@ -1,9 +1,10 @@
 // Package l7 holds the request checks the egress proxy applies to every
-// inspected HTTP request before its policy rules are matched: the path
-// normaliser (percent-decoding, dot segments, repeated slashes, and
-// refusal of the spellings servers read differently from the matcher)
-// and the authority check that keeps a request inside the tunnel it came
-// through. Both take untrusted input and have fuzz targets.
+// inspected HTTP request: the path parser (percent-decoding, dot
+// segments, repeated slashes, and every reading an upstream may take of
+// the spellings servers disagree on), the decision of a request under
+// each of those readings and each method it may be read as (Check), and
+// the authority check that keeps a request inside the tunnel it came
+// through. The parsers take untrusted input and have fuzz targets.
 package l7
 
 import (
@@ -14,96 +15,8 @@ import (
 	"github.com/palisade-sandbox/palisade/pkg/decision"
 )
 
-// Errors. ErrAmbiguousPath is a path whose meaning depends on the server
-// reading it (an encoded separator, a path parameter, a dot segment above
-// the root, double encoding); ErrInvalidPath a path that is not a valid
-// origin-form path at all.
-var (
-	ErrAmbiguousPath = errors.New("ambiguous request path")
-	ErrInvalidPath   = errors.New("invalid request path")
-	ErrAuthority     = errors.New("request authority does not match the tunnel's host")
-)
-
-// MaxPathLen bounds a request path.
-const MaxPathLen = 8192
-
-// NormalizePath turns the path of a request target as sent (escaped,
-// without the query) into the one form rules are matched against and the
-// upstream receives: every percent-escape decoded, "." and ".." segments
-// resolved, repeated slashes collapsed, a trailing slash kept.
-//
-// Refused as ambiguous (servers disagree on them, so a rule written for
-// one reading could be bypassed with another): an encoded "/", "\", "."
-// or NUL; a literal "\"; ";" (path parameters: "/..;/" and
-// "/admin;x/secret" mean other paths to some servers); a "%" left after
-// decoding (double encoding such as "%252F"); and ".." above the root.
-// Refused as invalid: no leading "/", a malformed escape, control
-// characters, space, or bytes outside ASCII, and paths over MaxPathLen.
-func NormalizePath(escaped string) (string, error) {
-	if escaped == "" || escaped[0] != '/' || len(escaped) > MaxPathLen {
-		return "", ErrInvalidPath
-	}
-	dec := make([]byte, 0, len(escaped))
-	for i := 0; i < len(escaped); i++ {
-		c := escaped[i]
-		switch {
-		case c == '%':
-			if i+2 >= len(escaped) || !isHex(escaped[i+1]) || !isHex(escaped[i+2]) {
-				return "", ErrInvalidPath
-			}
-			b := unhex(escaped[i+1])<<4 | unhex(escaped[i+2])
-			i += 2
-			switch {
-			case b == '/' || b == '\\' || b == '.' || b == 0 || b == '%' || b == ';':
-				return "", ErrAmbiguousPath
-			case b < 0x20 || b == 0x7f:
-				return "", ErrInvalidPath
-			}
-			dec = append(dec, b)
-		case c == '\\' || c == ';':
-			return "", ErrAmbiguousPath
-		case c <= ' ' || c >= 0x7f || c == '#' || c == '?':
-			return "", ErrInvalidPath
-		default:
-			dec = append(dec, c)
-		}
-	}
-	trailing := len(dec) > 1 && dec[len(dec)-1] == '/'
-	segs := strings.Split(string(dec[1:]), "/")
-	out := make([]string, 0, len(segs))
-	for _, s := range segs {
-		switch s {
-		case "", ".":
-			continue
-		case "..":
-			if len(out) == 0 {
-				return "", ErrAmbiguousPath
-			}
-			out = out[:len(out)-1]
-		default:
-			out = append(out, s)
-		}
-	}
-	p := "/" + strings.Join(out, "/")
-	if trailing && p != "/" {
-		p += "/"
-	}
-	return p, nil
-}
-
-func isHex(c byte) bool {
-	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
-}
-
-func unhex(c byte) byte {
-	switch {
-	case '0' <= c && c <= '9':
-		return c - '0'
-	case 'a' <= c && c <= 'f':
-		return c - 'a' + 10
-	}
-	return c - 'A' + 10
-}
+// ErrAuthority is a request authority other than the tunnel's.
+var ErrAuthority = errors.New("request authority does not match the tunnel's host")
 
 // CheckAuthority checks that a request's authority (its Host header,
 // absolute-URI authority or HTTP/2 :authority) names the host and port

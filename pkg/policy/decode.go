@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"net/url"
 	"regexp"
 	"slices"
 	"strconv"
@@ -935,6 +936,14 @@ func checkURLPathGlob(s string) error {
 	}
 	if strings.ContainsAny(s, " #") {
 		return errors.New("must not contain spaces or '#'")
+	}
+	if strings.Contains(s, "%") {
+		// Rules match the decoded path: an escape in a rule would match
+		// only a request that encoded it twice.
+		if dec, err := url.PathUnescape(s); err == nil && !strings.ContainsAny(dec, "% #") {
+			return fmt.Errorf("rules match the percent-decoded request path: write %q (it matches %q too), not %q", dec, s, s)
+		}
+		return fmt.Errorf("rules match the percent-decoded request path and must not contain '%%', not %q", s)
 	}
 	return nil
 }

@@ -10,7 +10,7 @@ const (
 	L7DeniedByRule   = "l7_deny_rule"      // a deny_rules entry matched
 	L7AccessDenied   = "l7_access_denied"  // the method is outside access
 	L7NoRuleMatched  = "l7_no_rule"        // rules exist and none allows it
-	L7AmbiguousPath  = "l7_ambiguous_path" // dot segments or encoded separators
+	L7AmbiguousPath  = "l7_ambiguous_path" // the readings servers may take of the path are decided differently
 	L7InvalidRequest = "l7_invalid_request"
 )
 
@@ -42,23 +42,63 @@ func (e *Endpoint) CheckRequest(method, escapedPath string, query url.Values, co
 	if ambiguousPath(escapedPath) {
 		return false, L7AmbiguousPath
 	}
+	return e.CheckReading(method, escapedPath, query, contentType)
+}
+
+// CheckReading judges one reading of an HTTP request against the
+// endpoint's L7 constraints, as CheckRequest does, but takes path as
+// one decoded, normalised reading of the request's path (package l7
+// lists them; it decides the request under each): it does not refuse
+// what would be ambiguous as a path sent on the wire.
+func (e *Endpoint) CheckReading(method, path string, query url.Values, contentType string) (bool, string) {
+	if !e.L7() {
+		return true, ""
+	}
+	if method == "" || strings.ContainsAny(method, " \t\r\n") {
+		return false, L7InvalidRequest
+	}
+	if path == "" {
+		path = "/"
+	}
 	for _, d := range e.DenyRules {
-		if d.matches(method, escapedPath, query, true) {
+		if d.matches(method, path, query, true) {
 			return false, L7DeniedByRule
 		}
 	}
-	if e.Access != "" && !AccessAllowsRequest(e.Access, method, escapedPath, query, contentType) {
+	if e.Access != "" && !AccessAllowsRequest(e.Access, method, path, query, contentType) {
 		return false, L7AccessDenied
 	}
 	if len(e.Rules) > 0 {
 		for _, r := range e.Rules {
-			if r.Allow.matches(method, escapedPath, query, false) {
+			if r.Allow.matches(method, path, query, false) {
 				return true, ""
 			}
 		}
 		return false, L7NoRuleMatched
 	}
 	return true, ""
+}
+
+// PathMatters reports whether the decision of a request with the given
+// method can depend on its path: a deny rule or an allow rule for that
+// method (or "*") whose path is not "*" or "**". Under access alone the
+// path matters only to git's shortcuts, which never make a request more
+// permitted than its method.
+func (e *Endpoint) PathMatters(method string) bool {
+	specific := func(m RequestMatch) bool {
+		return (m.Method == "*" || strings.EqualFold(m.Method, method)) && m.Path != "*" && m.Path != "**"
+	}
+	for _, d := range e.DenyRules {
+		if specific(d) {
+			return true
+		}
+	}
+	for _, r := range e.Rules {
+		if specific(r.Allow) {
+			return true
+		}
+	}
+	return false
 }
 
 // AccessAllowsRequest is AccessAllows for a whole request, reading git's

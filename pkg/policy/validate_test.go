@@ -174,6 +174,8 @@ func TestParseRejects(t *testing.T) {
 		{"allow without method", withEndpoint("host: example.com", "port: 443", "protocol: rest", "rules: [{allow: {path: /}}]"), ep0 + ".rules[0].allow.method", "required", 12},
 		{"allow without path", withEndpoint("host: example.com", "port: 443", "protocol: rest", "rules: [{allow: {method: GET}}]"), ep0 + ".rules[0].allow.path", "required", 12},
 		{"allow relative path", withEndpoint("host: example.com", "port: 443", "protocol: rest", "rules: [{allow: {method: GET, path: v1/x}}]"), ep0 + ".rules[0].allow.path", `must start with "/"`, 12},
+		{"allow encoded path", withEndpoint("host: example.com", "port: 443", "protocol: rest", `rules: [{allow: {method: GET, path: "/@types%2f*"}}]`), ep0 + ".rules[0].allow.path", `write "/@types/*"`, 12},
+		{"deny encoded path", withEndpoint("host: example.com", "port: 443", "protocol: rest", "access: full", `deny_rules: [{method: GET, path: "/a%zz"}]`), ep0 + ".deny_rules[0].path", "must not contain '%'", 13},
 		{"allow bad method", withEndpoint("host: example.com", "port: 443", "protocol: rest", `rules: [{allow: {method: "GET POST", path: /}}]`), ep0 + ".rules[0].allow.method", "HTTP method", 12},
 		{"allow OpenShell-only key", withEndpoint("host: example.com", "port: 443", "protocol: rest", "rules: [{allow: {method: GET, path: /, command: SELECT}}]"), ep0 + ".rules[0].allow.command", "not supported by Palisade", 12},
 		{"query any empty", withEndpoint("host: example.com", "port: 443", "protocol: rest", "rules: [{allow: {method: GET, path: /, query: {tag: {any: []}}}}]"), ep0 + ".rules[0].allow.query.tag.any", "at least one glob", 12},

@@ -47,7 +47,7 @@ type Verdict struct {
 	// L7Rules is set when the matched endpoint carries L7 rules
 	// (protocol rest, access, rules or deny_rules). Forwarded http://
 	// requests and every request of an inspected CONNECT tunnel are
-	// checked against them (Endpoint.CheckRequest).
+	// checked against them (l7.Check).
 	L7Rules bool
 	// Endpoint is the matched endpoint when Allowed (nil for fakes that
 	// carry no L7 constraints).

@@ -158,7 +158,7 @@ func (p *Proxy) serveRequest(c *net.TCPConn, br *bufio.Reader, rec *Record, rele
 	// tunnel's requests are not visible without TLS termination.)
 	if rec.Kind == KindHTTP && v.Endpoint != nil && v.Endpoint.L7() {
 		rec.L7Checked = true
-		norm, nerr := l7.NormalizePath(req.url.EscapedPath())
+		path, nerr := l7.ParsePath(targetPath(h.Target))
 		switch {
 		case errors.Is(nerr, l7.ErrAmbiguousPath):
 			rec.Reason = policy.L7AmbiguousPath
@@ -169,7 +169,7 @@ func (p *Proxy) serveRequest(c *net.TCPConn, br *bufio.Reader, rec *Record, rele
 			p.badRequest(c, rec, http.StatusBadRequest, ReasonInvalidPath, headErrorf("request path is not a valid path"))
 			return false
 		}
-		req.url.Path, req.url.RawPath = norm, ""
+		req.url.Path, req.url.RawPath = path.Decoded, path.Escaped
 		// The query goes upstream as sent: one that does not parse (a
 		// ";" separator, a bad escape) is refused, not matched with its
 		// unparsable pairs dropped (servers that split on ";" read them).
@@ -179,7 +179,7 @@ func (p *Proxy) serveRequest(c *net.TCPConn, br *bufio.Reader, rec *Record, rele
 			return false
 		}
 		fields := func(name string) []string { return headerValues(h, name) }
-		if ok, why := checkL7(v.Endpoint, h.Method, norm, q, singleValue(fields("Content-Type")), fields); !ok {
+		if ok, why := l7.Check(v.Endpoint, &l7.Request{Method: h.Method, Path: &path, Query: q, Field: fields}); !ok {
 			if !v.Audit {
 				rec.Reason = why
 				p.deny(c, rec, OutcomePolicyDenied)
@@ -315,7 +315,7 @@ func (p *Proxy) deny(c *net.TCPConn, rec *Record, outcome string) {
 		Reason: rec.Reason,
 	}
 	if rec.L7Checked && rec.URL != nil {
-		body.Method, body.Path = rec.Method, rec.URL.Path
+		body.Method, body.Path = rec.Method, rec.URL.EscapedPath()
 	}
 	writeDenial(c, &body)
 	lingerClose(c, 500*time.Millisecond)

@@ -413,17 +413,16 @@ func (ix *inspector) serve(w http.ResponseWriter, r *http.Request, rr *Record) {
 	if ok := ix.checkHead(w, r, rr); !ok {
 		return
 	}
-	norm, err := l7.NormalizePath(rawPath)
+	path, err := l7.ParsePath(rawPath)
 	switch {
 	case errors.Is(err, l7.ErrAmbiguousPath):
-		rr.URL.Path = "/"
 		ix.deny(w, r, rr, policy.L7AmbiguousPath, "")
 		return
 	case err != nil:
 		ix.bad(w, rr, ReasonInvalidPath, "request path is not a valid origin-form path")
 		return
 	}
-	rr.URL.Path = norm
+	rr.URL.Path, rr.URL.RawPath = path.Decoded, path.Escaped
 	q, err := url.ParseQuery(rawQuery)
 	if err != nil {
 		ix.bad(w, rr, ReasonInvalidQuery, "query string does not parse")
@@ -432,58 +431,22 @@ func (ix *inspector) serve(w http.ResponseWriter, r *http.Request, rr *Record) {
 	gv := ix.current()
 	rr.Generation, rr.PolicySHA, rr.Entry, rr.Audit = gv.gen, gv.sha, gv.v.Entry, gv.v.Audit
 	if !gv.v.Allowed {
-		ix.deny(w, r, rr, gv.v.Reason, norm)
+		ix.deny(w, r, rr, gv.v.Reason, path.Escaped)
 		return
 	}
 	ep := gv.v.Endpoint
 	if ep == nil {
 		ep = &policy.Endpoint{} // a decider without endpoints: no L7 constraints
 	}
-	if ok, why := checkL7(ep, r.Method, norm, q, singleValue(r.Header["Content-Type"]), r.Header.Values); !ok {
+	if ok, why := l7.Check(ep, &l7.Request{Method: r.Method, Path: &path, Query: q, Field: r.Header.Values}); !ok {
 		if !gv.v.Audit {
-			ix.deny(w, r, rr, why, norm)
+			ix.deny(w, r, rr, why, path.Escaped)
 			return
 		}
 		rr.Reason = why
-		p.log.Warn("L7 rule violation allowed by enforcement: audit", "host", ix.host, "method", r.Method, "path", norm, "reason", why, "entry", rr.Entry)
+		p.log.Warn("L7 rule violation allowed by enforcement: audit", "host", ix.host, "method", r.Method, "path", path.Escaped, "reason", why, "entry", rr.Entry)
 	}
-	ix.relay(w, r, rr, norm, rawQuery)
-}
-
-// methodOverrideFields are the request fields web frameworks read as the
-// request's real method (Symfony, OData, Google APIs, custom middleware).
-var methodOverrideFields = []string{"X-Http-Method-Override", "X-Http-Method", "X-Method-Override"}
-
-// checkL7 decides a request against the endpoint's L7 rules under its own
-// method and under every method an override field or the "_method" query
-// parameter (Symfony, Laravel) names: an upstream that honours them acts
-// on that method (a GET carrying "X-HTTP-Method-Override: DELETE" is a
-// DELETE to it). values reads a request field's values by canonical name.
-// A "_method" in a form body is not seen (bodies are not read).
-func checkL7(ep *policy.Endpoint, method, path string, q url.Values, ctype string, values func(string) []string) (bool, string) {
-	ok, why := ep.CheckRequest(method, path, q, ctype)
-	also := func(vv []string) {
-		for _, v := range vv {
-			for _, m := range strings.Split(v, ",") {
-				if ok {
-					ok, why = ep.CheckRequest(strings.ToUpper(strings.TrimSpace(m)), path, q, ctype)
-				}
-			}
-		}
-	}
-	for _, f := range methodOverrideFields {
-		also(values(f))
-	}
-	also(q["_method"])
-	return ok, why
-}
-
-// singleValue is a field's value when it was sent once, else "".
-func singleValue(vv []string) string {
-	if len(vv) != 1 {
-		return ""
-	}
-	return vv[0]
+	ix.relay(w, r, rr, &path, rawQuery)
 }
 
 // checkHead refuses requests a server could read differently from the
@@ -600,10 +563,10 @@ func writeHTTPBody(w http.ResponseWriter, status int, ctype, proxyStatus string,
 	w.Write(b)
 }
 
-// relay sends an allowed request upstream, with the normalised path, and
-// streams the response back (flushing as it arrives, trailers included,
-// so gRPC and server-sent events work).
-func (ix *inspector) relay(w http.ResponseWriter, r *http.Request, rr *Record, path, rawQuery string) {
+// relay sends an allowed request upstream, with the path as decided
+// (Path.Escaped), and streams the response back (flushing as it arrives,
+// trailers included, so gRPC and server-sent events work).
+func (ix *inspector) relay(w http.ResponseWriter, r *http.Request, rr *Record, path *l7.Path, rawQuery string) {
 	if ix.upErr != nil {
 		ix.upstreamFailed(w, rr, ix.upErr)
 		return
@@ -617,7 +580,7 @@ func (ix *inspector) relay(w http.ResponseWriter, r *http.Request, rr *Record, p
 	}
 	out := &http.Request{
 		Method:     r.Method,
-		URL:        &url.URL{Scheme: ix.scheme, Host: hostport, Path: path, RawQuery: rawQuery},
+		URL:        &url.URL{Scheme: ix.scheme, Host: hostport, Path: path.Decoded, RawPath: path.Escaped, RawQuery: rawQuery},
 		Proto:      "HTTP/1.1",
 		ProtoMajor: 1, ProtoMinor: 1,
 		Header:        requestHeader(r.Header),

@@ -82,12 +82,24 @@ network_policies:
 	if code, _ := send("POST", "/v1/chat/completions"); code != 200 {
 		t.Fatalf("allowed route: %d", code)
 	}
+	// Both readings of an encoded "/" are the allowed route.
+	if code, _ := send("POST", "/v1/chat%2Fcompletions"); code != 200 {
+		t.Fatalf("allowed route with an encoded slash: %d", code)
+	}
+	spy.mu.Lock()
+	uri := spy.uri
+	spy.mu.Unlock()
+	if uri != "/v1/chat%2Fcompletions" {
+		t.Errorf("upstream got %q, want the encoded slash kept", uri)
+	}
 	for _, c := range []struct{ method, path, reason string }{
 		{"GET", "/v1/chat/completions", policy.L7NoRuleMatched},
 		{"POST", "/v1/admin", policy.L7NoRuleMatched},
 		{"POST", "/v1/chat/completions/../../admin", policy.L7NoRuleMatched}, // normalised to /v1/admin
-		{"POST", "/v1/chat%2Fcompletions", policy.L7AmbiguousPath},
-		{"POST", "/v1/chat/completions/..;/x", policy.L7AmbiguousPath},
+		{"POST", "/v1/chat/completions;x", policy.L7AmbiguousPath},           // Tomcat reads /v1/chat/completions
+		{"POST", "/v1/chat/completions/..;/x", policy.L7NoRuleMatched},       // no reading is allowed
+		{"POST", "/v1/chat/x%2F..%2Fcompletions", policy.L7AmbiguousPath},    // data, or /v1/chat/completions
+		{"POST", "/v1/chat%00/completions", policy.L7AmbiguousPath},
 	} {
 		code, body := send(c.method, c.path)
 		if code != 403 || body["error"] != "policy_denied" || body["reason"] != c.reason || body["policy"] != "router" {
@@ -97,8 +109,8 @@ network_policies:
 	spy.mu.Lock()
 	n := spy.count
 	spy.mu.Unlock()
-	if n != 1 {
-		t.Errorf("upstream saw %d requests, want only the allowed one", n)
+	if n != 2 {
+		t.Errorf("upstream saw %d requests, want only the two allowed ones", n)
 	}
 	// CONNECT: allowed at L4, then inspected (the client sent nothing).
 	c, resp, _ := env.connect(fmt.Sprintf("allowed.test:%d", spy.port))

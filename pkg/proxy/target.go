@@ -50,3 +50,19 @@ func ParseForwardTarget(target string) (u *url.URL, host string, port int, err e
 func hasPrefixFold(s, prefix string) bool {
 	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
 }
+
+// targetPath is the path of an absolute-form target as sent ("/" when
+// it has none): url.URL's EscapedPath re-escapes a path whose raw form
+// it finds invalid, which would turn an encoded "/" into a separator.
+func targetPath(target string) string {
+	rest := target[len("http://"):]
+	i := strings.IndexAny(rest, "/?#")
+	if i < 0 || rest[i] != '/' {
+		return "/"
+	}
+	p := rest[i:]
+	if j := strings.IndexAny(p, "?#"); j >= 0 {
+		p = p[:j]
+	}
+	return p
+}

@@ -1,0 +1,88 @@
+package l7
+
+import (
+	"net/url"
+	"strings"
+
+	"github.com/palisade-sandbox/palisade/pkg/policy"
+)
+
+// Request is what Check reads of one HTTP request.
+type Request struct {
+	Method string
+	Path   *Path
+	Query  url.Values
+	// Field returns the values of a request header field by name.
+	Field func(name string) []string
+}
+
+// methodOverrideFields are the request fields web frameworks read as the
+// request's real method (Symfony, OData, Google APIs, custom middleware).
+var methodOverrideFields = []string{"X-Http-Method-Override", "X-Http-Method", "X-Method-Override"}
+
+// Check decides a request against the endpoint's L7 constraints.
+//
+// It decides the request under each reading of its path (Path) and,
+// within each, under its own method and every method an override field
+// or the "_method" query parameter (Symfony, Laravel) names: an upstream
+// that honours them acts on that method, so a GET carrying
+// "X-HTTP-Method-Override: DELETE" is a DELETE to it. A "_method" in a
+// form body is not seen (bodies are not read).
+//
+// When every reading gets the same decision, that is the decision (the
+// reason is the first reading's). When they differ the request is
+// refused as policy.L7AmbiguousPath: a server taking the other reading
+// would act on a path the rules decide otherwise. A path holding bytes
+// outside ASCII has readings no list enumerates (Unicode folding), so it
+// is refused as ambiguous when it would be allowed and a rule's path
+// could tell its readings apart (policy.Endpoint.PathMatters).
+func Check(ep *policy.Endpoint, r *Request) (bool, string) {
+	var buf [4]string
+	methods := append(buf[:0], r.Method)
+	for _, f := range methodOverrideFields {
+		methods = appendMethods(methods, r.Field(f))
+	}
+	methods = appendMethods(methods, r.Query["_method"])
+	ctype := singleValue(r.Field("Content-Type"))
+	decide := func(path string) (bool, string) {
+		for _, m := range methods {
+			if ok, why := ep.CheckReading(m, path, r.Query, ctype); !ok {
+				return false, why
+			}
+		}
+		return true, ""
+	}
+	ok, why := decide(r.Path.Decoded)
+	for _, alt := range r.Path.Alternates {
+		if aok, _ := decide(alt); aok != ok {
+			return false, policy.L7AmbiguousPath
+		}
+	}
+	if ok && r.Path.NonASCII {
+		for _, m := range methods {
+			if ep.PathMatters(m) {
+				return false, policy.L7AmbiguousPath
+			}
+		}
+	}
+	return ok, why
+}
+
+// appendMethods adds the methods named by override values ("DELETE",
+// "put, patch").
+func appendMethods(methods, values []string) []string {
+	for _, v := range values {
+		for _, m := range strings.Split(v, ",") {
+			methods = append(methods, strings.ToUpper(strings.TrimSpace(m)))
+		}
+	}
+	return methods
+}
+
+// singleValue is a field's value when it was sent once, else "".
+func singleValue(vv []string) string {
+	if len(vv) != 1 {
+		return ""
+	}
+	return vv[0]
+}
