@@ -82,3 +82,22 @@ type fakeT struct {
 func (f *fakeT) Cleanup(fn func())     { f.cleanups = append(f.cleanups, fn) }
 func (f *fakeT) Errorf(string, ...any) { f.failed = true }
 func (f *fakeT) Helper()               {}
+
+// An unreachable service fails, not skips, under
+// PALISADE_REQUIRE_PRIVILEGED=1, and names what the test needed.
+func TestRequireReachableStrictFails(t *testing.T) {
+	if IsChild("reach-gate") {
+		RequireReachable(t, "the test registry", "127.0.0.1:1")
+		t.Log("REACHED-AFTER-GATE")
+		return
+	}
+	for strict, want := range map[string]string{"1": "--- FAIL", "": "--- SKIP"} {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestRequireReachableStrictFails$", "-test.v", "-test.count=1")
+		cmd.Env = append(os.Environ(), ChildEnv+"=reach-gate", RequirePrivilegedEnv+"="+strict)
+		out, _ := cmd.CombinedOutput()
+		if !strings.Contains(string(out), want) || strings.Contains(string(out), "REACHED-AFTER-GATE") ||
+			!strings.Contains(string(out), "the test registry (127.0.0.1:1 reachable from this host)") {
+			t.Fatalf("%s=%q: %s", RequirePrivilegedEnv, strict, out)
+		}
+	}
+}
