@@ -89,8 +89,14 @@ struct task_struct {
 // proc_info describes one process (thread group).
 struct proc_info {
 	__u32 tgid;
-	__u32 ppid;       // parent's tgid
+	__u32 ppid;       // the parent's tgid, as it was at fork
 	__u64 start_time; // group leader's start time, ns since boot
+	// pstart is the parent's start_time at fork: the parent link counts
+	// only while procs[ppid] has this start time. A parent that exited
+	// leaves no entry (or its pid reused by a process with another start
+	// time), so pid reuse cannot forge an ancestor and an orphan inherits
+	// nothing from its dead parent. 0: unknown, no link.
+	__u64 pstart;
 	__u64 exe_ino;
 	__u32 exe_dev; // kernel dev_t: major << 20 | minor
 	// exec_seq numbers the process's image: 0 from fork (or seeding),
@@ -193,6 +199,8 @@ struct {
 	__type(value, __u32);
 } execs SEC(".maps");
 
+// fill_proc describes task's process; its parent is task's real parent
+// now (at fork: the process that forked it).
 static __always_inline void fill_proc(struct task_struct *task, struct proc_info *p)
 {
 	struct task_struct *leader = BPF_CORE_READ(task, group_leader);
@@ -200,6 +208,7 @@ static __always_inline void fill_proc(struct task_struct *task, struct proc_info
 
 	p->tgid = BPF_CORE_READ(task, tgid);
 	p->ppid = BPF_CORE_READ(task, real_parent, tgid);
+	p->pstart = BPF_CORE_READ(task, real_parent, group_leader, start_time);
 	p->start_time = BPF_CORE_READ(leader, start_time);
 	if (exe) {
 		p->exe_ino = BPF_CORE_READ(exe, f_inode, i_ino);
@@ -392,12 +401,20 @@ SEC("raw_tracepoint/sched_process_exec")
 int proc_exec(struct bpf_raw_tracepoint_args *ctx)
 {
 	struct task_struct *task = (struct task_struct *)ctx->args[0];
-	struct proc_info p = {};
+	struct proc_info p = {}, *old;
 	__u32 tgid, zero = 0, *seq;
 
 	if (!in_sandbox())
 		return 0;
 	fill_proc(task, &p);
+	// The parent is the one recorded at fork, not whoever adopted the
+	// process since (an exec does not change who forked it).
+	tgid = p.tgid;
+	old = bpf_map_lookup_elem(&procs, &tgid);
+	if (old && old->start_time == p.start_time) {
+		p.ppid = old->ppid;
+		p.pstart = old->pstart;
+	}
 	p.exec_seq = EXEC_SEQ_UNKNOWN;
 	seq = bpf_map_lookup_elem(&execs, &zero);
 	if (seq) {
@@ -409,7 +426,6 @@ int proc_exec(struct bpf_raw_tracepoint_args *ctx)
 		if (p.exec_seq == 0 || p.exec_seq == EXEC_SEQ_UNKNOWN)
 			p.exec_seq = EXEC_SEQ_UNKNOWN; // wrapped: uncacheable
 	}
-	tgid = p.tgid;
 	bpf_map_update_elem(&procs, &tgid, &p, BPF_ANY);
 	return 0;
 }
@@ -428,6 +444,43 @@ int proc_exit(struct bpf_raw_tracepoint_args *ctx)
 		return 0;
 	tgid = BPF_CORE_READ(task, tgid);
 	bpf_map_delete_elem(&procs, &tgid);
+	return 0;
+}
+
+// Kernel functions the seed program calls (6.2+).
+extern struct task_struct *bpf_task_from_pid(__s32 pid) __ksym;
+extern void bpf_task_release(struct task_struct *p) __ksym;
+
+// seed_ctx is the seed program's context: the proxy fills pid.
+struct seed_ctx {
+	__u32 pid;   // a host tgid of the sandbox
+	__u32 added; // out: 1 when pid is a process and now has an entry
+};
+
+// seed adds a process that existed before the tracepoints were attached
+// to the tree, read from its task as the fork tracepoint would have (its
+// start time, its parent's tgid and start time now: the fork-time parent
+// of a process forked before the programs existed is not knowable). An
+// entry the tracepoints wrote meanwhile is kept. Its image is marked not
+// cacheable (its exec was not numbered). Run by the proxy only.
+SEC("syscall")
+int seed(struct seed_ctx *ctx)
+{
+	struct task_struct *task;
+	struct proc_info p = {};
+	__u32 pid = ctx->pid;
+
+	ctx->added = 0;
+	task = bpf_task_from_pid(pid);
+	if (!task)
+		return 0;
+	fill_proc(task, &p);
+	bpf_task_release(task);
+	if (p.tgid != pid)
+		return 0; // a thread, not a process
+	p.exec_seq = EXEC_SEQ_UNKNOWN;
+	if (bpf_map_update_elem(&procs, &pid, &p, BPF_NOEXIST) == 0)
+		ctx->added = 1;
 	return 0;
 }
 
@@ -545,7 +598,7 @@ SEC("syscall")
 int lookup(struct lookup_ctx *ctx)
 {
 	__u32 zero = 0, tgid, pid;
-	__u64 *cookie, *count, c;
+	__u64 *cookie, *count, c, start;
 	struct conn_info *conn;
 	struct proc_info *p;
 	struct tuple key;
@@ -573,17 +626,20 @@ int lookup(struct lookup_ctx *ctx)
 	__builtin_memcpy(&ctx->self, p, sizeof(ctx->self));
 	ctx->found |= LOOKUP_SELF;
 	pid = ctx->self.ppid;
+	start = ctx->self.pstart;
 	// One step per ancestor, written out: context fields must be at
-	// constant offsets (clang does not unroll this loop).
+	// constant offsets (clang does not unroll this loop). A parent
+	// counts only while its entry has the start time recorded at fork.
 #define LOOKUP_ANC(i)                                                  \
-	if (pid == 0 || pid == tgid)                                   \
+	if (pid == 0 || pid == tgid || start == 0)                     \
 		return 0;                                              \
 	p = bpf_map_lookup_elem(&procs, &pid);                         \
-	if (!p)                                                        \
+	if (!p || p->start_time != start)                              \
 		return 0;                                              \
 	__builtin_memcpy(&ctx->anc[i], p, sizeof(ctx->anc[i]));        \
 	ctx->n_anc = (i) + 1;                                          \
-	pid = p->ppid;
+	pid = p->ppid;                                                 \
+	start = p->pstart;
 	LOOKUP_ANC(0) LOOKUP_ANC(1) LOOKUP_ANC(2) LOOKUP_ANC(3)
 	LOOKUP_ANC(4) LOOKUP_ANC(5) LOOKUP_ANC(6) LOOKUP_ANC(7)
 	LOOKUP_ANC(8) LOOKUP_ANC(9) LOOKUP_ANC(10) LOOKUP_ANC(11)

@@ -42,10 +42,17 @@ type AttrProcInfo struct {
 	Tgid      uint32
 	Ppid      uint32
 	StartTime uint64
+	Pstart    uint64
 	ExeIno    uint64
 	ExeDev    uint32
 	ExecSeq   uint32
 	Comm      [16]int8
+}
+
+type AttrSeedCtx struct {
+	_     structs.HostLayout
+	Pid   uint32
+	Added uint32
 }
 
 type AttrTuple struct {
@@ -78,6 +85,7 @@ const (
 	AttrProgProcExec       = "proc_exec"
 	AttrProgProcExit       = "proc_exit"
 	AttrProgProcFork       = "proc_fork"
+	AttrProgSeed           = "seed"
 	AttrProgSockOps        = "sock_ops"
 )
 
@@ -133,6 +141,7 @@ type AttrProgramSpecs struct {
 	ProcExec       *ebpf.ProgramSpec `ebpf:"proc_exec"`
 	ProcExit       *ebpf.ProgramSpec `ebpf:"proc_exit"`
 	ProcFork       *ebpf.ProgramSpec `ebpf:"proc_fork"`
+	Seed           *ebpf.ProgramSpec `ebpf:"seed"`
 	SockOps        *ebpf.ProgramSpec `ebpf:"sock_ops"`
 }
 
@@ -216,6 +225,7 @@ type AttrPrograms struct {
 	ProcExec       *ebpf.Program `ebpf:"proc_exec"`
 	ProcExit       *ebpf.Program `ebpf:"proc_exit"`
 	ProcFork       *ebpf.Program `ebpf:"proc_fork"`
+	Seed           *ebpf.Program `ebpf:"seed"`
 	SockOps        *ebpf.Program `ebpf:"sock_ops"`
 }
 
@@ -231,6 +241,7 @@ func (p *AttrPrograms) Close() error {
 		p.ProcExec,
 		p.ProcExit,
 		p.ProcFork,
+		p.Seed,
 		p.SockOps,
 	)
 }

@@ -74,8 +74,11 @@ type Identity struct {
 	// one that runs).
 	SHA256 string `json:"sha256"`
 	// Ancestors are the process's parents, nearest first, at most
-	// MaxAncestors. The walk stops before the sandbox init and before any
-	// process outside the sandbox's process set: neither is listed.
+	// MaxAncestors. The walk stops before the sandbox init, before any
+	// process outside the sandbox's process set, and at a parent that is
+	// not the process that forked its child (it exited: an orphan
+	// inherits nothing, and a process that got the dead parent's pid is
+	// nobody's ancestor): none of them is listed.
 	Ancestors []Process `json:"ancestors,omitempty"`
 	// Connector is the process that connected the socket, as recorded at
 	// connect time, when it is not the holder above: the socket was

@@ -64,10 +64,13 @@ type BPFConfig struct {
 // (evicted from the LRU map by a flood, or connected before the programs
 // were attached) is ErrIncomplete: its holder alone never decides.
 type BPFBackend struct {
-	proc   *ProcBackend
-	objs   palisadebpf.AttrObjects
-	links  []link.Link
-	closed atomic.Bool
+	proc *ProcBackend
+	objs attrObjects
+	// skipped names the optional programs this kernel refused, and why.
+	skipped map[string]error
+	links   []link.Link
+	closed  atomic.Bool
+	loaded  bool
 
 	images imageCache
 	// lookupCtx pools the lookup program's context (about 1 KiB).
@@ -115,9 +118,10 @@ func NewBPFBackend(cfg BPFConfig) (_ *BPFBackend, err error) {
 	if err := sizeMaps(spec, cfg); err != nil {
 		return nil, err
 	}
-	if err := spec.LoadAndAssign(&b.objs, nil); err != nil {
-		return nil, fmt.Errorf("attribution: bpf: load programs: %w", err)
+	if b.skipped, err = loadAttrObjects(spec, &b.objs); err != nil {
+		return nil, err
 	}
+	b.loaded = true
 	cg, err := os.Open(cfg.CgroupPath)
 	if err != nil {
 		return nil, fmt.Errorf("attribution: bpf: sandbox cgroup: %w", err)
@@ -202,11 +206,22 @@ func ensureTracefs() error {
 }
 
 // seed adds the sandbox's current processes to the process tree (those
-// that forked before the tracepoints were attached).
+// that forked before the tracepoints were attached): from their tasks
+// through the seed program, or, on a kernel that refused it, from /proc
+// without start times (no ancestor chain then passes through them).
 func (b *BPFBackend) seed() error {
 	pids, err := b.proc.cfg.Procs()
 	if err != nil {
 		return fmt.Errorf("attribution: bpf: sandbox processes: %w", err)
+	}
+	if b.objs.Seed != nil {
+		for _, pid := range pids {
+			sc := palisadebpf.AttrSeedCtx{Pid: uint32(pid)}
+			if err := progRunCtx(b.objs.Seed.FD(), unsafe.Pointer(&sc), uint32(unsafe.Sizeof(sc))); err != nil {
+				return fmt.Errorf("attribution: bpf: seed process %d: %w", pid, err)
+			}
+		}
+		return nil
 	}
 	for _, pid := range pids {
 		ppid, err := b.proc.parentPID(pid)
@@ -248,7 +263,9 @@ func (b *BPFBackend) Close() error {
 	for _, l := range b.links {
 		l.Close()
 	}
-	b.objs.Close()
+	if b.loaded {
+		b.objs.close()
+	}
 	return b.proc.Close()
 }
 
@@ -330,6 +347,10 @@ func (b *BPFBackend) Lookup(ctx context.Context, client, proxy netip.AddrPort) (
 		return nil, err
 	}
 	id.Backend = BackendBPF
+	// The holder's parents as the process tree recorded them at fork
+	// (the /proc walk names a live parent, which may be the sandbox init
+	// or a subreaper that adopted an orphan).
+	id.Ancestors = b.ancestors(id.PID, nil, nil)
 	tgid := int(rec.Proc.Tgid)
 	if tgid != id.PID || !b.sameExe(tgid, &rec.Proc) {
 		b.handedOff.Add(1)
@@ -613,7 +634,9 @@ func (b *BPFBackend) exeOf(pid int, p *palisadebpf.AttrProcInfo) string {
 
 // ancestors walks the process-tree map from pid's parent up, nearest
 // first, stopping before the sandbox init, at a process the map does
-// not know (outside the sandbox) and at MaxAncestors. self is pid's
+// not know (outside the sandbox), at a parent whose entry no longer has
+// the start time recorded at fork (it exited; its pid may be another
+// process's now) and at MaxAncestors. self is pid's
 // entry when the caller has it, and chain the entries the lookup
 // program read from it up (parent first): they stand in for map lookups,
 // and when there are fewer than lookupAncestors the program found no
@@ -629,7 +652,7 @@ func (b *BPFBackend) ancestors(pid int, self *palisadebpf.AttrProcInfo, chain []
 	}
 	for len(out) < MaxAncestors {
 		ppid := info.Ppid
-		if ppid == 0 || int(ppid) == b.proc.cfg.InitPID || ppid == uint32(pid) {
+		if ppid == 0 || int(ppid) == b.proc.cfg.InitPID || ppid == uint32(pid) || info.Pstart == 0 {
 			break
 		}
 		var pinfo palisadebpf.AttrProcInfo
@@ -643,12 +666,17 @@ func (b *BPFBackend) ancestors(pid int, self *palisadebpf.AttrProcInfo, chain []
 				return out // not a sandbox process
 			}
 		}
-		cacheable := pinfo.StartTime != 0 && pinfo.ExecSeq != execSeqUnknown
+		// The parent recorded at fork, or nobody: an exited parent's pid
+		// reused by another process has another start time.
+		if pinfo.StartTime != info.Pstart {
+			return out
+		}
+		cacheable := pinfo.ExecSeq != execSeqUnknown
 		img, ok := b.images.get(imageKeyOf(&pinfo))
 		if !ok || !cacheable {
 			exe, err := os.Readlink(b.procPath(int(ppid), "exe"))
-			if err != nil {
-				break // exited: the chain above it is no longer knowable
+			if err != nil || !b.stillImage(&pinfo) {
+				break // exited or exec'd: the chain above it is no longer knowable
 			}
 			img = imageInfo{exe: exe}
 			if cacheable {
@@ -659,6 +687,14 @@ func (b *BPFBackend) ancestors(pid int, self *palisadebpf.AttrProcInfo, chain []
 		info = pinfo
 	}
 	return out
+}
+
+// stillImage reports whether the process-tree entry of p's tgid is
+// still p's image (same start time and exec_seq): what was just read
+// from /proc/<tgid> was that image's, not a reused pid's.
+func (b *BPFBackend) stillImage(p *palisadebpf.AttrProcInfo) bool {
+	var now palisadebpf.AttrProcInfo
+	return b.objs.Procs.Lookup(p.Tgid, &now) == nil && now.StartTime == p.StartTime && now.ExecSeq == p.ExecSeq
 }
 
 // execSeqUnknown is bpf/attr.c's EXEC_SEQ_UNKNOWN: an image not to cache.

@@ -535,3 +535,117 @@ func (s *testSandbox) bpfBackendWith(t testing.TB, mod func(*BPFConfig)) *BPFBac
 	t.Cleanup(func() { b.Close() })
 	return b
 }
+
+// reusePID makes the next process the sandbox init spawns (through bash)
+// get host pid pid, which must be free: it sets the host's
+// /proc/sys/kernel/ns_last_pid just below it and spawns, retrying while
+// other processes on the host take the pid first. It returns the
+// spawned bash's tag.
+func (s *testSandbox) reusePID(pid int, bin string) {
+	t := s.t
+	t.Helper()
+	for attempt := range 50 {
+		tag := testutil.UniqueName("reuse")
+		if err := os.WriteFile("/proc/sys/kernel/ns_last_pid", []byte(strconv.Itoa(pid-1)), 0); err != nil {
+			testutil.RequireData(t, "a writable /proc/sys/kernel/ns_last_pid", err)
+		}
+		if _, err := fmt.Fprintf(s.stdin, "spawn %s holder %s x\n", bin, tag); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for time.Now().Before(deadline) {
+			if pids, _ := s.cg.Procs(); slices.Contains(pids, pid) {
+				t.Logf("pid %d reused on attempt %d", pid, attempt+1)
+				return
+			}
+			if _, err := os.Stat("/proc/" + strconv.Itoa(pid)); err == nil {
+				break // someone else's process took it: try again
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	t.Fatalf("pid %d was not reused by a sandbox process in 50 attempts", pid)
+}
+
+// Pid reuse cannot forge ancestry, on either backend: a client whose
+// parent exited (an orphan) has no ancestors, also after a new sandbox
+// process got the dead parent's pid; before, the eBPF process tree kept
+// the dead parent's pid and the walk named whatever process had it now.
+func TestPidReuseCannotForgeAncestry(t *testing.T) {
+	s := newTestSandbox(t, 128)
+	self, other := selfAndOther(t)
+	backends := handOffBackends(t, s)
+	bb := backends["bpf"].(*BPFBackend)
+	c := s.spawnArgs(self, "orphan", "4")
+	waitGone(t, c.ppid)
+	var rec palisadebpf.AttrProcInfo
+	if err := bb.objs.Procs.Lookup(uint32(c.pid), &rec); err != nil || int(rec.Ppid) != c.ppid || rec.Pstart == 0 {
+		t.Fatalf("process-tree entry of the orphan %d: %+v, %v; want its dead parent %d with a start time", c.pid, rec, err, c.ppid)
+	}
+	s.reusePID(c.ppid, other)
+	var reused palisadebpf.AttrProcInfo
+	if err := bb.objs.Procs.Lookup(uint32(c.ppid), &reused); err != nil || reused.StartTime == rec.Pstart {
+		t.Fatalf("entry of the reused pid %d: %+v, %v; want a new process there", c.ppid, reused, err)
+	}
+	ctx := context.Background()
+	for name, b := range backends {
+		id, err := b.Lookup(ctx, c.client, c.proxy)
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		if id.PID != c.pid || len(id.Ancestors) != 0 {
+			t.Errorf("%s: %+v; want pid %d with no ancestors (its parent %d exited; that pid is another process's now)", name, id, c.pid, c.ppid)
+		}
+	}
+}
+
+// Processes that existed before the programs were attached are seeded
+// from their tasks (the seed program): a start time and their parent's,
+// so ancestor chains pass through them; their image is not cached.
+func TestSeedReadsTasks(t *testing.T) {
+	s := newTestSandbox(t, 128)
+	_, other := selfAndOther(t)
+	tag := testutil.UniqueName("seeded")
+	if _, err := fmt.Fprintf(s.stdin, "spawn %s holder %s x\n", other, tag); err != nil {
+		t.Fatal(err)
+	}
+	var holder, bash int
+	deadline := time.Now().Add(10 * time.Second)
+	for holder == 0 && time.Now().Before(deadline) {
+		pids, _ := s.cg.Procs()
+		for _, p := range pids {
+			if exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", p)); exe == other {
+				holder = p
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if holder == 0 {
+		t.Fatal("the holder did not start")
+	}
+	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", holder))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bash, err = parseStatPPid(st); err != nil {
+		t.Fatal(err)
+	}
+	bb := s.bpfBackend(t)
+	if bb.objs.Seed == nil {
+		t.Fatalf("the seed program did not load: %v", bb.skipped["seed"])
+	}
+	var h, p palisadebpf.AttrProcInfo
+	if err := bb.objs.Procs.Lookup(uint32(holder), &h); err != nil {
+		t.Fatal(err)
+	}
+	if err := bb.objs.Procs.Lookup(uint32(bash), &p); err != nil {
+		t.Fatal(err)
+	}
+	if h.StartTime == 0 || int(h.Ppid) != bash || h.Pstart != p.StartTime || p.StartTime == 0 || h.ExecSeq != execSeqUnknown {
+		t.Errorf("seeded holder %+v, its parent %+v: want start times, the parent's recorded, the image not cacheable", h, p)
+	}
+	if got := bb.ancestors(holder, nil, nil); len(got) != 1 || got[0].PID != bash {
+		t.Errorf("ancestors of the seeded holder: %+v, want bash %d", got, bash)
+	}
+}

@@ -66,6 +66,9 @@ func TestMain(m *testing.M) {
 //	scmsend <tag> <dial> <path> keep|close: connects, sends the socket to
 //	  the recv listening on path, keeps or closes its own copy, prints its
 //	  ready line.
+//	orphan <tag> <dial>: starts "<self> client <tag> <dial>", passes on
+//	  its ready line (naming this process as its parent) and exits: the
+//	  client is left an orphan.
 //	flood <tag> <n>: n TCP connects to 224.0.0.1:80 on each CPU, each
 //	  refused by the kernel after the cgroup connect hook recorded it (so
 //	  the record is never removed), then prints "flooded <tag> <refused>".
@@ -83,6 +86,8 @@ func runHelper(mode string, args []string) error {
 		return helperRecv(args)
 	case "flood":
 		return helperFlood(args)
+	case "orphan":
+		return helperOrphan(args)
 	case "exechand", "execwait", "forkhand", "forkexit", "exit", "scmsend":
 		return helperHandOff(mode, args)
 	case "client", "share", "sibling":
@@ -352,5 +357,33 @@ func helperFlood(args []string) error {
 		}
 	}
 	fmt.Printf("flooded %s %d\n", args[0], refused)
+	return nil
+}
+
+// helperOrphan starts a client and exits, orphaning it.
+func helperOrphan(args []string) error {
+	if len(args) != 2 {
+		return fmt.Errorf("orphan: want <tag> <dial>")
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(self, "client", args[0], args[1])
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	// The client's ready line (naming this process as its parent), then
+	// exit: it is an orphan from then on.
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	fmt.Print(line)
 	return nil
 }

@@ -28,6 +28,7 @@ func TestAncestorsBeyondTheLookupProgram(t *testing.T) {
 		infos[i] = palisadebpf.AttrProcInfo{Tgid: uint32(base + i), StartTime: uint64(1000 + i), ExecSeq: 1, ExeIno: uint64(i + 1), ExeDev: 1}
 		if i < n {
 			infos[i].Ppid = uint32(base + i + 1)
+			infos[i].Pstart = uint64(1000 + i + 1)
 		}
 		if err := bb.objs.Procs.Put(infos[i].Tgid, infos[i]); err != nil {
 			t.Fatal(err)

@@ -21,6 +21,8 @@ type fakeProc struct {
 	t    *testing.T
 	root string
 	bins string
+	// starts overrides a pid's start time (default: the pid).
+	starts map[int]int
 }
 
 func newFakeProc(t *testing.T) *fakeProc {
@@ -41,13 +43,34 @@ func (fp *fakeProc) bin(name string) (string, string) {
 	return p, hexSum(content)
 }
 
+// started is pid's start time in the fake stat: pids are handed out
+// in order, so a parent (lower pid) started before its children, unless
+// the test says otherwise (starts).
+func (fp *fakeProc) started(pid int) int {
+	if t, ok := fp.starts[pid]; ok {
+		return t
+	}
+	return pid
+}
+
+// restat rewrites pid's stat with its current start time (starts).
+func (fp *fakeProc) restat(pid int) {
+	path := filepath.Join(fp.root, fmt.Sprint(pid), "stat")
+	b, err := os.ReadFile(path)
+	must(fp.t, err)
+	f := strings.Fields(string(b))
+	f[21] = fmt.Sprint(fp.started(pid))
+	must(fp.t, os.Chmod(path, 0o644))
+	must(fp.t, os.WriteFile(path, []byte(strings.Join(f, " ")+"\n"), 0o444))
+}
+
 // proc adds a process with the given parent, executable and sockets
 // (inodes, as fds 3, 4, ...; fds 0-2 are a tty).
 func (fp *fakeProc) proc(pid, ppid int, exe string, sockets ...uint64) {
 	d := filepath.Join(fp.root, fmt.Sprint(pid))
 	must(fp.t, os.MkdirAll(filepath.Join(d, "fd"), 0o755))
 	must(fp.t, os.WriteFile(filepath.Join(d, "stat"),
-		[]byte(fmt.Sprintf("%d (%s) S %d %d %d 0 -1 4194560 100 0 0 0\n", pid, filepath.Base(exe), ppid, pid, pid)), 0o444))
+		[]byte(fmt.Sprintf("%d (%s) S %d %d %d 0 -1 4194560 100 0 0 0 0 0 0 0 20 0 1 0 %d 1024 1\n", pid, filepath.Base(exe), ppid, pid, pid, fp.started(pid))), 0o444))
 	must(fp.t, os.Symlink(exe, filepath.Join(d, "exe")))
 	for fd := 0; fd < 3; fd++ {
 		must(fp.t, os.Symlink("/dev/pts/0", filepath.Join(d, "fd", fmt.Sprint(fd))))
@@ -170,6 +193,17 @@ func TestProcBackendFakeProc(t *testing.T) {
 	}
 	if want := []Process{{101, s.bash[0]}, {100, s.sh[0]}}; !slices.Equal(id.Ancestors, want) {
 		t.Errorf("no init pid: ancestors %+v, want %+v", id.Ancestors, want)
+	}
+	// A parent that started after its child is another process that
+	// took a dead parent's pid: the chain stops below it.
+	s.fp.starts = map[int]int{100: 103}
+	s.fp.restat(100)
+	id, err = lookupTuple(b0, tupleV4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []Process{{101, s.bash[0]}}; !slices.Equal(id.Ancestors, want) {
+		t.Errorf("grandparent started after its child: ancestors %+v, want %+v", id.Ancestors, want)
 	}
 }
 

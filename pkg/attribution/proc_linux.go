@@ -425,32 +425,84 @@ func (s *scanner) scanPid(root string, pid int, want []byte, out []holder) []hol
 
 // parentPID reads the parent pid from /proc/<pid>/stat.
 func (b *ProcBackend) parentPID(pid int) (int, error) {
+	st, err := b.stat(pid)
+	return st.ppid, err
+}
+
+// procStat is what the ancestor walk reads of /proc/<pid>/stat.
+type procStat struct {
+	ppid  int
+	start uint64 // clock ticks since boot
+}
+
+// stat reads /proc/<pid>/stat.
+func (b *ProcBackend) stat(pid int) (procStat, error) {
 	var buf [512]byte
 	f, err := os.Open(b.cfg.ProcRoot + "/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return 0, err
+		return procStat{}, err
 	}
 	n, err := io.ReadFull(f, buf[:])
 	f.Close()
 	if err != nil && err != io.ErrUnexpectedEOF {
-		return 0, err
+		return procStat{}, err
 	}
-	return parseStatPPid(buf[:n])
+	var st procStat
+	if st.ppid, err = parseStatPPid(buf[:n]); err != nil {
+		return st, err
+	}
+	st.start, err = parseStatStart(buf[:n])
+	return st, err
 }
 
-// chain returns pid's ancestors' pids, nearest first, at most
-// MaxAncestors, stopping before the init and before any process not in
-// pids (the sandbox's).
+// chain returns pid's ancestors' pids (ancestry without names).
 func (b *ProcBackend) chain(pid int, pids []int) []int {
 	var out []int
-	cur := pid
+	for _, a := range b.ancestry(pid, pids, false) {
+		out = append(out, a.PID)
+	}
+	return out
+}
+
+// ancestry walks pid's parents, nearest first, at most MaxAncestors,
+// stopping before the init and before any process not in pids (the
+// sandbox's); with exe, each is named by its /proc/<pid>/exe. Each link
+// is one that pid reuse cannot forge (the rule bpf/attr.c keeps with
+// fork-time start times, here with what /proc shows): the child's stat
+// is read before and after its parent is read, and the link counts only
+// when the child still has that parent and its start time then — a
+// parent that exited in between would have left the child reparented,
+// so what was read was the live parent, not a process that took its pid
+// — and the parent did not start after the child. The walk stops at the
+// first link that fails.
+func (b *ProcBackend) ancestry(pid int, pids []int, exe bool) []Process {
+	var out []Process
+	cur, err := b.stat(pid)
+	if err != nil {
+		return nil
+	}
+	child := pid
 	for len(out) < MaxAncestors {
-		ppid, err := b.parentPID(cur)
-		if err != nil || ppid <= 0 || ppid == b.cfg.InitPID || ppid == pid || !slices.Contains(pids, ppid) {
+		ppid := cur.ppid
+		if ppid <= 0 || ppid == b.cfg.InitPID || ppid == pid || !slices.Contains(pids, ppid) {
 			break
 		}
-		out = append(out, ppid)
-		cur = ppid
+		parent, err := b.stat(ppid)
+		if err != nil || parent.start > cur.start {
+			break
+		}
+		p := Process{PID: ppid}
+		if exe {
+			if p.Exe, err = os.Readlink(b.cfg.ProcRoot + "/" + strconv.Itoa(ppid) + "/exe"); err != nil {
+				break // exited: the chain above it is no longer knowable
+			}
+		}
+		again, err := b.stat(child)
+		if err != nil || again != cur {
+			break // reparented (its parent exited) or gone: the reads above may be another process's
+		}
+		out = append(out, p)
+		child, cur = ppid, parent
 	}
 	return out
 }
@@ -522,13 +574,7 @@ func (b *ProcBackend) resolve(ctx context.Context, h holder, pids []int, want []
 		return nil, fmt.Errorf("attribution: pid %d executed %s while being attributed (was %s)", h.pid, exe2, exe)
 	}
 	id := &Identity{PID: h.pid, Exe: exe, SHA256: sum, Backend: BackendProc}
-	for _, a := range b.chain(h.pid, pids) {
-		ae, err := os.Readlink(b.cfg.ProcRoot + "/" + strconv.Itoa(a) + "/exe")
-		if err != nil {
-			break // exited: the chain above it is no longer knowable
-		}
-		id.Ancestors = append(id.Ancestors, Process{PID: a, Exe: ae})
-	}
+	id.Ancestors = b.ancestry(h.pid, pids, true)
 	link, err := os.Readlink(dir + "/fd/" + strconv.Itoa(h.fd))
 	if err != nil || link != string(want) {
 		return nil, fmt.Errorf("%w: pid %d closed the socket during attribution", ErrNotFound, h.pid)

@@ -206,3 +206,21 @@ func parseStatPPid(b []byte) (int, error) {
 	}
 	return ppid, nil
 }
+
+// parseStatStart returns field 22 of /proc/<pid>/stat: the process's
+// start time in clock ticks since boot.
+func parseStatStart(b []byte) (uint64, error) {
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, errors.New("stat: no ')' after comm")
+	}
+	f := bytes.Fields(b[i+1:])
+	if len(f) < 20 {
+		return 0, errors.New("stat: too few fields after comm")
+	}
+	start, err := strconv.ParseUint(string(f[19]), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("stat: starttime %q: not a number", f[19])
+	}
+	return start, nil
+}

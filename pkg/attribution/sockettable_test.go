@@ -189,6 +189,18 @@ func TestParseStatPPid(t *testing.T) {
 	}
 }
 
+func TestParseStatStart(t *testing.T) {
+	line := "4242 (a) b) S 1 4242 4242 0 -1 4194560 75 0 0 0 0 0 0 0 20 0 1 0 987654 1024 1"
+	if got, err := parseStatStart([]byte(line)); err != nil || got != 987654 {
+		t.Errorf("%q: %d %v, want 987654", line, got, err)
+	}
+	for _, in := range []string{"", "1 (x) S 1 2 3", "1 (x) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 x 1"} {
+		if _, err := parseStatStart([]byte(in)); err == nil {
+			t.Errorf("%q: no error", in)
+		}
+	}
+}
+
 // FuzzParseSockLine: the parser never panics, and whatever it accepts
 // formats back to the same addresses.
 func FuzzParseSockLine(f *testing.F) {

@@ -33,6 +33,8 @@ type lab struct {
 	inet                      *nettest.Internet
 	dir, policy, hosts, wd    string
 	events, state, caInWorkdr string
+	// runArgs are added to every `sandbox-supervisor run`.
+	runArgs []string
 }
 
 const labPolicy = `version: 1
@@ -111,8 +113,10 @@ func (l *lab) write(text string) {
 }
 
 func (l *lab) command(script string) *exec.Cmd {
-	cmd := exec.Command(l.sup, "run", "--policy", l.policy, "--hosts-file", l.hosts, "--events", l.events,
-		"--state-dir", l.state, "--workdir", l.wd, "--", "/bin/sh", "-c", script)
+	args := []string{"run", "--policy", l.policy, "--hosts-file", l.hosts, "--events", l.events,
+		"--state-dir", l.state, "--workdir", l.wd}
+	args = append(append(args, l.runArgs...), "--", "/bin/sh", "-c", script)
+	cmd := exec.Command(l.sup, args...)
 	cmd.Stderr = os.Stderr
 	return cmd
 }

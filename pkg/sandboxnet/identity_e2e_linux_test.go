@@ -3,11 +3,17 @@
 package sandboxnet
 
 import (
+	"bufio"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/palisade-sandbox/palisade/pkg/testutil"
 )
 
 // The identity acceptance (issue 23), each from inside a real sandbox
@@ -127,5 +133,192 @@ func TestIdentityRecordEvictionNeverWidens(t *testing.T) {
 	}
 	if !named {
 		t.Errorf("no attribution_incomplete event naming the holder %s", l.allowed)
+	}
+}
+
+// pidReuseScript runs in the sandbox: a parent P forks B (python3, not
+// allowed allowed.test:80) and exits when told, leaving B an orphan;
+// then every line on spawn.fifo starts the allowed helper (the test
+// aims the host's next pid at P's); then B, told to go, asks for
+// http://allowed.test/reused.
+const pidReuseScript = `
+import os, subprocess, sys, time, urllib.request, urllib.error
+def wait_file(name, limit=90):
+    end = time.time() + limit
+    while not os.path.exists(name):
+        if time.time() > end:
+            sys.exit("timed out waiting for " + name)
+        time.sleep(0.01)
+helper = sys.argv[1]
+os.mkfifo("spawn.fifo")
+r, w = os.pipe()
+p = os.fork()
+if p == 0:
+    b = os.fork()
+    if b == 0:
+        wait_file("go-b")
+        try:
+            urllib.request.urlopen("http://allowed.test/reused", timeout=10)
+            res = "200"
+        except urllib.error.HTTPError as e:
+            res = "%d %s" % (e.code, e.read().decode().strip())
+        except Exception as e:
+            res = "error %s" % e
+        print("reused=" + res, flush=True)
+        open("b-done", "w").close()
+        os._exit(0)
+    os.write(w, b"%d %d" % (os.getpid(), b))
+    wait_file("release-p")
+    os._exit(0)
+os.close(w)
+pp, bb = os.read(r, 64).decode().split()
+print("p=" + pp, flush=True)
+print("b=" + bb, flush=True)
+os.waitpid(p, 0)
+print("reaped=1", flush=True)
+with open("spawn.fifo") as f:
+    for line in f:
+        if line.strip() != "spawn":
+            break
+        c = subprocess.Popen([helper, "identity-helper", "sleep"])
+        print("spawned=%d" % c.pid, flush=True)
+wait_file("b-done")
+`
+
+// hostPID finds the host pid of the sandbox process whose pid in the
+// sandbox is nspid and whose command line contains marker.
+func hostPID(t *testing.T, nspid int, marker string) int {
+	t.Helper()
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, d := range dirs {
+		status, err := os.ReadFile(d + "/status")
+		if err != nil {
+			continue
+		}
+		cmdline, _ := os.ReadFile(d + "/cmdline")
+		for line := range strings.Lines(string(status)) {
+			f := strings.Fields(line)
+			if len(f) > 2 && f[0] == "NSpid:" && f[len(f)-1] == strconv.Itoa(nspid) && strings.Contains(string(cmdline), marker) {
+				pid, _ := strconv.Atoi(filepath.Base(d))
+				return pid
+			}
+		}
+	}
+	t.Fatalf("no sandbox process %d running %s", nspid, marker)
+	return 0
+}
+
+// A process whose parent exited keeps no ancestor, even when the host
+// gives the dead parent's pid to an allowed program: the agent's python
+// orphan is refused and the upstream sees nothing. Before, the eBPF
+// process tree kept the dead pid and named the allowed program at it as
+// the orphan's parent. The host's next pid is aimed with
+// /proc/sys/kernel/ns_last_pid (retried while other host processes take
+// it first).
+func TestIdentityPidReuseCannotForgeAncestry(t *testing.T) {
+	testutil.RequireCommand(t, "python3")
+	for _, backend := range []string{"bpf", "proc"} {
+		t.Run(backend, func(t *testing.T) {
+			l := newIdentityLab(t)
+			l.runArgs = []string{"--attribution", backend}
+			pidReuse(t, l)
+		})
+	}
+}
+
+func pidReuse(t *testing.T, l *identityLab) {
+	if err := os.WriteFile(filepath.Join(l.wd, "pidreuse.py"), []byte(pidReuseScript), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := l.command("exec python3 pidreuse.py " + l.allowed)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	lines := make(chan string, 64)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	r := map[string]string{}
+	next := func(key string) string {
+		t.Helper()
+		timeout := time.After(60 * time.Second)
+		for {
+			select {
+			case line, ok := <-lines:
+				if !ok {
+					t.Fatalf("sandbox output ended waiting for %s: %v", key, r)
+				}
+				k, v, _ := strings.Cut(line, "=")
+				r[k] = v
+				if k == key {
+					return v
+				}
+			case <-timeout:
+				t.Fatalf("no %s from the sandbox: %v", key, r)
+			}
+		}
+	}
+	nsP, _ := strconv.Atoi(next("p"))
+	parent := hostPID(t, nsP, "pidreuse.py")
+	touch := func(name string) {
+		if err := os.WriteFile(filepath.Join(l.wd, name), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	touch("release-p")
+	next("reaped")
+	fifo, err := os.OpenFile(filepath.Join(l.wd, "spawn.fifo"), os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fifo.Close()
+	reused := false
+	for attempt := 0; attempt < 50 && !reused; attempt++ {
+		if err := os.WriteFile("/proc/sys/kernel/ns_last_pid", []byte(strconv.Itoa(parent-1)), 0); err != nil {
+			testutil.RequireData(t, "a writable /proc/sys/kernel/ns_last_pid", err)
+		}
+		if _, err := fifo.Write([]byte("spawn\n")); err != nil {
+			t.Fatal(err)
+		}
+		nsH, _ := strconv.Atoi(next("spawned"))
+		exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", parent))
+		status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", parent))
+		reused = exe == l.allowed && strings.Contains(string(status), fmt.Sprintf("\t%d\n", nsH))
+	}
+	if !reused {
+		t.Fatalf("the allowed helper never got the dead parent's host pid %d", parent)
+	}
+	fifo.Write([]byte("stop\n"))
+	touch("go-b")
+	res := next("reused")
+	cmd.Wait()
+	code, body, _ := strings.Cut(res, " ")
+	if code != "403" || denial(t, body)["reason"] != "binary_not_allowed" {
+		t.Errorf("the orphan, its dead parent's pid now the allowed helper's: %q, want 403 binary_not_allowed", res)
+	}
+	l.noHit("reused")
+	backend := l.runArgs[len(l.runArgs)-1]
+	seen := false
+	for _, e := range l.eventLines() {
+		b, _ := json.Marshal(e)
+		if !strings.Contains(string(b), "allowed.test") || !strings.Contains(string(b), "python3") {
+			continue
+		}
+		seen = seen || strings.Contains(string(b), `"attribution":"`+backend)
+		if strings.Contains(string(b), l.allowed) {
+			t.Errorf("an event names the helper among python3's ancestors: %s", b)
+		}
+	}
+	if !seen {
+		t.Errorf("no event for python3's request attributed by %s", backend)
 	}
 }

@@ -31,6 +31,7 @@ const identityHelperArg = "identity-helper"
 //	recv <unix path> <name>: listens on path, receives one socket, waits
 //	  for "go", sends "GET http://allowed.test/<name>" on it and prints
 //	  "<name>=<status line>|<body>", then answers "done".
+//	sleep: sleeps a minute (an allowed process that merely exists).
 func identityHelper(args []string) {
 	if err := runIdentityHelper(args); err != nil {
 		fmt.Fprintf(os.Stderr, "identity helper %v: %v\n", args, err)
@@ -52,6 +53,9 @@ func runIdentityHelper(args []string) error {
 		return helperHandoff(rest[0], n)
 	case mode == "recv" && len(rest) == 2:
 		return helperRecv(rest[0], rest[1])
+	case mode == "sleep" && len(rest) == 0:
+		time.Sleep(time.Minute)
+		return nil
 	default:
 		return fmt.Errorf("unknown mode or wrong arguments")
 	}
