@@ -101,6 +101,12 @@ func TestBundledDefaultPasses(t *testing.T) {
 			t.Errorf("%s: %s, want the proxy's policy_denied (the canary entry brings the proxy up)", r.Check, r.Observed)
 		}
 	}
+	// Issue 29 item 5: the probe's deliberate denials are the proxy
+	// working, not warnings, and the proxy's lines stay in its own log
+	// (a healthy run printed a screen of bypass_denied WARNs).
+	if s := stderr.String(); strings.Contains(s, "level=WARN") || strings.Contains(s, "level=ERROR") || strings.Contains(s, "msg=connection") {
+		t.Errorf("a healthy probe run warned or showed the proxy's lines:\n%s", s)
+	}
 	// Issue 29 item 6: without --log nothing is written (it created
 	// ~/.mac/openshell/live-confinement-probe.log on every run).
 	if ents, _ := os.ReadDir(home); len(ents) != 0 {

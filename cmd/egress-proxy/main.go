@@ -135,8 +135,10 @@ Flags:
                          count (default 10s; 0 reports every one)
   --log-format F         text or json logs on stderr (default text)
   --log-level L          debug, info, warn or error (default info); one line
-                         per allowed connection at debug, denials and errors
-                         at warn (every connection is an OCSF event anyway)
+                         per allowed connection at debug, per denied or
+                         failed one at info (every connection is an OCSF
+                         event anyway); warn and error are the proxy's own
+                         trouble
 
 Environment: at start the proxy re-executes itself (same process) with
 GODEBUG=schedtrace=2147483647 added. This keeps Go's monitor thread out of

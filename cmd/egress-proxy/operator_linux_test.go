@@ -122,12 +122,17 @@ func TestStandaloneHelpExampleAndQuietDefaults(t *testing.T) {
 		if l["outcome"] == "allowed" {
 			t.Errorf("an allowed connection logged at the default level: %v", l)
 		}
-		if l["level"] == "WARN" && l["reason"] == "binary_not_allowed" && strings.HasSuffix(l["binary"].(string), "curl") {
+		if l["level"] == "INFO" && l["reason"] == "binary_not_allowed" && strings.HasSuffix(l["binary"].(string), "curl") {
 			deniedCurl = true
+		}
+		if l["level"] == "WARN" || l["level"] == "ERROR" {
+			// Issue 29 item 5: a denial is the proxy working, not a
+			// warning for the operator.
+			t.Errorf("a connection logged at %s: %v", l["level"], l)
 		}
 	}
 	if !deniedCurl {
-		t.Errorf("the curl example was not denied with binary_not_allowed at warn; lines %v", ls)
+		t.Errorf("the curl example was not denied with binary_not_allowed at info; lines %v", ls)
 	}
 	events, _ := os.ReadFile(p.events)
 	if !strings.Contains(string(events), `"hostname":"github.com"`) && !strings.Contains(string(events), "github.com") {

@@ -32,8 +32,8 @@ var commands = []command{
 		func(_ context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
 			return deleteCmd(args, stdout, stderr)
 		}},
-	{cli.Command{Name: "logs", Synopsis: "logs [--since DUR] [--follow] [--json] [--denied] NAME",
-		Summary: "the sandbox's events, newest last; --denied: one DENY line per denial"},
+	{cli.Command{Name: "logs", Synopsis: "logs [--since DUR] [--follow] [--json] [--denied] [--proxy] NAME",
+		Summary: "the sandbox's events, newest last; --denied: one DENY line per denial;\n--proxy: the egress proxy's own log"},
 		func(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
 			return logsCmd(ctx, args, stdout, stderr)
 		}},
@@ -82,6 +82,7 @@ Examples:
        --kind task --workdir /srv/work/task-42 --events /var/log/openshell-ocsf.task-42.log -- make test
   sudo sandbox-supervisor run --detach --name task-42 --workdir /srv/task-42
   sudo sandbox-supervisor exec task-42 -- 'make test'
+  sudo sandbox-supervisor logs --proxy task-42
   sudo sandbox-supervisor delete task-42
   sudo sandbox-supervisor preflight --json
   sudo sandbox-supervisor gc            # what would be collected, and why

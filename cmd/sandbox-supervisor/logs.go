@@ -16,6 +16,7 @@ import (
 )
 
 const logsUsage = `usage: sandbox-supervisor logs [--since DUR] [--follow] [--json] [--denied] [--state-dir DIR] NAME
+       sandbox-supervisor logs --proxy [--since DUR] [--follow] [--state-dir DIR] NAME
 
 Prints the sandbox's events, oldest first (newest last), from the OCSF
 file it was created with (--events FILE): its own lines only, from its
@@ -31,10 +32,17 @@ Every name in the output may come from the agent: it never reaches the
 terminal raw. --follow keeps printing new events until the sandbox ends or
 the command is interrupted.
 
+--proxy prints the egress proxy's own log instead (proxy.log in the
+sandbox's state directory, and the previous proxy.log.1): its start,
+reloads and one line per denied connection. The proxy never writes to
+the operator's terminal, which the sandboxed command shares; the
+supervisor repeats there only the proxy's warnings and errors.
+
 Examples:
   sudo sandbox-supervisor logs task-42
   sudo sandbox-supervisor logs --denied --follow task-42
   sudo sandbox-supervisor logs --since 10m --json task-42 | jq .status_code
+  sudo sandbox-supervisor logs --proxy --follow task-42
 
 Flags:
 `
@@ -45,6 +53,7 @@ func logsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	follow := fs.Bool("follow", false, "keep printing new events until the sandbox ends")
 	asJSON := fs.Bool("json", false, "print the events as JSON lines")
 	denied := fs.Bool("denied", false, "only denials (network, HTTP, filesystem), one human line each")
+	proxy := fs.Bool("proxy", false, "the egress proxy's own log instead of the events")
 	dir := fs.String("state-dir", state.DefaultRoot, "state root")
 	name, err := parseName(fs, "logs", args)
 	if err != nil {
@@ -60,6 +69,12 @@ func logsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	l, err := store.Get(name)
 	if err != nil {
 		return cli.Failf("logs: %v", err)
+	}
+	if *proxy {
+		if *asJSON || *denied {
+			return cli.Usagef("logs: --proxy prints the proxy's log as it is; --json and --denied are for the events")
+		}
+		return proxyLogs(ctx, store, name, *since, *follow, stdout)
 	}
 	if l.EventsFile == "" {
 		return cli.Failf("logs: sandbox %s records no events file (create it with --events FILE)", name)

@@ -99,6 +99,9 @@ func examples() []struct {
 			Dst: &ocsf.NetworkEndpoint{IP: "198.51.100.9", Port: 22}, Actor: agentActor()},
 			ocsf.Decision{Rule: &ocsf.FirewallRule{Name: "fence", UID: "fence", Type: "nftables-fence"}, Reason: "connection bypassed the proxy"})},
 		{"network-fail", p.NetworkFail(conn(), rule, "upstream_connect_failed", errors.New("dial 198.51.100.7:443: connection refused"))},
+		{"network-client-gone", p.NetworkAbandoned(ocsf.Conn{
+			Src: &ocsf.NetworkEndpoint{IP: "10.200.0.2", Port: 40512},
+			Dst: &ocsf.NetworkEndpoint{Hostname: "api.example.com", Port: 443}}, "client_gone", "client_closed_before_attribution")},
 		{"http-allowed", p.HTTPRequest(conn(), ocsf.Request{Method: "GET", URL: u, Version: "HTTP/1.1", Status: 200},
 			ocsf.Decision{Allowed: true, Rule: rule})},
 		{"file-denied", s.FileDenied(ocsf.FileDenial{

@@ -130,6 +130,21 @@ func (s *Source) NetworkFail(c Conn, rule *FirewallRule, code string, cause erro
 	return e
 }
 
+// NetworkAbandoned is a Network Activity (4001) Close for a connection
+// its client closed before the proxy could decide on it (the process
+// exited mid-request, so it could not be attributed). Nothing was
+// decided, so it carries no security_control attributes (no action,
+// disposition or rule): status Failure with code (status_code) and
+// reason (status_detail), informational. Nothing was dialled. It is not
+// a denial and must not be counted as one.
+func (s *Source) NetworkAbandoned(c Conn, code, reason string) *NetworkActivity {
+	e := s.network(NetworkClose, c)
+	e.StatusID, e.SeverityID = StatusFailure, SeverityInformational
+	e.StatusCode, e.StatusDetail = code, reason
+	e.Message = fmt.Sprintf("client closed its connection to %s before it was attributed; nothing was sent upstream", endpointLabel(c.Dst))
+	return e
+}
+
 // Request is one HTTP request seen by the proxy. URL is redacted by
 // HTTPRequest; Status is the response code sent to the client (0: none).
 type Request struct {

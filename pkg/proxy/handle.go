@@ -143,6 +143,10 @@ func (p *Proxy) serveRequest(c *net.TCPConn, br *bufio.Reader, rec *Record, rele
 	rec.Generation, rec.PolicySHA = g.Number, g.SHA256
 
 	if first && !p.identify(rec) {
+		if rec.Reason == ReasonAttributionFailed && peerGone(c) {
+			clientGone(c, rec)
+			return false
+		}
 		p.deny(c, rec, OutcomePolicyDenied)
 		return false
 	}
@@ -299,6 +303,17 @@ func connectorAllowed(d Decider, dr DecideRequest, rec *Record) bool {
 	}
 	rec.Reason = ReasonConnectorDenied
 	return false
+}
+
+// clientGone records a connection whose client closed it before it could
+// be attributed (the process exited mid-request: no process holds the
+// socket any more). Nothing was decided and nothing is dialled or
+// written: the connection is closed, and its record says client_gone
+// instead of a denial. A client still there gets the 403 of a failed
+// attribution (deny), so closing early gains a client nothing.
+func clientGone(c *net.TCPConn, rec *Record) {
+	rec.Outcome, rec.Reason = OutcomeClientGone, ReasonClientClosed
+	c.Close()
 }
 
 // deny answers 403 with the structured JSON body and closes.

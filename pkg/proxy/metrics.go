@@ -18,6 +18,7 @@ type metrics struct {
 	allowed         atomic.Uint64
 	denied          sync.Map // "error/reason" -> *atomic.Uint64
 	badRequests     atomic.Uint64
+	clientGone      atomic.Uint64
 	bypass          atomic.Uint64
 	upstreamErrors  atomic.Uint64
 	identityMismat  atomic.Uint64
@@ -54,6 +55,7 @@ type Counters struct {
 	Denied             uint64            `json:"denied"`
 	DeniedByReason     map[string]uint64 `json:"denied_by_reason"`
 	BadRequests        uint64            `json:"bad_requests"`
+	ClientGone         uint64            `json:"client_gone"`
 	Bypass             uint64            `json:"bypass_attempts"`
 	UpstreamErrors     uint64            `json:"upstream_errors"`
 	IdentityMismatches uint64            `json:"identity_mismatches"`
@@ -78,6 +80,7 @@ func (p *Proxy) Counters() Counters {
 		Allowed:            m.allowed.Load(),
 		DeniedByReason:     map[string]uint64{},
 		BadRequests:        m.badRequests.Load(),
+		ClientGone:         m.clientGone.Load(),
 		Bypass:             m.bypass.Load(),
 		UpstreamErrors:     m.upstreamErrors.Load(),
 		IdentityMismatches: m.identityMismat.Load(),
@@ -131,6 +134,8 @@ func (p *Proxy) WriteMetrics(w io.Writer) error {
 	}
 	metric("palisade_proxy_bad_requests_total", "counter", "Malformed, oversized or timed-out request heads.")
 	fmt.Fprintf(bw, "palisade_proxy_bad_requests_total %d\n", c.BadRequests)
+	metric("palisade_proxy_client_gone_total", "counter", "Connections whose client closed them before they could be attributed (not denials; nothing dialled).")
+	fmt.Fprintf(bw, "palisade_proxy_client_gone_total %d\n", c.ClientGone)
 	metric("palisade_proxy_bypass_attempts_total", "counter", "Connections captured by the fence (direct egress attempts).")
 	fmt.Fprintf(bw, "palisade_proxy_bypass_attempts_total %d\n", c.Bypass)
 	metric("palisade_proxy_upstream_errors_total", "counter", "Allowed requests whose upstream dial or exchange failed.")

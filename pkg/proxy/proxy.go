@@ -307,6 +307,8 @@ func (p *Proxy) finish(r *Record) {
 		p.m.badRequests.Add(1)
 	case OutcomeBypassDenied:
 		p.m.bypass.Add(1)
+	case OutcomeClientGone:
+		p.m.clientGone.Add(1)
 	default:
 		p.m.deny(r.Outcome, r.Reason)
 	}
@@ -334,11 +336,14 @@ func (p *Proxy) emitRecord(r *Record) {
 
 // logRecord writes one line per connection: at debug when it was allowed
 // (a busy `npm install` would flood the journal; every connection is an
-// OCSF event anyway), at warn when it was denied or failed.
+// OCSF event anyway), at info when it was denied or failed. A denial is
+// the policy doing its work, not something for the operator to act on
+// (a confinement probe's deliberate bypass attempts must not read as
+// warnings); warnings are kept for the proxy's own trouble.
 func (p *Proxy) logRecord(r *Record) {
 	lvl := slog.LevelDebug
 	if r.Outcome != OutcomeAllowed {
-		lvl = slog.LevelWarn
+		lvl = slog.LevelInfo
 	}
 	if !p.log.Enabled(context.Background(), lvl) {
 		return

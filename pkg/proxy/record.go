@@ -19,6 +19,11 @@ const (
 	OutcomeBadRequest     = "bad_request"
 	OutcomeUpstreamFailed = "upstream_failed"
 	OutcomeBypassDenied   = "bypass_denied"
+	// OutcomeClientGone: the client closed the connection before it
+	// could be attributed (its process exited mid-request). Not a
+	// denial: nothing was decided. Nothing was dialled either, exactly
+	// as for a denial.
+	OutcomeClientGone = "client_gone"
 )
 
 // Reasons the proxy itself gives (the engine and the SSRF guard give the
@@ -29,6 +34,8 @@ const (
 	// of who connected the socket (ErrAttributionIncomplete); the holder
 	// alone is never decided on.
 	ReasonAttributionIncomplete = "attribution_incomplete"
+	// ReasonClientClosed goes with OutcomeClientGone.
+	ReasonClientClosed = "client_closed_before_attribution"
 	// ReasonConnectorDenied: the socket was handed on, and the process
 	// that connected it is not allowed (or can no longer be named).
 	ReasonConnectorDenied  = "connector_not_allowed"
@@ -387,6 +394,9 @@ func (r *Record) events(src *ocsf.Source) []ocsf.Event {
 		sum, base, ci = e, &e.Base, &e.ConnectionInfo
 	case r.Outcome == OutcomeUpstreamFailed:
 		e := src.NetworkFail(c, d.Rule, r.Outcome, causeError(r.Reason, r.Cause))
+		sum, base, ci = e, &e.Base, &e.ConnectionInfo
+	case r.Outcome == OutcomeClientGone:
+		e := src.NetworkAbandoned(c, r.Outcome, r.Reason)
 		sum, base, ci = e, &e.Base, &e.ConnectionInfo
 	case r.Kind == KindHTTP && r.Outcome == OutcomeAllowed:
 		e := src.HTTPRequest(c, ocsf.Request{Method: r.Method, URL: r.URL, Version: "HTTP/1.1", Status: r.Status}, d)

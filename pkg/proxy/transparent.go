@@ -128,6 +128,9 @@ func (p *Proxy) handleTransparent(c *net.TCPConn, rec *Record) {
 		if rec.Reason == "" {
 			rec.Reason = ReasonAttributionFailed
 		}
+		if g != nil && rec.Reason == ReasonAttributionFailed && peerGone(c) {
+			rec.Outcome, rec.Reason = OutcomeClientGone, ReasonClientClosed // nothing dialled either way
+		}
 		return
 	}
 	dr := decideRequest(rec)

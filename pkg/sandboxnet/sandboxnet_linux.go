@@ -148,6 +148,9 @@ type proxyProc struct {
 	dir     string // where the CA certificate and the bundle live
 	tmpDir  bool   // dir was made here (no state root) and goes at close
 	bundle  string
+	// log is the proxy's stderr, ProxyLogName in the sandbox's state
+	// directory (nil without one: the proxy's stderr is cfg.Stderr).
+	log *proxyLog
 	// epoch is the policy DNS boot epoch of the proxy started last (with
 	// tcp): persisted in dir/DNSEpochName when dir is the sandbox's state
 	// directory, else counted here from a random start.
@@ -216,6 +219,11 @@ func (p *proxyProc) trustDir() error {
 		p.dir = filepath.Join(p.cfg.StateRoot, p.name)
 		if fi, err := os.Stat(p.dir); err == nil && fi.IsDir() {
 			p.bundle = filepath.Join(p.dir, BundleName)
+			l, err := openProxyLog(filepath.Join(p.dir, ProxyLogName), p.name, p.cfg.Logger)
+			if err != nil {
+				return fmt.Errorf("sandboxnet: %w", err)
+			}
+			p.log = l
 			return nil
 		}
 	}
@@ -228,6 +236,9 @@ func (p *proxyProc) trustDir() error {
 }
 
 func (p *proxyProc) removeTrustDir() {
+	if p.log != nil {
+		p.log.Close()
+	}
 	if p.tmpDir {
 		os.RemoveAll(p.dir)
 	}
@@ -304,6 +315,11 @@ func (p *proxyProc) start() error {
 	cmd := exec.Command(p.cfg.ProxyBin, p.args()...)
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
 	cmd.Stdout, cmd.Stderr = p.cfg.Stdout, p.cfg.Stderr
+	if p.log != nil {
+		// exec copies through a pipe; Wait returns once it is drained.
+		p.log.started()
+		cmd.Stderr = p.log
+	}
 	cmd.ExtraFiles = []*os.File{w}
 	if fd, ok := ocsf.FDDest(p.cfg.Events); ok {
 		// --events /dev/fd/N: the proxy appends to the same pipe, socket
@@ -346,7 +362,15 @@ func (p *proxyProc) start() error {
 	if err != nil {
 		cmd.Process.Kill()
 		<-exited
+		if p.log != nil {
+			if tail := p.log.Tail(); tail != "" {
+				err = fmt.Errorf("%w; its log ends: %s", err, tail)
+			}
+		}
 		return err
+	}
+	if p.log != nil {
+		p.log.isReady()
 	}
 	p.mu.Lock()
 	p.cmd, p.exited = cmd, exited
