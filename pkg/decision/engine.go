@@ -7,6 +7,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/palisade-sandbox/palisade/pkg/policy"
 	"github.com/palisade-sandbox/palisade/pkg/ssrf"
@@ -93,8 +94,17 @@ type Engine struct {
 	multi map[string][]*candidate     // **.suffix
 	// hostless holds endpoints with allowed_ips and no host, by port.
 	hostless map[int][]*candidate
+	// rank is every candidate's order by (entry key, endpoint index),
+	// built by the first Precedence call.
+	rankOnce sync.Once
+	rank     map[endpointRef]uint64
 
 	ordinal int // compile-time counter for candidate.order
+}
+
+type endpointRef struct {
+	entry string
+	index int
 }
 
 type entry struct {
@@ -262,6 +272,36 @@ func Compile(p *policy.Policy, generation int64) (*Engine, error) {
 	return e, nil
 }
 
+// fillRanks records every candidate's order for Precedence.
+func (e *Engine) fillRanks() {
+	e.rank = map[endpointRef]uint64{}
+	add := func(cs []*candidate) {
+		for _, c := range cs {
+			e.rank[endpointRef{c.entry.key, c.index}] = c.order
+		}
+	}
+	for _, m := range []map[string][]*candidate{e.exact, e.one, e.multi} {
+		for _, cs := range m {
+			add(cs)
+		}
+	}
+	for _, cs := range e.ips {
+		add(cs)
+	}
+	for _, cs := range e.hostless {
+		add(cs)
+	}
+	for _, ix := range e.intra {
+		for _, cs := range ix.byTail {
+			add(cs)
+		}
+		for _, cs := range ix.byHead {
+			add(cs)
+		}
+		add(ix.rest)
+	}
+}
+
 func fieldPath(key string) string {
 	if strings.ContainsAny(key, `."`) {
 		return fmt.Sprintf("network_policies.%q", key)
@@ -372,6 +412,17 @@ func (e *Engine) Generation() int64 { return e.generation }
 
 // Checksum returns the compiled policy's checksum (policy.Policy.Checksum).
 func (e *Engine) Checksum() string { return e.checksum }
+
+// Precedence returns the rank Decide gives the endpoint at index of the
+// entry key: when several endpoints would allow a request, the one with
+// the lowest rank decides it (its L7 rules, tls and protocol apply). ok
+// is false when the policy has no such endpoint. The ceiling prover uses
+// it to know which endpoints can take a request from another.
+func (e *Engine) Precedence(entry string, index int) (rank uint64, ok bool) {
+	e.rankOnce.Do(e.fillRanks)
+	rank, ok = e.rank[endpointRef{entry, index}]
+	return rank, ok
+}
 
 // Stats returns what the Engine holds.
 func (e *Engine) Stats() Stats { return e.stats }

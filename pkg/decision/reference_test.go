@@ -221,3 +221,53 @@ func TestDecideMatchesReference(t *testing.T) {
 	}
 	t.Logf("allowed %d, denied %v", allowed, denied)
 }
+
+// Precedence ranks the endpoint Decide picks below every other endpoint
+// that would also allow the request: the reference's allowing candidates,
+// one policy at a time with only that endpoint kept, all rank higher.
+func TestPrecedenceOrdersWinners(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	checked := 0
+	for round := 0; round < 150; round++ {
+		p := randPolicy(r)
+		e, err := Compile(p, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 100; i++ {
+			req := randRequest(r)
+			got := e.Decide(req)
+			if !got.Allowed {
+				continue
+			}
+			win, ok := e.Precedence(got.Entry, got.EndpointIndex)
+			if !ok {
+				t.Fatalf("no precedence for the winner %s[%d]", got.Entry, got.EndpointIndex)
+			}
+			for key, np := range p.NetworkPolicies {
+				for idx := range np.Endpoints {
+					if key == got.Entry && idx == got.EndpointIndex {
+						continue
+					}
+					one := &policy.Policy{Version: 1, NetworkPolicies: map[string]*policy.NetworkPolicy{
+						key: {Binaries: np.Binaries, Endpoints: []*policy.Endpoint{np.Endpoints[idx]}},
+					}}
+					if ok, _, _, _ := refDecide(one, req); !ok {
+						continue
+					}
+					rank, ok := e.Precedence(key, idx)
+					if !ok || rank <= win {
+						t.Fatalf("%s[%d] (rank %d) also allows %+v but does not rank above the winner %s[%d] (rank %d)", key, idx, rank, req, got.Entry, got.EndpointIndex, win)
+					}
+					checked++
+				}
+			}
+		}
+	}
+	if checked < 500 {
+		t.Fatalf("only %d competing endpoints checked", checked)
+	}
+	if _, ok := (&Engine{}).Precedence("none", 0); ok {
+		t.Error("an empty engine ranks an endpoint")
+	}
+}

@@ -164,3 +164,19 @@ func EmbeddedIPv4(addr netip.Addr) (netip.Addr, bool) {
 	}
 	return netip.Addr{}, false
 }
+
+// ConditionalPrefixes returns the ranges whose addresses Guard allows
+// only under conditions (ClassPrivate and ClassULA: an exact host or
+// allowed_ips), from the same tables Classify reads. A fresh slice per
+// call.
+func ConditionalPrefixes() []netip.Prefix {
+	var out []netip.Prefix
+	for _, rs := range [][]classRange{v4Ranges, v6Ranges} {
+		for _, r := range rs {
+			if r.c == ClassPrivate || r.c == ClassULA {
+				out = append(out, r.p)
+			}
+		}
+	}
+	return out
+}

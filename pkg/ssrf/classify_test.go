@@ -243,3 +243,32 @@ func FuzzClassify(f *testing.F) {
 		}
 	})
 }
+
+// ConditionalPrefixes lists exactly the private and ULA ranges: each
+// prefix's first and last address classify as such, and the addresses
+// just outside do not.
+func TestConditionalPrefixes(t *testing.T) {
+	ps := ConditionalPrefixes()
+	if len(ps) != 4 {
+		t.Fatalf("got %v", ps)
+	}
+	for _, p := range ps {
+		first := p.Masked().Addr()
+		last := first
+		for i := p.Bits(); i < first.BitLen(); i++ {
+			b := last.AsSlice()
+			b[i/8] |= 0x80 >> (i % 8)
+			last, _ = netip.AddrFromSlice(b)
+		}
+		for _, a := range []netip.Addr{first, last} {
+			if c := Classify(a); c != ClassPrivate && c != ClassULA {
+				t.Errorf("%s in %s classifies %v", a, p, c)
+			}
+		}
+		for _, a := range []netip.Addr{first.Prev(), last.Next()} {
+			if c := Classify(a); c == ClassPrivate || c == ClassULA {
+				t.Errorf("%s outside %s classifies %v", a, p, c)
+			}
+		}
+	}
+}
