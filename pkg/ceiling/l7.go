@@ -1,0 +1,329 @@
+package ceiling
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/palisade-sandbox/palisade/pkg/policy"
+)
+
+// What a connection through an endpoint may carry, once the endpoint
+// decides it (the proxy's handle.go, inspect.go and transparent.go):
+//
+//   - raw: a CONNECT tunnel relayed without inspection (no protocol: rest
+//     and no L7 rules, or tls: skip); with TLS auto-detection the tunnel's
+//     ClientHello must name the CONNECT host, with tls: skip nothing is
+//     looked at (rawNoSNI);
+//   - transparent: a native TCP connection through policy DNS (protocol:
+//     tcp only);
+//   - HTTP requests (forwarded http:// or inside an inspected tunnel):
+//     every request when the endpoint has no L7 rules or its enforcement
+//     is audit, else those Endpoint.CheckRequest allows.
+func raw(e *policy.Endpoint) bool {
+	return !(e.TLS != policy.TLSSkip && (e.Protocol == policy.ProtocolREST || e.L7()))
+}
+
+func rawNoSNI(e *policy.Endpoint) bool { return raw(e) && e.TLS == policy.TLSSkip }
+
+func transparent(e *policy.Endpoint) bool { return e.Protocol == policy.ProtocolTCP }
+
+func everyRequest(e *policy.Endpoint) bool {
+	return !e.L7() || e.Enforcement == policy.EnforcementAudit
+}
+
+// behaviourWithin checks that whatever a connection e decides may carry,
+// a connection w decides may carry too. It returns the field (relative to
+// e's field path) and the reason, or "" when within.
+func behaviourWithin(e, w *policy.Endpoint, wPath string) (string, string) {
+	switch {
+	case raw(e) && !raw(w):
+		return "", fmt.Sprintf("relays tunnels without inspection (%s), but the ceiling's %s inspects them (protocol rest)", protoName(e), wPath)
+	case rawNoSNI(e) && !rawNoSNI(w):
+		return ".tls", fmt.Sprintf("tls: skip relays tunnels without checking the TLS server name, but the ceiling's %s checks it", wPath)
+	case transparent(e) && !transparent(w):
+		return ".protocol", fmt.Sprintf("protocol tcp admits native TCP connections through policy DNS, but the ceiling's %s is not protocol tcp", wPath)
+	case everyRequest(e) && !everyRequest(w):
+		why := "has no L7 rules"
+		if e.L7() {
+			why = "has enforcement: audit"
+		}
+		return "", fmt.Sprintf("%s, so every HTTP request passes, but the ceiling's %s enforces L7 rules", why, wPath)
+	case everyRequest(w):
+		return "", ""
+	}
+	for _, c := range cellsOf(e) {
+		if why := cellWithin(c, e, w, wPath); why != "" {
+			return c.field, why
+		}
+	}
+	return "", ""
+}
+
+func protoName(e *policy.Endpoint) string {
+	switch {
+	case e.Protocol == policy.ProtocolTCP:
+		return "protocol tcp"
+	case e.TLS == policy.TLSSkip:
+		return "tls: skip"
+	}
+	return "no protocol"
+}
+
+// methodSet is the set of request methods a cell admits.
+type methodSet struct {
+	any  bool
+	fold bool   // every letter-case spelling of m (rules compare methods case-insensitively)
+	m    string // exact (presets compare exactly)
+}
+
+func (s methodSet) String() string {
+	switch {
+	case s.any:
+		return "*"
+	case s.fold:
+		return s.m
+	}
+	return s.m
+}
+
+// cell is one part of an endpoint's L7 allow set: requests with a method
+// in methods, a normalised path matching the glob, and the query
+// constraints (each named parameter present, every value matching one of
+// its globs). noQuery and gitType narrow it further (read-only's git
+// fetch: no query at all, git's Content-Type); noPush leaves out git's
+// push discovery (".../info/refs?service=git-receive-pack"), which
+// read-only refuses.
+type cell struct {
+	field   string // ".rules[2]" or ".access"
+	methods methodSet
+	path    string
+	query   map[string][]string
+	noQuery bool
+	gitType bool
+	noPush  bool
+}
+
+func (c cell) describe() string {
+	return c.methods.String() + " " + c.path
+}
+
+var (
+	readOnlyMethods  = []string{"GET", "HEAD", "OPTIONS"}
+	readWriteMethods = []string{"GET", "HEAD", "OPTIONS", "POST", "PUT", "PATCH"}
+)
+
+// cellsOf decomposes the requests e's allow part admits (deny_rules are
+// ignored: dropping them only enlarges the set, which keeps the proof
+// sound). Preset cells are exact method names, one per method.
+func cellsOf(e *policy.Endpoint) []cell {
+	var out []cell
+	if len(e.Rules) > 0 {
+		for i, r := range e.Rules {
+			c := cell{field: fmt.Sprintf(".rules[%d]", i), path: r.Allow.Path}
+			if r.Allow.Method == "*" {
+				c.methods.any = true
+			} else {
+				c.methods = methodSet{fold: true, m: r.Allow.Method}
+			}
+			if len(r.Allow.Query) > 0 {
+				c.query = map[string][]string{}
+				for k, q := range r.Allow.Query {
+					c.query[k] = q.Any
+				}
+			}
+			out = append(out, c)
+		}
+		return out
+	}
+	switch e.Access {
+	case policy.AccessFull:
+		return []cell{{field: ".access", methods: methodSet{any: true}, path: "*"}}
+	case policy.AccessReadWrite:
+		for _, m := range readWriteMethods {
+			out = append(out, cell{field: ".access", methods: methodSet{m: m}, path: "*"})
+		}
+	case policy.AccessReadOnly:
+		for _, m := range readOnlyMethods {
+			out = append(out, cell{field: ".access", methods: methodSet{m: m}, path: "*", noPush: true})
+		}
+		// git's fetch: POST .../git-upload-pack, no query, git's type.
+		out = append(out, cell{field: ".access", methods: methodSet{m: "POST"}, path: "*/git-upload-pack", noQuery: true, gitType: true})
+	}
+	return out
+}
+
+// cellWithin reports "" when every request of c that e allows, w allows
+// too (w enforces L7 rules), or why not.
+func cellWithin(c cell, e, w *policy.Endpoint, wPath string) string {
+	for i, d := range w.DenyRules {
+		if methodsDisjoint(c.methods, d.Method) {
+			continue
+		}
+		if slices.ContainsFunc(e.DenyRules, func(de policy.RequestMatch) bool { return denyWithin(d, de) }) {
+			continue
+		}
+		return fmt.Sprintf("%s is not held to the ceiling's deny rule %s %s (%s.deny_rules[%d]); copy it into the policy", c.describe(), d.Method, d.Path, wPath, i)
+	}
+	switch {
+	case w.Access != "":
+		return accessCovers(c, w.Access, wPath)
+	case len(w.Rules) > 0:
+		for _, r := range w.Rules {
+			if ruleCovers(r.Allow, c) {
+				return ""
+			}
+		}
+		return fmt.Sprintf("%s is not inside any one allow rule of the ceiling's %s", c.describe(), wPath)
+	}
+	return "" // deny_rules only: everything else passes
+}
+
+func methodsDisjoint(s methodSet, m string) bool {
+	return m != "*" && !s.any && !strings.EqualFold(s.m, m)
+}
+
+// accessCovers is cellWithin's part for a ceiling preset
+// (policy.AccessAllowsRequest).
+func accessCovers(c cell, access, wPath string) string {
+	if access == policy.AccessFull {
+		return ""
+	}
+	switch {
+	case c.methods.any:
+		return fmt.Sprintf("every method on %s is outside the ceiling's access: %s (%s)", c.path, access, wPath)
+	case c.methods.fold:
+		return fmt.Sprintf("the rule for %s also admits other letter cases of the method (a rule compares methods case-insensitively), which the ceiling's access: %s (%s) refuses", c.describe(), access, wPath)
+	}
+	if access == policy.AccessReadWrite {
+		if slices.Contains(readWriteMethods, c.methods.m) {
+			return ""
+		}
+		return fmt.Sprintf("%s is outside the ceiling's access: read-write (%s)", c.describe(), wPath)
+	}
+	// read-only
+	if c.methods.m == "POST" && c.noQuery && c.gitType && urlGlobWithin(c.path, "*/git-upload-pack") {
+		return "" // git's fetch
+	}
+	if !slices.Contains(readOnlyMethods, c.methods.m) {
+		return fmt.Sprintf("%s is outside the ceiling's access: read-only (%s)", c.describe(), wPath)
+	}
+	// read-only refuses ".../info/refs?service=git-receive-pack" (a push).
+	if !c.noPush && mayEndWith(c.path, "/info/refs") && !queryExcludes(c.query, "service", "git-receive-pack") {
+		return fmt.Sprintf("%s admits git's push discovery (.../info/refs?service=git-receive-pack), which the ceiling's access: read-only (%s) refuses", c.describe(), wPath)
+	}
+	return ""
+}
+
+// ruleCovers reports whether the allow rule r matches every request of c.
+func ruleCovers(r policy.RequestMatch, c cell) bool {
+	switch {
+	case r.Method == "*":
+	case c.methods.any:
+		return false
+	case !strings.EqualFold(r.Method, c.methods.m):
+		return false
+	}
+	if !urlGlobWithin(c.path, r.Path) {
+		return false
+	}
+	for name, q := range r.Query {
+		globs, ok := c.query[name]
+		if !ok {
+			return false // c admits requests without the parameter
+		}
+		for _, g := range globs {
+			if !slices.ContainsFunc(q.Any, func(rg string) bool { return valueGlobWithin(g, rg) }) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// denyWithin reports whether every request the deny rule d matches, de
+// matches too (deny matching: methods, path and query names compare
+// case-insensitively, a trailing slash is optional, a parameter matches
+// when any value does).
+func denyWithin(d, de policy.RequestMatch) bool {
+	if de.Method != "*" && (d.Method == "*" || !strings.EqualFold(d.Method, de.Method)) {
+		return false
+	}
+	if !urlGlobWithin(asciiLower(d.Path), asciiLower(de.Path)) {
+		return false
+	}
+	for name, q := range de.Query {
+		var globs []string
+		found := false
+		for dn, dq := range d.Query {
+			if strings.EqualFold(dn, name) {
+				globs, found = dq.Any, true
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+		for _, g := range globs {
+			if !slices.ContainsFunc(q.Any, func(eg string) bool { return valueGlobWithin(g, eg) }) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// valueGlobWithin is inclusion for query value globs (pkg/policy's path
+// glob syntax over arbitrary values).
+func valueGlobWithin(a, b string) bool {
+	a, b = collapseStars(a), collapseStars(b)
+	if b == "*" {
+		return true
+	}
+	return starGlobWithin(a, b, true)
+}
+
+// mayEndWith over-approximates whether some path the glob matches ends
+// with suffix.
+func mayEndWith(glob, suffix string) bool {
+	g := collapseStars(glob)
+	if g == "*" {
+		return true
+	}
+	i := strings.LastIndexAny(g, "*?")
+	if i < 0 {
+		return strings.HasSuffix(g, suffix)
+	}
+	tail := g[i+1:]
+	return strings.HasSuffix(suffix, tail) || strings.HasSuffix(tail, suffix)
+}
+
+// queryExcludes reports whether the constraints q forbid the parameter
+// name from carrying value: q constrains name and none of its globs
+// matches value (an allow rule needs every value to match).
+func queryExcludes(q map[string][]string, name, value string) bool {
+	globs, ok := q[name]
+	if !ok {
+		return false
+	}
+	for _, g := range globs {
+		if valueGlobWithin(value, g) {
+			return false
+		}
+	}
+	return true
+}
+
+// asciiLower is pkg/policy's lowering for deny-rule paths (ASCII letters
+// only, so the length and what "?" matches never change), repeated here
+// because the inclusion must read the patterns exactly as the matcher
+// does.
+func asciiLower(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
+}
