@@ -398,7 +398,10 @@ func (r *Record) events(src *ocsf.Source) []ocsf.Event {
 	case r.Outcome == OutcomeClientGone:
 		e := src.NetworkAbandoned(c, r.Outcome, r.Reason)
 		sum, base, ci = e, &e.Base, &e.ConnectionInfo
-	case r.Kind == KindHTTP && r.Outcome == OutcomeAllowed:
+	case r.Kind == KindHTTP && (r.Outcome == OutcomeAllowed || r.L7Checked && r.URL != nil):
+		// An allowed forwarded request, or one refused by the endpoint's
+		// L7 rules: the request was read, so its event names its method
+		// and path (what `policy-sync propose` turns into a rule).
 		e := src.HTTPRequest(c, ocsf.Request{Method: r.Method, URL: r.URL, Version: "HTTP/1.1", Status: r.Status}, d)
 		sum, base, ci = e, &e.Base, &e.ConnectionInfo
 	default:
