@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/palisade-sandbox/palisade/pkg/attribution"
+	"github.com/palisade-sandbox/palisade/pkg/ceiling"
 	"github.com/palisade-sandbox/palisade/pkg/cgroup"
 	"github.com/palisade-sandbox/palisade/pkg/cli"
 	"github.com/palisade-sandbox/palisade/pkg/feature"
@@ -42,7 +43,7 @@ const usage = `Usage:
                [--control PATH] [--events FILE|-|/dev/fd/N] [--hosts-file FILE]
                [--sandbox NAME --cgroup NAME --init-pid PID] [--pins FILE]
                [--ready-fd N] [--ca-out FILE] [--upstream-ca-bundle FILE]
-               [limits] [--log-format text|json] [--log-level L]
+               [--ceiling FILE] [limits] [--log-format text|json] [--log-level L]
 
 Serves an explicit HTTP proxy (CONNECT host:port, absolute-form http://)
 that allows exactly what the policy's network_policies allow, for exactly
@@ -51,7 +52,8 @@ the binaries they list. Denials are HTTP 403 with a one-line JSON body
 "policy","reason"}, a Proxy-Status field (RFC 9209) with the same facts,
 and the status line "403 Forbidden (ERROR: REASON)". The policy file's directory is watched; SIGHUP and
 POST /reload on the control socket reload too. A policy that does not
-load, validate and compile is rejected and the last good one stays.
+load, validate and compile is rejected and the last good one stays, and
+so is one that is not within the host's ceiling (--ceiling).
 
 Tunnels to protocol: rest endpoints are inspected: TLS is terminated with
 a CA generated at start (ECDSA P-256; its key never leaves the process's
@@ -113,6 +115,13 @@ Flags:
   --ready-fd N           write "ready\n" to fd N once listening, then close it
   --ca-out FILE          write the inspection CA's certificate (PEM, public,
                          mode 0644) to FILE before reporting ready
+  --ceiling FILE         the policy ceiling (docs/policy.md, "Ceiling"):
+                         the starting policy and every reload must lie
+                         within it, or are refused naming the first excess.
+                         Default $PALISADE_CEILING_FILE, else
+                         /etc/palisade/ceiling.yaml when it exists; the file
+                         must be root's and not group/world-writable. It is
+                         read again at every reload
   --upstream-ca-bundle FILE
                          also trust these PEM roots for upstream servers of
                          inspected tunnels (an unreadable or certificate-free
@@ -193,7 +202,7 @@ type flags struct {
 	policy, listen, fenceListen, control, events, hostsFile string
 	sandbox, cgroup, pins, logFormat, logLevel, clientCC    string
 	attribution                                             string
-	caOut, upstreamCA                                       string
+	caOut, upstreamCA, ceiling                              string
 	dnsListen, transparentListen                            string
 	dnsTTL                                                  time.Duration
 	dnsEpoch                                                uint64
@@ -235,6 +244,7 @@ func parseFlags(args []string, stdout io.Writer) (*flags, bool, error) {
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&f.caOut, "ca-out", "", "write the inspection CA certificate here")
 	fs.StringVar(&f.upstreamCA, "upstream-ca-bundle", "", "extra PEM roots for upstream servers")
+	fs.StringVar(&f.ceiling, "ceiling", "", "policy ceiling file")
 	if err := cli.ParseFlags(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, usage)
@@ -451,6 +461,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	p, err := proxy.New(proxy.Config{
 		PolicyPath:    f.policy,
+		Admit:         ceiling.Checker(ceiling.Locate(f.ceiling, os.Getenv)),
 		Compile:       proxy.CompileDecision,
 		Canonicalize:  proxy.CanonicalHost,
 		Dialer:        proxy.SSRFDialer{Dialer: dialer},

@@ -35,8 +35,10 @@ Grants are appended to the base policy P as new network_policies entries
 (task_egress_*): protocol rest, access read-only, port 443, host-scoped,
 for the package managers' binaries. Base entries, filesystem_policy,
 landlock and process are never changed. A base with empty
-network_policies (the bundled fail-closed default) is never expanded. On
-any error the output is the base policy, byte for byte.
+network_policies (the bundled fail-closed default) is never expanded. An
+expansion beyond the host's policy ceiling (--ceiling) is dropped, and a
+base beyond it is an error. On any error the output is the base policy,
+byte for byte.
 
 The result goes to stdout, or to OUT atomically with mode 0600. Every run
 prints one sandbox_egress_decision JSON event (grants, refusals, checksums)
@@ -60,6 +62,7 @@ refused base (the output, if any, is the base unchanged); 2 usage error.`,
 		trusted := fs.String("trusted-registries", "", "file of trusted registry hosts, one per line; replaces the built-in list")
 		out := fs.String("o", "", "write the policy to this file (atomically, mode 0600) instead of stdout")
 		events := fs.String("events", "", "append the sandbox_egress_decision event to this file (JSONL; never through a symlink) or to an inherited /dev/fd/N")
+		ceilingPath := ceilingFlag(fs)
 		return func(_ context.Context, a *app, args []string) error {
 			if len(args) != 0 {
 				return cli.Usagef("expand: unexpected arguments %q", args)
@@ -70,13 +73,13 @@ refused base (the output, if any, is the base unchanged); 2 usage error.`,
 			if *repo == "" {
 				return cli.Usagef("expand: --repo is required")
 			}
-			return runExpand(a, expandArgs{base: *base, repo: *repo, meta: *meta, trusted: *trusted, out: *out, events: *events})
+			return runExpand(a, expandArgs{base: *base, repo: *repo, meta: *meta, trusted: *trusted, out: *out, events: *events, ceiling: *ceilingPath})
 		}
 	},
 }
 
 type expandArgs struct {
-	base, repo, meta, trusted, out, events string
+	base, repo, meta, trusted, out, events, ceiling string
 }
 
 func runExpand(a *app, x expandArgs) error {
@@ -100,7 +103,7 @@ func runExpand(a *app, x expandArgs) error {
 		emitDecision(a, eventsFile, egress.Unchanged(nil, x.base, x.repo, x.trusted, fmt.Errorf("base policy: %w", err), time.Now()))
 		return cli.Failf("expand: --base: %v", err)
 	}
-	opts := egress.Options{Base: baseText, BasePath: x.base, Repo: x.repo, TrustedSource: x.trusted}
+	opts := egress.Options{Base: baseText, BasePath: x.base, Repo: x.repo, TrustedSource: x.trusted, Ceiling: a.ceilingChecker(x.ceiling)}
 	var pre error
 	if x.meta != "" {
 		if opts.TaskMetadata, err = readCapped(x.meta, egress.MaxTaskMetadataSize); err != nil {

@@ -34,14 +34,18 @@ Palisade enforces it. A valid policy prints its checksum (hex sha256 of the
 canonical form) and the normalised policy, and exits 0. An invalid one
 lists every problem with its field path and line, and exits 1.
 --workdir also checks that no allowed binary lies under that working
-directory when include_workdir is true.`,
+directory when include_workdir is true. A policy not within the host's
+policy ceiling (--ceiling; docs/policy.md, "Ceiling") is invalid here:
+each excess is listed as a problem.`,
 	examples: `  policy-sync check /etc/mac/openshell-policy.yaml
   policy-sync check --json ~/.mac/openshell-policy.yaml | jq .checksum
   policy-sync check policy.yaml --workdir /home/hermes/work
+  policy-sync check --ceiling /etc/palisade/ceiling.yaml task-policy.yaml
 `,
 	flags: func(fs *flag.FlagSet) func(context.Context, *app, []string) error {
 		asJSON := fs.Bool("json", false, "print one JSON object instead of text")
 		workdir := fs.String("workdir", "", "also check binaries against this working directory (include_workdir)")
+		ceilingPath := ceilingFlag(fs)
 		return func(_ context.Context, a *app, args []string) error {
 			if len(args) != 1 {
 				return cli.Usagef("check: want exactly one FILE, got %d arguments", len(args))
@@ -52,9 +56,14 @@ directory when include_workdir is true.`,
 			if err == nil && *workdir != "" {
 				err = p.CheckWorkdir(*workdir)
 			}
+			if err == nil {
+				err = a.ceilingCheck(*ceilingPath, p)
+			}
 			if err != nil {
 				if errs, ok := policy.AsErrors(err); ok {
 					res.Problems = errs.List()
+				} else if xs, ok := ceilingProblems(err); ok {
+					res.Problems = xs
 				} else {
 					res.Error = err.Error()
 				}
@@ -125,7 +134,8 @@ must exist), then ~/.mac/openshell-policy.yaml, then the bundled
 fail-closed default. Prints the source, the file, the reason it won and
 the policy checksum. A missing explicit file or an invalid policy at the
 winning source is an error (exit 1): resolution never falls back to a
-weaker source.`,
+weaker source. So is a policy not within the host's policy ceiling
+(--ceiling; docs/policy.md, "Ceiling"): the message names its first excess.`,
 	examples: `  policy-sync resolve
   MAC_OPENSHELL_POLICY=/etc/mac/openshell-policy.yaml policy-sync resolve --json
   policy-sync resolve --policy ./candidate.yaml
@@ -133,6 +143,7 @@ weaker source.`,
 	flags: func(fs *flag.FlagSet) func(context.Context, *app, []string) error {
 		flagPath := fs.String("policy", "", "explicit policy file (as the supervisor's --policy)")
 		asJSON := fs.Bool("json", false, "print one JSON object instead of text")
+		ceilingPath := ceilingFlag(fs)
 		return func(_ context.Context, a *app, args []string) error {
 			if len(args) != 0 {
 				return cli.Usagef("resolve: unexpected arguments %q", args)
@@ -140,6 +151,9 @@ weaker source.`,
 			r, err := policy.Resolve(policy.ResolveOptions{Flag: *flagPath, Getenv: a.getenv})
 			if err != nil {
 				return cli.WithCode(cli.ExitFailed, err)
+			}
+			if err := a.ceilingCheck(*ceilingPath, r.Policy); err != nil {
+				return cli.Failf("resolve: %s policy %s: %v", r.Source, r.Path, err)
 			}
 			res := resolveResult{Source: r.Source, Path: r.Path, Reason: r.Reason, Checksum: r.Policy.Checksum()}
 			if *asJSON {
@@ -167,7 +181,8 @@ MAC_HUB_HOST=hub.example.com fills __MAC_HUB_HOST__). Refuses a key the
 template does not contain, a token left without a value, a value that
 could alter the YAML structure, and a result that is not a valid policy.
 Without --template the bundled mac-hermes-policy.yaml is used. The result
-goes to stdout, or to OUT written atomically with mode 0600.`,
+goes to stdout, or to OUT written atomically with mode 0600. A result not
+within the host's policy ceiling (--ceiling) is refused and not written.`,
 	examples: `  policy-sync render --set AGENT_USER=hermes --set MAC_HUB_HOST=hub.example.internal \
       --set MAC_HUB_PORT=8080 --set MODEL_GATEWAY_HOST=models.example.com \
       -o ~/.mac/openshell-policy.yaml
@@ -176,6 +191,7 @@ goes to stdout, or to OUT written atomically with mode 0600.`,
 	flags: func(fs *flag.FlagSet) func(context.Context, *app, []string) error {
 		tmplPath := fs.String("template", "", "template file (default: the bundled "+policies.MacHermesTemplateFile+")")
 		out := fs.String("o", "", "write the rendered policy to this file (atomically, mode 0600) instead of stdout")
+		ceilingPath := ceilingFlag(fs)
 		var sets setFlag
 		fs.Var(&sets, "set", "KEY=VALUE filling __KEY__ (repeatable)")
 		return func(_ context.Context, a *app, args []string) error {
@@ -203,6 +219,9 @@ goes to stdout, or to OUT written atomically with mode 0600.`,
 			p, err := policy.Parse(rendered)
 			if err != nil { // Render already validated; belt and braces
 				return cli.WithCode(cli.ExitFailed, err)
+			}
+			if err := a.ceilingCheck(*ceilingPath, p); err != nil {
+				return cli.Failf("render: %v", err)
 			}
 			if *out == "" {
 				_, err := a.stdout.Write(rendered)

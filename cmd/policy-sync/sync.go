@@ -15,6 +15,7 @@ import (
 // hubFlags are the flags once and watch share.
 type hubFlags struct {
 	url, agentID, tokenFile string
+	ceiling                 *string
 	timeout                 time.Duration
 	asJSON                  bool
 }
@@ -25,6 +26,7 @@ func (h *hubFlags) declare(fs *flag.FlagSet) {
 	fs.StringVar(&h.tokenFile, "token-file", "", "file holding the bearer token (required; never logged)")
 	fs.DurationVar(&h.timeout, "timeout", 30*time.Second, "per-request timeout")
 	fs.BoolVar(&h.asJSON, "json", false, "print each result as one JSON object on stdout")
+	h.ceiling = ceilingFlag(fs)
 }
 
 // syncer checks the flags and builds the Syncer; nil, nil means sync is
@@ -44,7 +46,7 @@ func (h *hubFlags) syncer(a *app, name string, args []string) (*policysync.Synce
 	if h.timeout <= 0 {
 		return nil, cli.Usagef("%s: --timeout must be positive", name)
 	}
-	s := &policysync.Syncer{Getenv: a.getenv}
+	s := &policysync.Syncer{Getenv: a.getenv, Ceiling: a.ceilingChecker(*h.ceiling)}
 	if !policysync.Enabled(a.getenv) {
 		res := s.Once(context.Background()) // reports OutcomeDisabled without any I/O
 		a.log.Info("policy sync disabled", "outcome", res.Outcome, "reason", res.Reason)
@@ -96,8 +98,9 @@ fsynced; ~/.mac created 0700); then convergence is reported. Already
 converged: nothing is written, convergence is still reported.
 $MAC_OPENSHELL_POLICY set: that file is never overwritten and the report
 says an override is in force. Any failure (hub unreachable, 401, 403, 404,
-5xx, 429, malformed answer, checksum mismatch, invalid policy) keeps the
-installed file byte-identical. MAC_OPENSHELL_POLICY_SYNC=0 disables sync
+5xx, 429, malformed answer, checksum mismatch, invalid policy, a policy
+beyond the host's policy ceiling: --ceiling, failure exceeds_ceiling)
+keeps the installed file byte-identical. MAC_OPENSHELL_POLICY_SYNC=0 disables sync
 (exit 0). Running sandboxes are never touched: they read their policy at
 creation.`
 

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/palisade-sandbox/palisade/pkg/ceiling"
 	"github.com/palisade-sandbox/palisade/pkg/cli"
 	"github.com/palisade-sandbox/palisade/pkg/egress"
 	"github.com/palisade-sandbox/palisade/pkg/ocsf"
@@ -75,7 +76,10 @@ Flags:
 `
 
 const runExamples = `
-Environment: MAC_OPENSHELL_POLICY, MAC_OPENSHELL_SANDBOX_NAME,
+A policy not within the host's policy ceiling (--ceiling; docs/policy.md,
+"Ceiling") is refused with exit status 125, naming its first excess.
+
+Environment: MAC_OPENSHELL_POLICY, PALISADE_CEILING_FILE, MAC_OPENSHELL_SANDBOX_NAME,
 MAC_OPENSHELL_KEEP, MAC_OPENSHELL_EVENTS_FILE, MAC_OPENSHELL_ENV_PASSTHROUGH,
 MAC_OPENSHELL_REQUIRED (truthy: every missing feature aborts),
 MAC_HUB_VERIFY_PROFILE (default | bounded-tmpfs).
@@ -97,7 +101,7 @@ type runFlags struct {
 	policy, name, kind, agentID, workdir, home, passthrough, events string
 	profile, memory, stateDir, logFormat, logLevel                  string
 	proxyBin, hostsFile, taskMetadata, trustedRegistries            string
-	upstreamCA, attribution                                         string
+	upstreamCA, attribution, ceiling                                string
 	cpus                                                            float64
 	pids                                                            int64
 	tty, noTTY, keep, allowDegraded, detach, json                   bool
@@ -131,6 +135,7 @@ func parseRunFlags(args []string, stderr io.Writer, specOnly bool) (*runFlags, [
 		fmt.Fprint(stderr, runExamples)
 	}
 	fs.StringVar(&f.policy, "policy", "", "policy file (overrides MAC_OPENSHELL_POLICY)")
+	fs.StringVar(&f.ceiling, "ceiling", "", "policy ceiling the policy (and its egress proxy's every reload) must lie within (default $"+ceiling.EnvPath+", else "+ceiling.DefaultPath+" when it exists; root's, not group/world-writable)")
 	fs.StringVar(&f.name, "name", os.Getenv("MAC_OPENSHELL_SANDBOX_NAME"), "sandbox name (default: generated sbx-<hex>; env MAC_OPENSHELL_SANDBOX_NAME)")
 	fs.StringVar(&f.kind, "kind", "adhoc", "lifecycle kind: task, verify, probe or adhoc")
 	fs.StringVar(&f.agentID, "agent-id", "", "agent id recorded in labels and events")
@@ -378,13 +383,21 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if err := resolved.Policy.CheckWorkdir(workdir); err != nil {
 		return sandboxFailed(fmt.Errorf("policy %s: %w", resolved.Path, err))
 	}
+	ceilingPath, explicit := ceiling.Locate(f.ceiling, os.Getenv)
+	ceil, err := ceiling.Load(ceilingPath, explicit)
+	if err != nil {
+		return sandboxFailed(err)
+	}
 	if egress.Enabled(os.Getenv) && f.kind == string(state.KindTask) {
 		var cleanup func()
-		resolved, cleanup, err = expandTaskEgress(resolved, workdir, f, stderr)
+		resolved, cleanup, err = expandTaskEgress(resolved, workdir, f, ceil, stderr)
 		if err != nil {
 			return sandboxFailed(err)
 		}
 		defer cleanup()
+	}
+	if err := ceil.Check(resolved.Policy); err != nil {
+		return sandboxFailed(fmt.Errorf("policy %s: %w", resolved.Path, err))
 	}
 	mem, _ := parseSize(f.memory)
 	pinfo := policyInfo(resolved)
@@ -443,6 +456,9 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		}
 		cfg := proxyConfig(f)
 		cfg.PolicyPath = resolved.Path
+		if ceil != nil {
+			cfg.Ceiling = ceil.Path
+		}
 		cfg.Stdout, cfg.Stderr, cfg.Logger, cfg.Incidents = stdout, stderr, logger, events
 		a, err := sandboxnet.New(cfg)
 		if err != nil {
@@ -548,9 +564,12 @@ func policyInfo(r *policy.Resolved) sandbox.PolicyInfo {
 // base in force. The sandbox_egress_decision record goes to stderr. The
 // expanded policy is written to a root-only file under the state root for
 // the proxy to load; the returned cleanup removes it.
-func expandTaskEgress(base *policy.Resolved, workdir string, f *runFlags, stderr io.Writer) (*policy.Resolved, func(), error) {
+func expandTaskEgress(base *policy.Resolved, workdir string, f *runFlags, ceil *ceiling.Ceiling, stderr io.Writer) (*policy.Resolved, func(), error) {
 	nop := func() {}
 	opts := egress.Options{Base: base.Raw, BasePath: base.Path, Repo: workdir}
+	if ceil != nil {
+		opts.Ceiling = ceil.Check
+	}
 	if f.taskMetadata != "" {
 		b, err := os.ReadFile(f.taskMetadata)
 		if err != nil {

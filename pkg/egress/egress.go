@@ -337,6 +337,10 @@ type Options struct {
 	Limits Limits
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Ceiling, when set, checks a policy against the host's ceiling
+	// (pkg/ceiling): a base it refuses is an error, and an expansion it
+	// refuses is dropped (the base is kept and the error reported).
+	Ceiling func(*policy.Policy) error
 }
 
 // Unchanged is the decision for a run that failed before Expand could
@@ -391,6 +395,11 @@ func Expand(opts Options) ([]byte, *Decision) {
 	}
 	d.BasePolicySHA256 = base.Checksum()
 	d.ResultPolicySHA256 = d.BasePolicySHA256
+	if opts.Ceiling != nil {
+		if err := opts.Ceiling(base); err != nil {
+			return fail(fmt.Errorf("base policy: %w", err))
+		}
+	}
 	if len(base.NetworkPolicies) == 0 {
 		return fail(errors.New("base policy has an empty network_policies (the fail-closed default); it is never expanded: expansion needs an operator policy that already declares egress"))
 	}
@@ -428,6 +437,11 @@ func Expand(opts Options) ([]byte, *Decision) {
 	result, err := Verify(base, text)
 	if err != nil {
 		return fail(fmt.Errorf("expanded policy failed its check (base kept): %w", err))
+	}
+	if opts.Ceiling != nil {
+		if err := opts.Ceiling(result); err != nil {
+			return fail(fmt.Errorf("expanded policy refused (base kept): %w", err))
+		}
 	}
 	d.Grants = grants
 	d.Expanded = true

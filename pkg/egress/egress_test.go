@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/palisade-sandbox/palisade/pkg/ceiling"
 	"github.com/palisade-sandbox/palisade/pkg/policy"
 	"github.com/palisade-sandbox/palisade/policies"
 )
@@ -537,5 +538,39 @@ func TestGrantsBoundedPerTier(t *testing.T) {
 	}
 	if n := len(mustParse(t, out).NetworkPolicies[EntryHubDeclared].Endpoints); n != MaxGrants {
 		t.Errorf("%d endpoints", n)
+	}
+}
+
+// With a ceiling, an expansion the ceiling refuses is dropped (the base
+// is the output, the decision says why), and a base it refuses is an
+// error; an expansion within it goes through.
+func TestCeilingRefusesExpansion(t *testing.T) {
+	repo := writeRepo(t, map[string]string{"package-lock.json": evilLock})
+	bp := mustParse(t, operatorBase(t))
+	delete(bp.NetworkPolicies, "node_packages") // so the npm grant is new
+	base := bp.YAML()
+	against := func(c *policy.Policy) func(*policy.Policy) error {
+		return func(p *policy.Policy) error {
+			if xs := ceiling.Contains(c, p, ceiling.Options{}); len(xs) > 0 {
+				return &ceiling.Error{Ceiling: "test-ceiling", Excesses: xs}
+			}
+			return nil
+		}
+	}
+	out, d := Expand(Options{Base: base, Repo: repo, Ceiling: against(mustParse(t, base))})
+	if d.Expanded || !bytes.Equal(out, base) || !strings.Contains(d.Error, "expanded policy refused (base kept): policy exceeds the ceiling test-ceiling: network_policies.task_egress_trusted_npm.endpoints[0]: host registry.npmjs.org") {
+		t.Fatalf("expanded beyond the ceiling: %v %q", d.Expanded, d.Error)
+	}
+	wide, d := Expand(Options{Base: base, Repo: repo})
+	if !d.Expanded {
+		t.Fatalf("not expanded without a ceiling: %+v", d)
+	}
+	if _, d := Expand(Options{Base: base, Repo: repo, Ceiling: against(mustParse(t, wide))}); !d.Expanded || d.Error != "" {
+		t.Fatalf("an expansion within the ceiling was refused: %q", d.Error)
+	}
+	narrow := mustParse(t, base)
+	narrow.NetworkPolicies = map[string]*policy.NetworkPolicy{}
+	if _, d := Expand(Options{Base: base, Repo: repo, Ceiling: against(narrow)}); d.Expanded || !strings.HasPrefix(d.Error, "base policy: policy exceeds the ceiling") {
+		t.Fatalf("a base beyond the ceiling: %q", d.Error)
 	}
 }

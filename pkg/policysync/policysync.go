@@ -84,6 +84,7 @@ const (
 	FailInvalidPolicy  = "invalid_policy"     // policy_text is not a valid policy
 	FailInstall        = "install_failed"     // writing the file failed
 	FailNoHome         = "home_unset"         // no HOME: nowhere to install
+	FailCeiling        = "exceeds_ceiling"    // the assignment is not within the host's ceiling (or the ceiling is unusable)
 )
 
 // Result describes one sync. It is also the JSON that `policy-sync once
@@ -143,6 +144,10 @@ type Syncer struct {
 	Now func() time.Time
 	// AfterWrite, when set, is called after an install (tests).
 	AfterWrite func(path string)
+	// Ceiling, when set, checks the assignment against the host's
+	// ceiling (pkg/ceiling) before anything is written: an assignment it
+	// refuses fails safe with FailCeiling.
+	Ceiling func(*policy.Policy) error
 }
 
 func (s *Syncer) getenv(k string) string {
@@ -252,7 +257,7 @@ func classify(err error) string {
 // record what is installed.
 func reportable(failure string) bool {
 	switch failure {
-	case FailNotAssigned, FailMalformed, FailChecksum, FailInvalidPolicy, FailInstall:
+	case FailNotAssigned, FailMalformed, FailChecksum, FailInvalidPolicy, FailInstall, FailCeiling:
 		return true
 	}
 	return false
@@ -297,12 +302,18 @@ func (s *Syncer) Once(ctx context.Context) Result {
 	res.DesiredVersion = a.Version
 	res.PolicyName = a.PolicyName
 	res.DesiredChecksum = NormaliseChecksum(a.Checksum)
-	_, sum, failure, err := VerifyAssignment(a)
+	assigned, sum, failure, err := VerifyAssignment(a)
 	if err != nil {
 		s.failSafe(ctx, &res, failure, err, in)
 		return res
 	}
 	res.DesiredChecksum = sum
+	if s.Ceiling != nil {
+		if err := s.Ceiling(assigned); err != nil {
+			s.failSafe(ctx, &res, FailCeiling, fmt.Errorf("assigned policy (version %d): %w", a.Version, err), in)
+			return res
+		}
+	}
 
 	if override != "" {
 		res.Outcome = OutcomeOverride

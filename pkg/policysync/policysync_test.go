@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/palisade-sandbox/palisade/pkg/ceiling"
 	"github.com/palisade-sandbox/palisade/pkg/hub"
 	"github.com/palisade-sandbox/palisade/pkg/hub/hubtest"
 	"github.com/palisade-sandbox/palisade/pkg/policy"
@@ -541,5 +542,41 @@ func TestWatchHonoursRetryAfter(t *testing.T) {
 	}
 	if err := f.syncer.Watch(ctx, WatchOptions{}); err == nil {
 		t.Error("zero interval accepted")
+	}
+}
+
+// An assignment beyond the host's ceiling fails safe: nothing is written,
+// the installed file stays byte-identical, and the hub hears why.
+func TestCeilingRefusesAssignment(t *testing.T) {
+	f := setup(t)
+	installed := render(t, "hub-a.example.internal")
+	f.install(t, installed)
+	before := snap(t, f.path())
+	ceil, err := policy.Parse([]byte(installed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.syncer.Ceiling = func(p *policy.Policy) error {
+		if xs := ceiling.Contains(ceil, p, ceiling.Options{}); len(xs) > 0 {
+			return &ceiling.Error{Ceiling: "/etc/palisade/ceiling.yaml", Excesses: xs}
+		}
+		return nil
+	}
+	f.srv.Assign(agent, assignment(t, render(t, "hub-b.example.internal"), 5))
+	res := f.syncer.Once(context.Background())
+	if res.Outcome != OutcomeFailedSafe || res.Failure != FailCeiling || res.Wrote ||
+		!strings.Contains(res.Reason, "assigned policy (version 5): policy exceeds the ceiling /etc/palisade/ceiling.yaml: network_policies.mac_hub.endpoints[0]: host hub-b.example.internal not within the ceiling") {
+		t.Fatalf("result = %+v", res)
+	}
+	if after := snap(t, f.path()); !after.same(before) {
+		t.Error("the installed file changed")
+	}
+	if cv := f.srv.Convergence(agent); len(cv) != 1 || cv[0].Converged || !strings.Contains(cv[0].Reason, FailCeiling) {
+		t.Errorf("convergence = %+v", cv)
+	}
+	// Within the ceiling: installed.
+	f.srv.Assign(agent, assignment(t, installed+"\n# same policy, new text\n", 6))
+	if res := f.syncer.Once(context.Background()); !res.OK() {
+		t.Fatalf("an assignment within the ceiling: %+v", res)
 	}
 }

@@ -233,6 +233,10 @@ type Config struct {
 	PolicyPath string
 	// Compile turns a validated policy into a Decider. Required.
 	Compile CompileFunc
+	// Admit, when set, vets every policy before it is compiled, at start
+	// and on each reload (the host's ceiling, pkg/ceiling): an error
+	// refuses the policy and keeps the generation in force.
+	Admit func(*policy.Policy) error
 	// Canonicalize turns a requested host (name or IP literal in any
 	// spelling) into the canonical form the engine and dialer use, or
 	// rejects it. Required.

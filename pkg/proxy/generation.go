@@ -85,6 +85,11 @@ func (p *Proxy) Reload(trigger string) (ReloadResult, error) {
 		p.log.Debug("policy unchanged", "trigger", trigger, "sha256", sum)
 		return ReloadResult{Generation: cur.Number, SHA256: sum}, nil
 	}
+	if p.cfg.Admit != nil {
+		if err := p.cfg.Admit(pol); err != nil {
+			return p.rejectReload(cur, trigger, err)
+		}
+	}
 	g, err := p.compile(pol, sum)
 	if err == nil {
 		err = p.checkTCPSubstrate(cur, g)

@@ -107,3 +107,17 @@ func TestNextEpochPersists(t *testing.T) {
 		t.Error("an epoch file was written to a temporary directory")
 	}
 }
+
+// --ceiling reaches the proxy exactly when the supervisor names one.
+func TestProxyArgsCeiling(t *testing.T) {
+	for _, c := range []string{"", "/etc/palisade/ceiling.yaml"} {
+		p := &proxyProc{
+			cfg:  Config{PolicyPath: "/etc/p.yaml", LogFormat: "text", LogLevel: "info", Ceiling: c},
+			name: "sbx-args", initPID: 42, dir: "/run/x",
+			fence: &fence.Fence{HostAddr: netip.MustParseAddr("10.200.0.1")},
+		}
+		if v, ok := flagValue(p.args(), "--ceiling"); v != c || ok != (c != "") {
+			t.Errorf("Ceiling %q: --ceiling %q (present %v)", c, v, ok)
+		}
+	}
+}

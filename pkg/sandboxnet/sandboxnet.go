@@ -73,6 +73,10 @@ type Config struct {
 	// --upstream-ca-bundle: extra roots for upstream servers of inspected
 	// (TLS-terminated) tunnels.
 	UpstreamCABundle string
+	// Ceiling, when set, is the proxy's --ceiling: the policy ceiling its
+	// starting policy and every reload must lie within ("" leaves the
+	// proxy's default, /etc/palisade/ceiling.yaml when it exists).
+	Ceiling string
 	// Attribution is the proxy's --attribution (bpf, proc or auto; ""
 	// leaves the proxy's default, auto).
 	Attribution string

@@ -197,6 +197,9 @@ func (p *proxyProc) args() []string {
 	if c.UpstreamCABundle != "" {
 		a = append(a, "--upstream-ca-bundle", c.UpstreamCABundle)
 	}
+	if c.Ceiling != "" {
+		a = append(a, "--ceiling", c.Ceiling)
+	}
 	if c.Procs != nil {
 		a = append(a, "--procs", strconv.Itoa(*c.Procs))
 	}
