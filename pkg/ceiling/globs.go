@@ -26,8 +26,8 @@ const maxGlob = 4096
 // (pkg/policy's rule syntax: "*" and "**" any run of bytes including "/",
 // "?" one byte; "*" or "**" alone everything) is matched by b.
 //
-// Every path a rule is matched against starts with "/" (Endpoint.
-// CheckRequest refuses others as ambiguous), so a universal a is compared
+// Every path a rule is matched against starts with "/" (the readings
+// pkg/l7 decides a request under all do), so a universal a is compared
 // as "/*".
 func urlGlobWithin(a, b string) bool {
 	a, b = collapseStars(a), collapseStars(b)

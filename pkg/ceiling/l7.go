@@ -19,7 +19,9 @@ import (
 //     tcp only);
 //   - HTTP requests (forwarded http:// or inside an inspected tunnel):
 //     every request when the endpoint has no L7 rules or its enforcement
-//     is audit, else those Endpoint.CheckRequest allows.
+//     is audit, else those pkg/l7.Check allows (every reading of the
+//     path allowed by Endpoint.CheckReading, and a path outside ASCII
+//     only where no rule for the method names a path).
 func raw(e *policy.Endpoint) bool {
 	return !(e.TLS != policy.TLSSkip && (e.Protocol == policy.ProtocolREST || e.L7()))
 }
@@ -52,12 +54,58 @@ func behaviourWithin(e, w *policy.Endpoint, wPath string) (string, string) {
 	case everyRequest(w):
 		return "", ""
 	}
-	for _, c := range cellsOf(e) {
+	cells := cellsOf(e)
+	for _, c := range cells {
 		if why := cellWithin(c, e, w, wPath); why != "" {
 			return c.field, why
 		}
 	}
+	for _, c := range cells {
+		if why := pathMattersWithin(c, e, w, wPath); why != "" {
+			return c.field, why
+		}
+	}
 	return "", ""
+}
+
+// pathMattersWithin: a request whose path holds bytes outside ASCII has
+// readings nobody can list, so pkg/l7 refuses it as ambiguous when a rule
+// could tell them apart (Endpoint.PathMatters: an allow or deny rule for
+// the method whose path is not "*"), and decides it by method otherwise.
+// If the ceiling's w has such a rule for a method of c, e must have one
+// too, or e allows a request w refuses.
+func pathMattersWithin(c cell, e, w *policy.Endpoint, wPath string) string {
+	for _, s := range specificMethods(w) {
+		if methodsDisjoint(c.methods, s) {
+			continue
+		}
+		need := s
+		if s == "*" && !c.methods.any {
+			need = c.methods.m
+		}
+		if !slices.ContainsFunc(specificMethods(e), func(m string) bool { return m == "*" || need != "*" && strings.EqualFold(m, need) }) {
+			return fmt.Sprintf("%s lets a request with a path outside ASCII through by method, but the ceiling's %s has a rule for %s naming a path, so it refuses such a path as ambiguous", c.describe(), wPath, s)
+		}
+	}
+	return ""
+}
+
+// specificMethods lists the methods of e's allow and deny rules whose
+// path is not "*" or "**" (policy.Endpoint.PathMatters).
+func specificMethods(e *policy.Endpoint) []string {
+	var out []string
+	add := func(m policy.RequestMatch) {
+		if m.Path != "*" && m.Path != "**" {
+			out = append(out, m.Method)
+		}
+	}
+	for _, d := range e.DenyRules {
+		add(d)
+	}
+	for _, r := range e.Rules {
+		add(r.Allow)
+	}
+	return out
 }
 
 func protoName(e *policy.Endpoint) string {

@@ -19,8 +19,8 @@ import (
 // The oracle: what the proxy lets one request through, computed by the
 // real code — pkg/decision picks the endpoint, pkg/ssrf's guard checks
 // the address, pkg/policydns says which names native TCP reaches,
-// Endpoint.CheckRequest judges HTTP requests after pkg/l7 normalises the
-// path — and, for the transport, the conditions of the proxy's
+// pkg/l7's Check judges HTTP requests under every reading of their path
+// — and, for the transport, the conditions of the proxy's
 // handle.go, inspect.go and transparent.go written out again here.
 
 type transport int
@@ -77,11 +77,16 @@ func allowedBy(p *policy.Policy, eng *decision.Engine, r request) bool {
 	if !ep.L7() || res.Audit {
 		return true
 	}
-	norm, err := l7.NormalizePath(r.path)
+	path, err := l7.ParsePath(r.path)
 	if err != nil {
 		return false
 	}
-	ok, _ := ep.CheckRequest(r.method, norm, r.query, r.ctype)
+	ok, _ := l7.Check(ep, &l7.Request{Method: r.method, Path: &path, Query: r.query, Field: func(name string) []string {
+		if name == "Content-Type" && r.ctype != "" {
+			return []string{r.ctype}
+		}
+		return nil
+	}})
 	return ok
 }
 
@@ -104,7 +109,7 @@ var (
 	uPatterns = []string{"/usr/bin/curl", "/usr/bin/git", "/usr/bin/python3*", "/opt/**/bin/pip", "/usr/bin/*", "/usr/**", "/bin/sh", "/usr/bin/[cg]*"}
 	uBinaries = []string{"/usr/bin/curl", "/usr/bin/git", "/usr/bin/python3.11", "/opt/a/bin/pip", "/opt/bin/pip", "/bin/sh", "/usr/local/bin/x", "/usr/bin/gh"}
 	uMethods  = []string{"GET", "POST", "*", "DELETE", "PUT"}
-	uPaths    = []string{"/v1/**", "/v1/*/x", "/**", "/a?c", "/v2/items", "*", "/v1/items/*", "/repo/info/refs", "**/git-upload-pack", "/a?c/**"}
+	uPaths    = []string{"/v1/**", "/v1/*/x", "/**", "/a?c", "/v2/items", "*", "/v1/items/*", "/repo/info/refs", "**/git-upload-pack", "/a?c/**", "**"}
 	uFS       = []string{"/usr", "/usr/bin", "/opt", "/opt/data", "/etc", "/var/lib", "/var"}
 	uRW       = []string{"/var", "/var/lib", "/srv", "/srv/x"}
 	uIPs      = []string{"198.51.100.7", "10.1.2.3"}
@@ -387,7 +392,8 @@ func paths(r *rand.Rand, g string) []string {
 		}
 		out = append(out, p)
 	}
-	return append(out, "/repo/info/refs", "/r/git-upload-pack", "/v1/items/7", "/V1/Items/7", "/v1/x/")
+	return append(out, "/repo/info/refs", "/r/git-upload-pack", "/v1/items/7", "/V1/Items/7", "/v1/x/",
+		"/v1/%C3%A9", "/a%2Fc", "/v1;x/items", "/v2/items.")
 }
 
 func randRequests(r *rand.Rand, p, c *policy.Policy, n int) []request {

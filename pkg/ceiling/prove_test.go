@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/palisade-sandbox/palisade/pkg/l7"
 	"github.com/palisade-sandbox/palisade/pkg/policy"
 )
 
@@ -194,5 +195,32 @@ func TestFilesystemResolved(t *testing.T) {
 	xs := Contains(c, p, Options{Resolve: resolve})
 	if len(xs) != 1 || xs[0].Field != "filesystem_policy.read_only[0]" {
 		t.Fatalf("a symlink out of /etc was accepted: %v", xs)
+	}
+}
+
+// A path outside ASCII passes an endpoint whose rules for the method name
+// no path, and is refused as ambiguous by one whose rules do (pkg/l7):
+// such a policy is not within such a ceiling, and the real check agrees.
+func TestNonASCIIPathRule(t *testing.T) {
+	c := mustParse(t, entry("api", `    endpoints: [{host: api.test, port: 443, protocol: rest, rules: [{allow: {method: GET, path: "**"}}, {allow: {method: GET, path: /v1/x}}]}]
+    binaries: [{path: /usr/bin/curl}]
+`))
+	p := mustParse(t, entry("api", `    endpoints: [{host: api.test, port: 443, protocol: rest, rules: [{allow: {method: GET, path: "**"}}]}]
+    binaries: [{path: /usr/bin/curl}]
+`))
+	xs := Contains(c, p, Options{})
+	want := "network_policies.api.endpoints[0].rules[0]: api.test:443 GET ** lets a request with a path outside ASCII through by method, but the ceiling's network_policies.api.endpoints[0] has a rule for GET naming a path, so it refuses such a path as ambiguous"
+	if len(xs) == 0 || xs[0].Error() != want {
+		t.Fatalf("got %v\nwant %s", xs, want)
+	}
+	path, err := l7.ParsePath("/%C3%A9")
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &l7.Request{Method: "GET", Path: &path, Field: func(string) []string { return nil }}
+	pok, _ := l7.Check(p.NetworkPolicies["api"].Endpoints[0], req)
+	cok, _ := l7.Check(c.NetworkPolicies["api"].Endpoints[0], req)
+	if !pok || cok {
+		t.Fatalf("the witness does not hold: policy %v, ceiling %v", pok, cok)
 	}
 }

@@ -349,6 +349,6 @@ func TestAptThroughForwardProxy(t *testing.T) {
 	l.expectEvents(
 		httpEvent{class: 4002, status: "allowed", method: "GET", host: "deb.debian.org", path: "/debian/dists/bookworm/InRelease"},
 		httpEvent{class: 4002, status: "allowed", method: "GET", host: "deb.debian.org", path: "/debian/pool/main/h/hello/" + deb},
-		httpEvent{class: 4001, status: "policy_denied", host: "deb.debian.org", reason: policy.L7AccessDenied},
+		httpEvent{class: 4002, status: "policy_denied", method: "PUT", host: "deb.debian.org", path: "/debian/pool/main/h/hello/" + deb, reason: policy.L7AccessDenied},
 	)
 }
