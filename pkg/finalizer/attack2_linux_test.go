@@ -4,13 +4,17 @@ package finalizer
 
 import (
 	"encoding/json"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/palisade-sandbox/palisade/pkg/termsafe"
 )
@@ -169,4 +173,104 @@ X
 			a.checkOutside(t, c.pushed)
 		})
 	}
+}
+
+// diskUse is the disk space the files below dir occupy (st_blocks).
+func diskUse(t *testing.T, dir string) int64 {
+	t.Helper()
+	var n int64
+	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		var st syscall.Stat_t
+		if err == nil && syscall.Lstat(p, &st) == nil {
+			n += st.Blocks * 512
+		}
+		return nil
+	})
+	return n
+}
+
+// peakUse samples how much of the filesystem at dir is in use, every
+// 2 ms, until stop is closed, and returns the highest sample.
+func peakUse(dir string, stop <-chan struct{}) <-chan int64 {
+	out := make(chan int64, 1)
+	go func() {
+		var peak int64
+		for {
+			var st unix.Statfs_t
+			if unix.Statfs(dir, &st) == nil {
+				if used := int64(st.Blocks-st.Bfree) * st.Bsize; used > peak {
+					peak = used
+				}
+			}
+			select {
+			case <-stop:
+				out <- peak
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
+		}
+	}()
+	return out
+}
+
+// TestAttackSparsePackFillsTmp (item 4): the agent repacks its objects
+// and extends the pack to 3 GiB with a hole (truncate: a few hundred KiB
+// on disk). Before the fix inspect, read-only by contract, copied 3 GiB
+// of zeros into $TMPDIR (47 s on the reporting host) before git fsck
+// refused; here $TMPDIR is a 512 MiB tmpfs of the test's own, which the
+// old code filled to ENOSPC. Now inspect and the recovery refuse within
+// seconds, naming the pack, and $TMPDIR never holds more than twice what
+// the workspace's .git occupies on disk (plus 1 MiB).
+func TestAttackSparsePackFillsTmp(t *testing.T) {
+	a := newAttack(t)
+	tmp := filepath.Join(a.f.dir, "tmpfs")
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", tmp, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=512m,mode=0700"); err != nil {
+		t.Fatalf("mount a tmpfs for $TMPDIR: %v", err)
+	}
+	t.Cleanup(func() { unix.Unmount(tmp, unix.MNT_DETACH) })
+	env := append(append([]string{}, a.f.env...), "TMPDIR="+tmp)
+
+	// The control: a clean workspace is inspected (its mirror built and
+	// checked) within the same bound.
+	bound := 2*diskUse(t, filepath.Join(a.f.repo, ".git")) + 1<<20
+	stop := make(chan struct{})
+	peak := peakUse(tmp, stop)
+	r := a.runEnv(t, 60*time.Second, env, "inspect", a.f.ws, "--remote", a.f.remote)
+	close(stop)
+	if p := <-peak; r.code != 0 || p > bound {
+		t.Errorf("clean workspace: exit %d, $TMPDIR peak %d bytes, bound %d", r.code, p, bound)
+	} else {
+		t.Logf("clean workspace: $TMPDIR peak %d bytes (bound %d)", p, bound)
+	}
+
+	a.plant(t, `cd repo
+git repack -q -a -d
+chmod u+w .git/objects/pack/pack-*.pack
+truncate -s 3G .git/objects/pack/pack-*.pack
+test $(ls .git/objects/pack/*.pack | wc -l) = 1
+`)
+	packs, _ := filepath.Glob(filepath.Join(a.f.repo, ".git", "objects", "pack", "*.pack"))
+	if len(packs) != 1 {
+		t.Fatalf("planted packs: %q", packs)
+	}
+	bound = 2*diskUse(t, filepath.Join(a.f.repo, ".git")) + 1<<20
+	for _, args := range [][]string{{"inspect", a.f.ws}, a.recoverArgs()} {
+		stop := make(chan struct{})
+		peak := peakUse(tmp, stop)
+		r := a.runEnv(t, 60*time.Second, env, args...)
+		close(stop)
+		a.refusedNaming(t, r, quotePath(packs[0])+": a sparse file (3221225472 bytes")
+		if r.took > 20*time.Second {
+			t.Errorf("took %s", r.took)
+		}
+		if p := <-peak; p > bound {
+			t.Errorf("$TMPDIR held %d bytes at its peak, more than twice the .git's disk use plus 1 MiB (%d)", p, bound)
+		} else {
+			t.Logf("$TMPDIR peak %d bytes (bound %d), %s", p, bound, r.took)
+		}
+	}
+	a.checkOutside(t, false)
 }

@@ -252,8 +252,14 @@ type toolRun struct {
 // gets SIGTERM, 5 s later SIGKILL.
 func (a *attack) run(t *testing.T, limit time.Duration, args ...string) toolRun {
 	t.Helper()
+	return a.runEnv(t, limit, a.f.env, args...)
+}
+
+// runEnv is run with the environment env.
+func (a *attack) runEnv(t *testing.T, limit time.Duration, env []string, args ...string) toolRun {
+	t.Helper()
 	cmd := exec.Command(a.tool, args...)
-	cmd.Env = a.f.env
+	cmd.Env = env
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	start := time.Now()

@@ -70,6 +70,9 @@ exec sh scripts/contract.sh
 // fixtureOpts shape the workspace.
 type fixtureOpts struct {
 	commitWrapper bool // scripts/run-sanity-tests.sh committed in the base
+	// hardLinks clones the workspace as git clone does by default from a
+	// local path: .git/objects hard-linked to the remote's.
+	hardLinks bool
 }
 
 // newFixture builds the default refused-at-new-files workspace:
@@ -104,7 +107,11 @@ func newFixture(t *testing.T, o fixtureOpts) *fixture {
 
 	f.ws = filepath.Join(dir, "workspace")
 	f.repo = filepath.Join(f.ws, "repo")
-	f.git(dir, "clone", "-q", "--no-hardlinks", f.remote, f.repo)
+	if o.hardLinks {
+		f.git(dir, "clone", "-q", f.remote, f.repo)
+	} else {
+		f.git(dir, "clone", "-q", "--no-hardlinks", f.remote, f.repo)
+	}
 	f.write(f.repo, "feature.txt", "base\nagent\n", 0o644)
 	f.git(f.repo, "commit", "-q", "-am", "agent: implement feature")
 	f.head = f.git(f.repo, "rev-parse", "HEAD")

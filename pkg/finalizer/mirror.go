@@ -159,6 +159,18 @@ func openRepository(ctx context.Context, p *Plan, w *wsHandles, opts Options) (m
 		return m, true, nil
 	}
 	m.format = format
+	hashLen := 20
+	if format == "sha256" {
+		hashLen = 32
+	}
+	// Planned, checked and budgeted before anything is copied: sparse
+	// files, packs that do not match their index, and totals beyond
+	// twice the disk space the files occupy are refused by name.
+	plan, err := planRepoCopy(ctx, gitD, hashLen, tmp)
+	if err != nil {
+		return m, true, refuseOrFail(p, "objects", err)
+	}
+	m.index = filepath.Join(tmp, "index") // git creates an empty one if none is copied
 
 	if _, err := base.run(ctx, nil, "init", "--quiet", "--bare", "--template=", "--object-format="+format, "--end-of-options", m.gitDir); err != nil {
 		return m, true, fmt.Errorf("creating the private mirror: %w", err)
@@ -167,21 +179,8 @@ func openRepository(ctx context.Context, p *Plan, w *wsHandles, opts Options) (m
 	if _, err := m.git.run(ctx, nil, "config", "core.bare", "false"); err != nil {
 		return m, true, fmt.Errorf("configuring the private mirror: %w", err)
 	}
-	if err := copyObjects(ctx, gitD, filepath.Join(m.gitDir, "objects")); err != nil {
+	if err := plan.copy(ctx, gitD, m); err != nil {
 		return m, true, refuseOrFail(p, "objects", err)
-	}
-	if gitD.exists("shallow") {
-		if _, err := gitD.copyFile(ctx, "shallow", filepath.Join(m.gitDir, "shallow"), maxShallowBytes); err != nil {
-			return m, true, refuseOrFail(p, "shallow", err)
-		}
-	}
-	if gitD.exists("index") {
-		m.index = filepath.Join(tmp, "index")
-		if _, err := gitD.copyFile(ctx, "index", m.index, maxIndexBytes); err != nil {
-			return m, true, refuseOrFail(p, "index", err)
-		}
-	} else {
-		m.index = filepath.Join(tmp, "index") // git creates an empty one
 	}
 
 	head, err := resolveHead(gitD)
@@ -225,69 +224,6 @@ func refuseOrFail(p *Plan, what string, err error) error {
 		return nil
 	}
 	return err
-}
-
-// copyObjects copies the loose objects and packs of the agent's
-// repository into the mirror, within MaxObjectBytes. Anything else in
-// objects/ (commit-graph, multi-pack-index, info/) is left behind: git
-// recomputes what it needs and never trusts the agent's caches.
-func copyObjects(ctx context.Context, gitD *safeDir, dst string) error {
-	od, err := gitD.openDir("objects")
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	defer od.close()
-	names, err := od.names()
-	if err != nil {
-		return err
-	}
-	budget := MaxObjectBytes
-	copyDir := func(sub string, want func(string) bool) error {
-		sd, err := od.openDir(sub)
-		if err != nil {
-			return err
-		}
-		defer sd.close()
-		files, err := sd.names()
-		if err != nil {
-			return err
-		}
-		made := false
-		for _, f := range files {
-			if !want(f) {
-				continue
-			}
-			if !made {
-				if err := os.MkdirAll(filepath.Join(dst, sub), 0o700); err != nil {
-					return err
-				}
-				made = true
-			}
-			n, err := sd.copyFile(ctx, f, filepath.Join(dst, sub, f), budget)
-			if err != nil {
-				return err
-			}
-			budget -= n
-		}
-		return nil
-	}
-	for _, name := range names {
-		switch {
-		case len(name) == 2 && isHex(name):
-			err = copyDir(name, func(f string) bool { return (len(f) == 38 || len(f) == 62) && isHex(f) })
-		case name == "pack":
-			err = copyDir(name, func(f string) bool {
-				return strings.HasPrefix(f, "pack-") && (strings.HasSuffix(f, ".pack") || strings.HasSuffix(f, ".idx"))
-			})
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 func isHex(s string) bool {

@@ -12,6 +12,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -118,9 +119,20 @@ func (d *safeDir) names() ([]string, error) {
 
 // openRegular opens name in d for reading: never through a symlink, never
 // blocking on a FIFO, and only a regular file with a single link of at
-// most max bytes. The descriptor is checked, not the name, so what is read
-// is what was checked.
+// most max bytes that is not sparse. The descriptor is checked, not the
+// name, so what is read is what was checked.
 func (d *safeDir) openRegular(name string, max int64) (*os.File, int64, error) {
+	return d.open(name, max, false)
+}
+
+// openObject is openRegular for a loose object, a pack or a pack index,
+// which may have other names (see hardLinkedObjectOK): they are only read,
+// into the private mirror, where git fsck verifies every object.
+func (d *safeDir) openObject(name string, max int64) (*os.File, int64, error) {
+	return d.open(name, max, hardLinkedObjectOK())
+}
+
+func (d *safeDir) open(name string, max int64, linksOK bool) (*os.File, int64, error) {
 	p := d.join(name)
 	fd, err := unix.Openat(d.fd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
 	if err != nil {
@@ -141,13 +153,17 @@ func (d *safeDir) openRegular(name string, max int64) (*os.File, int64, error) {
 		unix.Close(fd)
 		return nil, 0, &SpecialFileError{Path: p, What: what}
 	}
-	if st.Nlink != 1 {
+	if st.Nlink != 1 && !linksOK {
 		unix.Close(fd)
 		return nil, 0, &SpecialFileError{Path: p, What: fmt.Sprintf("a hard link (%d names share it; one may be outside the workspace)", st.Nlink)}
 	}
 	if st.Size > max {
 		unix.Close(fd)
 		return nil, 0, &SpecialFileError{Path: p, What: fmt.Sprintf("%d bytes, more than the %d allowed", st.Size, max)}
+	}
+	if why := sparse(st); why != "" {
+		unix.Close(fd)
+		return nil, 0, &SpecialFileError{Path: p, What: why}
 	}
 	// Reads block from here on; a regular file never blocks for long.
 	if err := unix.SetNonblock(fd, false); err != nil {
@@ -246,6 +262,41 @@ func isLink(st unix.Stat_t) bool {
 	return st.Mode&unix.S_IFMT == unix.S_IFLNK
 }
 func nlink(st unix.Stat_t) uint64 { return uint64(st.Nlink) }
+
+// Sparse files: a file whose size exceeds twice its allocated blocks by
+// more than sparseSlack is refused by name (a 3 GiB pack that occupies
+// 248 KiB made inspect write 3 GiB of zeros into $TMPDIR). Real objects,
+// packs and indexes are written, not seeked over, so they occupy at least
+// their size (within a block; compressing filesystems store git's
+// already-compressed objects at about their size); the slack covers
+// small files kept inside the inode or a metadata block (st_blocks 0).
+// So what root copies from .git is at most twice the disk space it
+// occupies in the workspace, plus the slack per file.
+const sparseSlack = 64 << 10
+
+// sparse says why st is a sparse file root refuses to copy, or "".
+func sparse(st unix.Stat_t) string {
+	allocated := st.Blocks * 512
+	if st.Size > 2*allocated+sparseSlack {
+		return fmt.Sprintf("a sparse file (%d bytes, %d allocated on disk)", st.Size, allocated)
+	}
+	return ""
+}
+
+// hardLinkedObjectOK reports whether a regular file under .git/objects may
+// have more than one name: only when the kernel's fs.protected_hardlinks
+// is 1, so that nobody can link a file they could not read and write
+// themselves (with it off, an agent could link a root-only file into its
+// objects). Such files are only read, into the private mirror, and git
+// fsck rehashes every object there: another name can give the mirror only
+// bytes the agent could have written itself, and a link changed while it
+// is copied fails the check. git clone of a local repository hard-links
+// .git/objects by default; other hard links stay refused.
+var hardLinkedObjectOK = sync.OnceValue(func() bool {
+	b, err := os.ReadFile("/proc/sys/fs/protected_hardlinks")
+	return err == nil && strings.TrimSpace(string(b)) == "1"
+})
+
 func ownerUID(st unix.Stat_t) int { return int(st.Uid) }
 
 // Bounds of a workspace scan: it must finish, and its refusal list must
@@ -344,8 +395,9 @@ func (s *scanner) walk(d *safeDir, rel string, depth int) {
 
 // gitDirRule refuses what would make git, run as root, read or write
 // outside the repository, block, or consult another repository:
-// symlinks, FIFOs, sockets, devices, hard links, commondir, alternates and
-// linked worktrees.
+// symlinks, FIFOs, sockets, devices, hard links (outside objects/: see
+// hardLinkedObjectOK), commondir, alternates and linked worktrees, and
+// sparse files (see sparse).
 func gitDirRule(rel string, st unix.Stat_t) (string, bool) {
 	switch rel {
 	case "commondir":
@@ -361,7 +413,16 @@ func gitDirRule(rel string, st unix.Stat_t) (string, bool) {
 	if what := fileKind(st); what != "" {
 		return what, false
 	}
+	if why := sparse(st); why != "" {
+		return why, false
+	}
 	if nlink(st) != 1 {
+		if strings.HasPrefix(rel, "objects/") {
+			if hardLinkedObjectOK() {
+				return "", false
+			}
+			return fmt.Sprintf("a hard link (%d names share it) under objects/, and fs.protected_hardlinks is not 1 on this host, so its other name could be a file the agent could not read", nlink(st)), false
+		}
 		return fmt.Sprintf("a hard link (%d names share it; one may be outside the workspace)", nlink(st)), false
 	}
 	return "", false

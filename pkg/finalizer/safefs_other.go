@@ -35,5 +35,10 @@ func (d *safeDir) sameDir(string, *safeDir) bool                       { return 
 func (d *safeDir) ownedBy(int) bool                                    { return false }
 func (d *safeDir) changeableByOthers() string                          { return errNoSafeFS.Error() }
 func checkLocalRemote(context.Context, string, string) (string, error) { return "", errNoSafeFS }
-func scanGitDir(context.Context, *safeDir) ([]string, error)           { return nil, errNoSafeFS }
-func scanWorkTree(context.Context, *safeDir) ([]string, error)         { return nil, errNoSafeFS }
+
+type repoCopy struct{}
+
+func planRepoCopy(context.Context, *safeDir, int, string) (*repoCopy, error) { return nil, errNoSafeFS }
+func (c *repoCopy) copy(context.Context, *safeDir, *mirror) error            { return errNoSafeFS }
+func scanGitDir(context.Context, *safeDir) ([]string, error)                 { return nil, errNoSafeFS }
+func scanWorkTree(context.Context, *safeDir) ([]string, error)               { return nil, errNoSafeFS }
