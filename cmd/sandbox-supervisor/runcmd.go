@@ -18,6 +18,7 @@ import (
 	"github.com/palisade-sandbox/palisade/pkg/ceiling"
 	"github.com/palisade-sandbox/palisade/pkg/cli"
 	"github.com/palisade-sandbox/palisade/pkg/egress"
+	"github.com/palisade-sandbox/palisade/pkg/fsutil"
 	"github.com/palisade-sandbox/palisade/pkg/ocsf"
 	"github.com/palisade-sandbox/palisade/pkg/policy"
 	"github.com/palisade-sandbox/palisade/pkg/policydns"
@@ -377,8 +378,12 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 			return sandboxFailed(err)
 		}
 	}
-	if workdir, err = filepath.Abs(workdir); err != nil {
-		return sandboxFailed(err)
+	// The working directory is resolved once: symbolic links of root's
+	// are followed, one of another user's (an agent that replaced a
+	// directory with a link after an earlier run) is refused, naming it.
+	// The sandbox then holds the directory by descriptor (OpenWorkdir).
+	if workdir, err = fsutil.ResolveTrusted(workdir); err != nil {
+		return sandboxFailed(fmt.Errorf("--workdir: %w", err))
 	}
 	if err := resolved.Policy.CheckWorkdir(workdir); err != nil {
 		return sandboxFailed(fmt.Errorf("policy %s: %w", resolved.Path, err))

@@ -42,6 +42,12 @@ type Rules struct {
 	// MinHardABI, a path that cannot be opened). Otherwise failures skip
 	// the path and are reported in Result.Skipped.
 	HardRequirement bool
+	// Descriptors gives, for some of the paths above, an open descriptor
+	// of the file the rule is for: the rule is then built from it
+	// (/proc/self/fd/N), not by opening the name again, which someone
+	// could have re-pointed meanwhile. The caller keeps them open until
+	// Build returns and closes them. Never on the wire.
+	Descriptors map[string]int `json:"-"`
 }
 
 // Skip records a path that was left out of the ruleset and why.

@@ -35,20 +35,24 @@ func Build(r Rules) (*Ruleset, error) {
 	}
 	res := Result{ABI: use, Scopes: cfg.Scoped.String(), Handled: cfg.HandledAccessFS.String(), Logging: logging}
 	var rules []ll.Rule
-	add := func(p, access string) error {
+	add := func(path, access string) error {
+		p := path
+		if fd, ok := r.Descriptors[path]; ok {
+			p = fmt.Sprintf("/proc/self/fd/%d", fd)
+		}
 		fi, err := os.Stat(p)
 		if err != nil {
 			// A path that does not exist grants nothing: skipping it never
 			// widens access, so it is reported, not fatal.
 			if errors.Is(err, os.ErrNotExist) {
-				res.Skipped = append(res.Skipped, Skip{Path: p, Access: access, Reason: "does not exist"})
+				res.Skipped = append(res.Skipped, Skip{Path: path, Access: access, Reason: "does not exist"})
 				return nil
 			}
-			return fmt.Errorf("landlock: %s path %s: %w", access, p, err)
+			return fmt.Errorf("landlock: %s path %s: %w", access, path, err)
 		}
 		fd, err := unix.Open(p, unix.O_PATH|unix.O_CLOEXEC, 0)
 		if err != nil {
-			return fmt.Errorf("landlock: open %s path %s: %w", access, p, err)
+			return fmt.Errorf("landlock: open %s path %s: %w", access, path, err)
 		}
 		unix.Close(fd)
 		var rule ll.FSRule

@@ -87,11 +87,12 @@ func runInit(ctl *channel) int {
 	if err := unix.CloseRange(initFD+1, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
 		return report(fail("fds", ExitSandboxFailed, err))
 	}
-	m, _, err := ctl.recv()
+	m, wdfd, err := ctl.recv()
 	if err != nil || m.Type != MsgConfig || m.Config == nil || m.Config.Spec == nil {
 		return report(fail("config", ExitSandboxFailed, fmt.Errorf("no configuration from supervisor: %v", err)))
 	}
 	cfg := m.Config
+	cfg.workdirFD = wdfd
 	if cfg.Timing {
 		ctl.send(Message{Type: MsgLog, Level: "debug", Msg: "init has its configuration"}, -1)
 	}
@@ -153,9 +154,19 @@ func setup(ctl *channel, cfg *InitConfig, rp *reaper) (*Confinement, *spawner, i
 		return nil, nil, 0, nil, fail("namespaces", ExitSandboxFailed, fmt.Errorf("unshare cgroup namespace: %w", err))
 	}
 	mark("cgroupns")
-	nmounts, err := setupMounts(s)
+	nmounts, wdMount, err := setupMounts(s, cfg.workdirFD)
 	if err != nil {
 		return nil, nil, 0, nil, fail("mounts", ExitSandboxFailed, err)
+	}
+	if cfg.workdirFD >= 0 {
+		unix.Close(cfg.workdirFD)
+	}
+	if wdMount >= 0 && cfg.Landlock != nil {
+		// Landlock grants the working directory through the descriptor
+		// of what was bound, not by name (confineThread closes it).
+		cfg.Landlock.Descriptors = map[string]int{s.Process.Cwd: wdMount}
+	} else if wdMount >= 0 {
+		unix.Close(wdMount)
 	}
 	mark("mounts")
 	if s.Hostname != "" {
@@ -393,6 +404,9 @@ func confineThread(cfg *InitConfig, conf *Confinement) error {
 	if cfg.Landlock != nil {
 		var err error
 		rs, err = landlock.Build(*cfg.Landlock)
+		for _, fd := range cfg.Landlock.Descriptors {
+			unix.Close(fd)
+		}
 		if err != nil {
 			return fail("landlock", ExitSandboxFailed, err)
 		}

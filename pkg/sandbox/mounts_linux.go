@@ -44,11 +44,22 @@ func parseMountOptions(opts []string) (flags uintptr, data string) {
 }
 
 // setupMounts applies the spec's filesystem view inside the new mount
-// namespace. It runs as root in the init, before any confinement.
-func setupMounts(s *specs.Spec) (int, error) {
+// namespace. It runs as root in the init, before any confinement. wdfd is
+// the supervisor's descriptor of the working directory (the spec's Cwd,
+// bound at its own path): the init opens the directory in its own mount
+// namespace (a bind needs a source there) without following a symbolic
+// link, checks that it is the directory wdfd holds, binds it onto a
+// destination also reached without a link, and returns a descriptor of
+// the bound directory for the Landlock rule (-1 when the spec binds no
+// working directory).
+func setupMounts(s *specs.Spec, wdfd int) (int, int, error) {
 	// Nothing we mount may propagate back to the host.
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		return 0, fmt.Errorf("make / private: %w", err)
+		return 0, -1, fmt.Errorf("make / private: %w", err)
+	}
+	workdir := ""
+	if s.Process != nil {
+		workdir = s.Process.Cwd
 	}
 	// Bind sources are opened before anything is mounted over them, so a
 	// workdir under /tmp shows through the fresh /tmp.
@@ -62,58 +73,160 @@ func setupMounts(s *specs.Spec) (int, error) {
 		if m.Type != "bind" {
 			continue
 		}
+		if m.Destination == workdir && m.Source == workdir {
+			fd, err := openWorkdirSource(workdir, wdfd)
+			if err != nil {
+				return 0, -1, err
+			}
+			srcFDs[m.Destination] = fd
+			continue
+		}
 		fd, err := unix.Open(m.Source, unix.O_PATH|unix.O_CLOEXEC, 0)
 		if err != nil {
-			return 0, fmt.Errorf("open bind source %s: %w", m.Source, err)
+			return 0, -1, fmt.Errorf("open bind source %s: %w", m.Source, err)
 		}
 		srcFDs[m.Destination] = fd
 	}
 	n := 0
+	wdMount := -1
 	for _, m := range s.Mounts {
 		flags, data := parseMountOptions(m.Options)
+		if m.Type == "bind" && m.Destination == workdir && m.Source == workdir {
+			fd, err := bindWorkdir(srcFDs[m.Destination], workdir, flags)
+			if err != nil {
+				return n, -1, err
+			}
+			wdMount = fd
+			n++
+			continue
+		}
 		if m.Type == "bind" {
 			if err := bindTarget(srcFDs[m.Destination], m.Destination); err != nil {
-				return n, fmt.Errorf("mount %s: %w", m.Destination, err)
+				return n, -1, fmt.Errorf("mount %s: %w", m.Destination, err)
 			}
 			src := fmt.Sprintf("/proc/self/fd/%d", srcFDs[m.Destination])
 			if err := unix.Mount(src, m.Destination, "", flags&(unix.MS_BIND|unix.MS_REC), ""); err != nil {
-				return n, fmt.Errorf("bind %s: %w", m.Destination, err)
+				return n, -1, fmt.Errorf("bind %s: %w", m.Destination, err)
 			}
 			if rest := flags &^ (unix.MS_BIND | unix.MS_REC); rest != 0 {
 				if err := remount(m.Destination, rest); err != nil {
-					return n, err
+					return n, -1, err
 				}
 			}
 			n++
 			continue
 		}
 		if err := os.MkdirAll(m.Destination, 0o755); err != nil {
-			return n, fmt.Errorf("mount %s: %w", m.Destination, err)
+			return n, -1, fmt.Errorf("mount %s: %w", m.Destination, err)
 		}
 		if err := unix.Mount(m.Source, m.Destination, m.Type, flags, data); err != nil {
-			return n, fmt.Errorf("mount %s on %s: %w", m.Type, m.Destination, err)
+			return n, -1, fmt.Errorf("mount %s on %s: %w", m.Type, m.Destination, err)
 		}
 		n++
 		if m.Destination == "/dev" {
 			if err := populateDev(s); err != nil {
-				return n, err
+				return n, -1, err
 			}
 		}
 	}
 	if err := finishDev(); err != nil {
-		return n, err
+		return n, -1, err
 	}
 	for _, p := range s.Linux.MaskedPaths {
 		if err := maskPath(p); err != nil {
-			return n, err
+			return n, -1, err
 		}
 	}
 	for _, p := range s.Linux.ReadonlyPaths {
 		if err := readonlyPath(p); err != nil {
-			return n, err
+			return n, -1, err
 		}
 	}
-	return n, nil
+	return n, wdMount, nil
+}
+
+// openWorkdirSource opens the working directory in the init's mount
+// namespace without following a symbolic link and checks that it is the
+// directory the supervisor holds (wdfd): the supervisor resolved and
+// opened it, so a link planted since, or a directory renamed into its
+// place, is refused rather than bound.
+func openWorkdirSource(workdir string, wdfd int) (int, error) {
+	if wdfd < 0 {
+		return -1, fmt.Errorf("working directory %s: the supervisor sent no descriptor of it", workdir)
+	}
+	fd, err := unix.Openat2(unix.AT_FDCWD, workdir, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if err != nil {
+		return -1, fmt.Errorf("working directory %s: %w (it changed since the supervisor opened it)", workdir, err)
+	}
+	if !sameDir(fd, wdfd) {
+		unix.Close(fd)
+		return -1, fmt.Errorf("working directory %s is no longer the directory the supervisor opened", workdir)
+	}
+	return fd, nil
+}
+
+// bindWorkdir binds the working directory src at its own path: the
+// destination's missing directories (under a fresh /tmp) are created and
+// every component is opened without following a symbolic link, the bind
+// goes through both descriptors, and the bound directory is opened again
+// (no link followed) and checked to be src, for the Landlock rule.
+func bindWorkdir(src int, workdir string, flags uintptr) (int, error) {
+	dst, err := openDirNoFollow(workdir, true)
+	if err != nil {
+		return -1, fmt.Errorf("mount %s: %w", workdir, err)
+	}
+	err = unix.Mount(fmt.Sprintf("/proc/self/fd/%d", src), fmt.Sprintf("/proc/self/fd/%d", dst), "", flags&(unix.MS_BIND|unix.MS_REC), "")
+	unix.Close(dst)
+	if err != nil {
+		return -1, fmt.Errorf("bind %s: %w", workdir, err)
+	}
+	bound, err := openDirNoFollow(workdir, false)
+	if err != nil {
+		return -1, fmt.Errorf("mount %s: %w", workdir, err)
+	}
+	if !sameDir(bound, src) {
+		unix.Close(bound)
+		return -1, fmt.Errorf("mount %s: the bound directory is not the working directory", workdir)
+	}
+	if rest := flags &^ (unix.MS_BIND | unix.MS_REC); rest != 0 {
+		if err := remount(fmt.Sprintf("/proc/self/fd/%d", bound), rest); err != nil {
+			unix.Close(bound)
+			return -1, fmt.Errorf("mount %s: %w", workdir, err)
+		}
+	}
+	return bound, nil
+}
+
+// openDirNoFollow opens the directory path component by component from /,
+// never following a symbolic link; with create, a missing component is
+// made (mode 0755) in its parent first.
+func openDirNoFollow(path string, create bool) (int, error) {
+	fd, err := unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	for _, c := range strings.Split(strings.TrimPrefix(filepath.Clean(path), "/"), "/") {
+		if c == "" {
+			continue
+		}
+		how := &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS}
+		next, err := unix.Openat2(fd, c, how)
+		if errors.Is(err, unix.ENOENT) && create {
+			if err = unix.Mkdirat(fd, c, 0o755); err == nil || errors.Is(err, unix.EEXIST) {
+				next, err = unix.Openat2(fd, c, how)
+			}
+		}
+		unix.Close(fd)
+		if err != nil {
+			return -1, fmt.Errorf("%s: %w (a symbolic link or not a directory)", c, err)
+		}
+		fd = next
+	}
+	return fd, nil
 }
 
 // bindTarget makes sure a bind mount has something to land on: a

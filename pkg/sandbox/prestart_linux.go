@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/palisade-sandbox/palisade/pkg/cgroup"
+	"github.com/palisade-sandbox/palisade/pkg/fsutil"
 	"github.com/palisade-sandbox/palisade/pkg/state"
 )
 
@@ -167,7 +168,11 @@ func (p *Prestarted) take(o Options, lim cgroup.Limits) (string, *cgroup.Group, 
 // stateRoot is the directory state.Open uses for root.
 func stateRoot(root string) string {
 	if root == "" {
-		return state.DefaultRoot
+		root = state.DefaultRoot
+	}
+	// As state.Open resolves it.
+	if r, err := fsutil.ResolveTrusted(root); err == nil {
+		return r
 	}
 	return filepath.Clean(root)
 }

@@ -48,6 +48,10 @@ type InitConfig struct {
 	// Timing asks the init to report how long each setup step took (a
 	// debug-level log message).
 	Timing bool `json:"timing,omitempty"`
+
+	// workdirFD is the supervisor's descriptor of the working directory,
+	// received with the configuration (in the init only; -1 without).
+	workdirFD int
 }
 
 // Message is one message on the control socket (binary wire form, see

@@ -60,6 +60,8 @@ type Sandbox struct {
 	icfg  *InitConfig
 	uid   uint32
 	gid   uint32
+	// workdirFD holds the working directory (OpenWorkdir) until teardown.
+	workdirFD int
 
 	// cleanups run in reverse order at teardown.
 	cleanups  []func() error
@@ -159,11 +161,19 @@ func Create(ctx context.Context, o Options) (*Sandbox, error) {
 	if fi, err := os.Stat(workdir); err != nil || !fi.IsDir() {
 		return s, s.failf("workdir", fmt.Errorf("--workdir %s: not a directory", workdir))
 	}
+	// The working directory is held by a descriptor from here on: no
+	// symbolic link on its path is followed (see OpenWorkdir).
+	wd, err := OpenWorkdir(workdir)
+	if err != nil {
+		return s, s.failf("workdir", err)
+	}
+	s.workdirFD = wd
+	s.cleanups = append(s.cleanups, func() error { return unix.Close(wd) })
 	if o.Profile != "" && o.Profile != ProfileDefault && o.Profile != ProfileBoundedTmpfs {
 		return s, s.failf("profile", fmt.Errorf("--profile %q: want default or bounded-tmpfs", o.Profile))
 	}
 	if o.Profile == ProfileBoundedTmpfs {
-		if err := MakeTestScratch(workdir, uid, gid); err != nil {
+		if err := MakeTestScratch(wd, workdir, uid, gid); err != nil {
 			return s, s.failf("profile", err)
 		}
 	}
@@ -269,8 +279,10 @@ func Create(ctx context.Context, o Options) (*Sandbox, error) {
 	// network is attached; only "go" waits for that. The network layer's
 	// variables are appended to the command's environment in a message
 	// of their own.
+	// The configuration carries the working directory's descriptor: the
+	// init binds only the directory it names (mountWorkdir).
 	if o.Network == nil {
-		if err := ip.ctl.send(Message{Type: MsgConfig, Config: icfg}, -1); err != nil {
+		if err := ip.ctl.send(Message{Type: MsgConfig, Config: icfg}, s.workdirFD); err != nil {
 			return s, s.failf("init", err)
 		}
 	}
@@ -293,7 +305,7 @@ func Create(ctx context.Context, o Options) (*Sandbox, error) {
 				addResolv(spec, icfg, f)
 			}
 		}
-		if err := ip.ctl.send(Message{Type: MsgConfig, Config: icfg}, -1); err != nil {
+		if err := ip.ctl.send(Message{Type: MsgConfig, Config: icfg}, s.workdirFD); err != nil {
 			return s, s.failf("init", err)
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -67,21 +69,68 @@ func canSearch(fi os.FileInfo, uid, gid uint32) bool {
 // bounded-tmpfs profile points TMPDIR at.
 const TestScratch = "test-scratch"
 
-// MakeTestScratch creates <workdir>/test-scratch for the bounded-tmpfs
-// profile, mode 0700 and owned by the sandbox identity. The working
-// directory is the agent's: a symlink or other file it planted under that
-// name is never followed (mkdirat does not follow a last component, and
-// the directory is re-opened with openat2 RESOLVE_BENEATH and
-// RESOLVE_NO_SYMLINKS before its owner is changed through the
+// OpenWorkdir opens the working directory for the supervisor without
+// following any symbolic link (openat2 RESOLVE_NO_SYMLINKS). The path was
+// resolved once, by the command line (symbolic links of root's only:
+// fsutil.ResolveTrusted); from here on the directory is held by this
+// descriptor: test-scratch is created through it, and the init, which
+// must open the directory in its own mount namespace, checks that what
+// it opens (again without following a link) is this directory before it
+// binds it and grants it to Landlock. An agent that replaced a component
+// with a symbolic link after an earlier run (rm -rf repo; ln -s /var repo)
+// is refused, naming the link, instead of being handed /var read-write.
+func OpenWorkdir(path string) (int, error) {
+	fd, err := unix.Openat2(unix.AT_FDCWD, path, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if err == nil {
+		return fd, nil
+	}
+	if errors.Is(err, unix.ELOOP) {
+		if link, why := firstSymlink(path); link != "" {
+			return -1, fmt.Errorf("working directory %s: %s is %s; a working directory is never reached through a symbolic link (the sandbox would get whatever it points at): give the directory's real path", path, link, why)
+		}
+	}
+	return -1, fmt.Errorf("working directory %s: %w", path, err)
+}
+
+// firstSymlink names the first component of path that is a symbolic
+// link, with its owner and target, for an error.
+func firstSymlink(path string) (string, string) {
+	p := "/"
+	for _, c := range strings.Split(strings.TrimPrefix(filepath.Clean(path), "/"), "/") {
+		p = filepath.Join(p, c)
+		var st unix.Stat_t
+		if unix.Lstat(p, &st) != nil {
+			return "", ""
+		}
+		if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+			target, _ := os.Readlink(p)
+			return p, fmt.Sprintf("a symbolic link owned by uid %d (to %s)", st.Uid, strconv.Quote(target))
+		}
+	}
+	return "", ""
+}
+
+// sameDir reports whether the descriptors a and b are the same directory.
+func sameDir(a, b int) bool {
+	var sa, sb unix.Stat_t
+	return unix.Fstat(a, &sa) == nil && unix.Fstat(b, &sb) == nil && sa.Dev == sb.Dev && sa.Ino == sb.Ino &&
+		sa.Mode&unix.S_IFMT == unix.S_IFDIR
+}
+
+// MakeTestScratch creates test-scratch in the working directory wd (a
+// descriptor from OpenWorkdir; workdir names it in messages) for the
+// bounded-tmpfs profile, mode 0700 and owned by the sandbox identity. The
+// working directory is the agent's: a symlink or other file it planted
+// under that name is never followed (mkdirat does not follow a last
+// component, and the directory is re-opened with openat2 RESOLVE_BENEATH
+// and RESOLVE_NO_SYMLINKS before its owner is changed through the
 // descriptor). An existing directory is left as it is; anything else
 // there is an error naming the path.
-func MakeTestScratch(workdir string, uid, gid uint32) error {
+func MakeTestScratch(wd int, workdir string, uid, gid uint32) error {
 	path := filepath.Join(workdir, TestScratch)
-	wd, err := unix.Open(workdir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("bounded-tmpfs: open working directory %s: %w", workdir, err)
-	}
-	defer unix.Close(wd)
 	created := true
 	if err := unix.Mkdirat(wd, TestScratch, 0o700); err != nil {
 		if !errors.Is(err, unix.EEXIST) {

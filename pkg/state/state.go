@@ -239,11 +239,26 @@ type Store struct {
 // Open returns the store rooted at root ("" means DefaultRoot), creating
 // it with mode 0700 if needed. An existing root must be a real directory
 // owned by this process's effective uid; its mode is tightened to 0700.
+//
+// Root creates sandboxes' state (labels, sockets, proxy files) below it,
+// so the path is resolved once and must stay put: a symbolic link on it
+// that belongs to another user is refused (fsutil.ResolveTrusted), and so
+// is a directory above it that anyone but root (or this user) could
+// change (fsutil.CheckDirsTrusted; a sticky /tmp is fine), since its
+// owner could swap what the name leads to. Missing directories are then
+// created below directories nobody else can change.
 func Open(root string) (*Store, error) {
 	if root == "" {
 		root = DefaultRoot
 	}
-	root = filepath.Clean(root)
+	resolved, err := fsutil.ResolveTrusted(root)
+	if err != nil {
+		return nil, fmt.Errorf("state root %s: %w", root, err)
+	}
+	if err := fsutil.CheckDirsTrusted(filepath.Dir(resolved)); err != nil {
+		return nil, fmt.Errorf("state root %s: %w", root, err)
+	}
+	root = resolved
 	if err := os.MkdirAll(root, 0o700); err != nil {
 		return nil, fmt.Errorf("state root %s: %w", root, err)
 	}

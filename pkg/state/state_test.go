@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/palisade-sandbox/palisade/pkg/testutil"
 )
 
 func openStore(t *testing.T) *Store {
@@ -44,6 +46,50 @@ func TestOpenMakesRootOnlyDir(t *testing.T) {
 	os.WriteFile(file, nil, 0o600)
 	if _, err := Open(file); err == nil || !strings.Contains(err.Error(), "not a directory") {
 		t.Fatalf("Open(file) = %v, want not-a-directory error", err)
+	}
+}
+
+// TestOpenRefusesRepointablePaths (issue 24, item 2): root creates every
+// sandbox's state below the root, so a state root reached through
+// another user's symbolic link, or below a directory another user can
+// change, is refused before anything is created, naming the culprit.
+func TestOpenRefusesRepointablePaths(t *testing.T) {
+	testutil.RequireRoot(t)
+	dir, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := filepath.Join(dir, "target")
+	os.Mkdir(target, 0o755)
+	link := filepath.Join(dir, "agent-link")
+	os.Symlink(target, link)
+	os.Lchown(link, 10001, 10001)
+	if _, err := Open(filepath.Join(link, "state")); err == nil || !strings.Contains(err.Error(), link+" is a symbolic link owned by uid 10001") {
+		t.Errorf("through another user's link: %v", err)
+	}
+	open := filepath.Join(dir, "open")
+	os.Mkdir(open, 0o777)
+	os.Chmod(open, 0o777)
+	if _, err := Open(filepath.Join(open, "state")); err == nil || !strings.Contains(err.Error(), open+" is writable by others") {
+		t.Errorf("below a world-writable directory: %v", err)
+	}
+	owned := filepath.Join(dir, "owned")
+	os.Mkdir(owned, 0o755)
+	os.Chown(owned, 10001, 10001)
+	if _, err := Open(filepath.Join(owned, "state")); err == nil || !strings.Contains(err.Error(), "owned by uid 10001") {
+		t.Errorf("below another user's directory: %v", err)
+	}
+	for _, d := range []string{target, open, owned} {
+		if ents, _ := os.ReadDir(d); len(ents) != 0 {
+			t.Errorf("something was created in %s", d)
+		}
+	}
+	// A link of root's own is followed.
+	rootLink := filepath.Join(dir, "root-link")
+	os.Symlink(target, rootLink)
+	s, err := Open(filepath.Join(rootLink, "state"))
+	if err != nil || s.Root() != filepath.Join(target, "state") {
+		t.Errorf("through root's own link: %v, root %v", err, s)
 	}
 }
 
