@@ -108,6 +108,70 @@ func (s *Source) PolicyRejected(kept *PolicyRef, rejectedSHA256 string, cause er
 	return e
 }
 
+// Stages of a policy proposal (ProposalInfo.Stage).
+const (
+	ProposalGenerated = "generated"
+	ProposalApproved  = "approved"
+	ProposalRefused   = "refused"
+)
+
+// ProposalInfo describes one policy proposal event.
+type ProposalInfo struct {
+	Stage string
+	// Base is the policy the proposal changes (for approved: where the
+	// new policy was written).
+	Base PolicyRef
+	// ResultSHA256 is the checksum of the policy the proposal produces.
+	ResultSHA256 string
+	// File is the proposal file (apply-proposal), "" for stdout.
+	File string
+	// Operations, Answered and Unanswered count the patch operations,
+	// the denials they answer and the denials left unanswered.
+	Operations, Answered, Unanswered int
+}
+
+// PolicyProposal is a Device Config State Change (5019) with activity
+// "Policy Proposal": generated (status Success, state Disabled: nothing
+// is in force yet), approved (Success, state Enabled, policy = the new
+// policy now installed) or refused (Failure, severity Medium, the reason
+// in status_detail, the base kept). The counts and checksums are under
+// unmapped.proposal.
+func (s *Source) PolicyProposal(info ProposalInfo, cause error) *ConfigStateChange {
+	e := s.configChange(ActivityPolicyProposal, SeverityInformational)
+	e.StatusID = StatusSuccess
+	base := info.Base
+	switch info.Stage {
+	case ProposalApproved:
+		e.StateID = StateEnabled
+		applied := base
+		applied.SHA256 = info.ResultSHA256
+		e.Policy = applied.Object(true)
+		e.Message = fmt.Sprintf("policy proposal approved: %s now holds sha256 %s (was %s)", policyLabel(base), short(info.ResultSHA256), short(base.SHA256))
+	case ProposalRefused:
+		e.SeverityID = SeverityMedium
+		e.StatusID = StatusFailure
+		e.StateID = StateEnabled
+		e.Policy = base.Object(true)
+		if cause != nil {
+			e.StatusDetail = cause.Error()
+		}
+		e.Message = fmt.Sprintf("policy proposal refused; %s unchanged (sha256 %s)", policyLabel(base), short(base.SHA256))
+	default:
+		e.StateID = StateDisabled
+		e.Policy = base.Object(false)
+		e.Message = fmt.Sprintf("policy proposal generated for %s: %d operations answering %d denials, %d unanswered", policyLabel(base), info.Operations, info.Answered, info.Unanswered)
+	}
+	u := map[string]any{"stage": info.Stage, "operations": info.Operations, "answered": info.Answered, "unanswered": info.Unanswered}
+	if info.ResultSHA256 != "" {
+		u["result_sha256"] = info.ResultSHA256
+	}
+	if info.File != "" {
+		u["file"] = info.File
+	}
+	e.Unmapped = map[string]any{"proposal": u}
+	return e
+}
+
 // Confinement records what the supervisor applied to a sandbox. It is
 // carried under unmapped.confinement: OCSF 1.8.0 has no attributes for
 // Landlock, seccomp, namespaces or cgroups (security_states is an enum of

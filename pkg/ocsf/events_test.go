@@ -54,6 +54,8 @@ func examples() []struct {
 	s := fixedSource()
 	p := fixedSource() // the proxy's events
 	p.Component = "egress-proxy"
+	policySync := fixedSource()
+	policySync.Component = "policy-sync"
 	policy := ocsf.PolicyRef{Name: "openshell-policy.yaml", Path: "/root/.mac/openshell-policy.yaml",
 		SHA256: "5e884898da28047151d0e56f8dc6292773603d0d6aabbdd62a11ef721d1542d8", Version: "1", Source: "home"}
 	rule := &ocsf.FirewallRule{Name: "github", UID: "network_policies.github.endpoints[0]", Type: "egress-policy"}
@@ -76,6 +78,9 @@ func examples() []struct {
 		{"process-terminate", s.ProcessTerminate(cmd, initActor, ocsf.Exit{Code: 137, Signal: 9})},
 		{"policy-load", s.PolicyLoaded(policy, false)},
 		{"policy-reload-rejected", p.PolicyRejected(&kept, "aa11", errors.New(`network_policies.github.endpoints[0].host: empty host`))},
+		{"policy-proposal-approved", policySync.PolicyProposal(ocsf.ProposalInfo{Stage: ocsf.ProposalApproved, Base: policy,
+			ResultSHA256: "9f2b5c1d0e8a7b6c5d4e3f2a1b0c9d8e7f6a5b4c3d2e1f0a9b8c7d6e5f4a3b2c", File: "/root/proposal.yaml",
+			Operations: 3, Answered: 5, Unanswered: 1}, nil)},
 		{"confinement-applied", s.ConfinementApplied(ocsf.Confinement{
 			Landlock:   &ocsf.LandlockState{ABI: 7, Mode: "hard_requirement", ReadOnlyRules: 9, ReadWriteRules: 2, Scopes: []string{"abstract_unix_socket", "signal"}},
 			Seccomp:    &ocsf.SeccompState{Mode: "filter", Instructions: 212, AllThreads: true},

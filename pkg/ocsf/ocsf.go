@@ -64,6 +64,7 @@ const (
 	ActivityPolicyReload       = "Policy Reload"
 	ActivityConfinementApplied = "Confinement Applied"
 	ActivityAttributionBackend = "Attribution Backend"
+	ActivityPolicyProposal     = "Policy Proposal"
 )
 
 // Detection Finding (2004) activity_id.

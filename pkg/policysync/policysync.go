@@ -347,7 +347,7 @@ func (s *Syncer) Once(ctx context.Context) Result {
 		s.report(ctx, &res)
 		return res
 	}
-	if err := install(in.path, []byte(a.PolicyText)); err != nil {
+	if err := Install(in.path, []byte(a.PolicyText)); err != nil {
 		s.failSafe(ctx, &res, FailInstall, err, in)
 		return res
 	}
@@ -372,9 +372,11 @@ func (s *Syncer) Once(ctx context.Context) Result {
 	return res
 }
 
-// install writes data at path atomically with mode 0600, creating the
-// directory with mode 0700 when missing.
-func install(path string, data []byte) error {
+// Install writes a policy at path as the hub install does: atomically
+// (temporary file, fsync, rename, fsync of the directory) with mode 0600,
+// creating the directory with mode 0700 when missing. apply-proposal
+// installs the same way.
+func Install(path string, data []byte) error {
 	dir := filepath.Dir(path)
 	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return fmt.Errorf("create %s: %w", dir, err)
