@@ -99,6 +99,38 @@ func TestCeilingRefusedAtEveryEntryPoint(t *testing.T) {
 		t.Error("once installed a policy beyond the ceiling")
 	}
 
+	// propose never proposes beyond the ceiling; apply-proposal refuses a
+	// proposal made without it, and writes nothing.
+	base := filepath.Join(t.TempDir(), "base.yaml")
+	os.WriteFile(base, []byte(withoutEntry(t, full, "github")), 0o600)
+	events := filepath.Join(t.TempDir(), "events.jsonl")
+	os.WriteFile(events, []byte(`{"class_uid":4001,"activity_id":1,"action_id":2,"time":1,"status_code":"policy_denied","status_detail":"no_matching_endpoint","metadata":{"uid":"s"},"actor":{"process":{"file":{"path":"/usr/bin/git"}}},"dst_endpoint":{"hostname":"api.github.com","port":443}}`+"\n"), 0o600)
+	out, _, code = runCmd(t, "", "propose", "--events", events, "--policy", base)
+	if code != 0 || !strings.Contains(out, "proposed_git") || !strings.Contains(out, "policy exceeds the ceiling "+ceil+": network_policies.proposed_git.endpoints[0]: host api.github.com not within the ceiling") {
+		t.Errorf("propose under the ceiling: %d\n%s", code, out)
+	}
+	t.Setenv(ceiling.EnvPath, "")
+	wide, _, _ := runCmd(t, "", "propose", "--events", events, "--policy", base, "--ceiling", filepath.Join(t.TempDir(), "none.yaml"))
+	if strings.Contains(wide, "api.github.com") {
+		// A named ceiling that does not exist is an error, not "none".
+		t.Errorf("propose with a missing --ceiling proposed: %s", wide)
+	}
+	wide, errOut, code = runCmd(t, "", "propose", "--events", events, "--policy", base)
+	if code != 0 || !strings.Contains(wide, "op: add_entry") {
+		t.Fatalf("propose without a ceiling: %d %s\n%s", code, errOut, wide)
+	}
+	prop := filepath.Join(t.TempDir(), "proposal.yaml")
+	os.WriteFile(prop, []byte(wide), 0o600)
+	before, _ := os.ReadFile(base)
+	_, errOut, code = runCmd(t, "", "apply-proposal", prop, "--approve", "--policy", base, "--ceiling", ceil)
+	if code != cli.ExitFailed || !strings.Contains(errOut, `"stage":"refused"`) || !strings.Contains(errOut, "host api.github.com not within the ceiling") {
+		t.Errorf("apply-proposal beyond the ceiling: %d\n%s", code, errOut)
+	}
+	if after, _ := os.ReadFile(base); string(after) != string(before) {
+		t.Error("apply-proposal wrote a policy beyond the ceiling")
+	}
+	t.Setenv(ceiling.EnvPath, ceil)
+
 	// A ceiling that is not root's own stops everything.
 	os.Chown(ceil, 65534, 65534)
 	if errOut, code := runErr(t, "resolve", "--policy", ceil); code != cli.ExitFailed || !strings.Contains(errOut, "not root") {

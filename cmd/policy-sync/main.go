@@ -53,7 +53,7 @@ type command struct {
 	flags func(fs *flag.FlagSet) func(ctx context.Context, a *app, args []string) error
 }
 
-var commands = []*command{checkCmd, resolveCmd, renderCmd, onceCmd, watchCmd, expandCmd}
+var commands = []*command{checkCmd, resolveCmd, renderCmd, onceCmd, watchCmd, expandCmd, proposeCmd, applyProposalCmd}
 
 func findCommand(name string) *command {
 	for _, c := range commands {
@@ -122,9 +122,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 
 func mainUsage(w io.Writer, global *flag.FlagSet) {
 	fmt.Fprintf(w, "Usage: %s [--log-format text|json] <command> [arguments]\n\n", prog)
-	fmt.Fprintf(w, "Resolve, check, render, sync (from the hub) and expand Palisade sandbox policies\n(OpenShell policy schema v1).\n\nCommands:\n")
+	fmt.Fprintf(w, "Resolve, check, render, sync (from the hub), expand and propose Palisade sandbox\npolicies (OpenShell policy schema v1).\n\nCommands:\n")
 	for _, c := range commands {
-		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-14s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintf(w, "\nGlobal flags:\n")
 	cli.PrintFlags(w, global)
@@ -134,6 +134,8 @@ func mainUsage(w io.Writer, global *flag.FlagSet) {
 	fmt.Fprintf(w, "  %s render --set AGENT_USER=hermes --set MAC_HUB_HOST=hub.example.internal \\\n      --set MAC_HUB_PORT=8080 --set MODEL_GATEWAY_HOST=models.example.com -o ~/.mac/openshell-policy.yaml\n", prog)
 	fmt.Fprintf(w, "  %s once --hub https://hub.example.internal:8080 --agent-id worker-1 --token-file /etc/mac/agent.token\n", prog)
 	fmt.Fprintf(w, "  %s expand --base ~/.mac/openshell-policy.yaml --repo . --task-metadata task.json -o task-policy.yaml\n", prog)
+	fmt.Fprintf(w, "  %s propose --events /var/log/palisade/events.jsonl --sandbox task-42 -o proposal.yaml\n", prog)
+	fmt.Fprintf(w, "  %s apply-proposal proposal.yaml --approve\n", prog)
 	fmt.Fprintf(w, "\nRun '%s help <command>' for a command's flags and examples.\n", prog)
 	fmt.Fprintf(w, "Exit status: 0 ok, 1 invalid policy or failure (once: failed safe), 2 usage error.\n")
 }

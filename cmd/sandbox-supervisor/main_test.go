@@ -88,6 +88,9 @@ func TestUsageErrors(t *testing.T) {
 		{"logs"},
 		{"attach"},
 		{"logs", "--since", "-1m", "x"},
+		{"logs", "--summary", "x"},
+		{"logs", "--denied", "--summary", "--json", "x"},
+		{"logs", "--denied", "--summary", "--interval", "0s", "x"},
 	} {
 		_, errs, err := runCLI(t, args...)
 		if cli.Code(err) != cli.ExitUsage {
