@@ -24,17 +24,53 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 // against the running kernel's BTF.
 struct super_block {
 	unsigned int s_dev;
+	unsigned long s_magic;
+	unsigned long s_flags;
 } __attribute__((preserve_access_index));
 
 struct inode {
 	unsigned short i_mode;
+	unsigned int i_nlink;
 	unsigned long i_ino;
 	struct super_block *i_sb;
 } __attribute__((preserve_access_index));
 
+struct qstr {
+	const unsigned char *name;
+} __attribute__((preserve_access_index));
+
+struct dentry {
+	struct dentry *d_parent;
+	struct qstr d_name;
+	struct inode *d_inode;
+} __attribute__((preserve_access_index));
+
+struct vfsmount {
+	struct dentry *mnt_root;
+	int mnt_flags;
+} __attribute__((preserve_access_index));
+
+struct mount {
+	struct mount *mnt_parent;
+	struct dentry *mnt_mountpoint;
+	struct vfsmount mnt;
+} __attribute__((preserve_access_index));
+
+struct path {
+	struct vfsmount *mnt;
+	struct dentry *dentry;
+} __attribute__((preserve_access_index));
+
 struct file {
+	struct path f_path;
 	struct inode *f_inode;
 	void *private_data;
+} __attribute__((preserve_access_index));
+
+struct vm_area_struct {
+	unsigned long vm_end;
+	unsigned long vm_flags;
+	struct file *vm_file;
 } __attribute__((preserve_access_index));
 
 struct fdtable {
@@ -77,6 +113,7 @@ struct signal_struct {
 struct task_struct {
 	int pid;
 	int tgid;
+	unsigned int personality;
 	unsigned long long start_time;
 	struct task_struct *real_parent;
 	struct task_struct *group_leader;
@@ -107,6 +144,17 @@ struct proc_info {
 	// time and exec_seq, and an exec, even of the same file under
 	// another name, starts a new key.
 	__u32 exec_seq;
+	// code is nonzero when the process's current image has mapped
+	// executable code from a file the sandbox could have written (CODE_*
+	// bits: why), or was written to by another process (ptrace, its
+	// /proc/<pid>/mem): the process has lost its binary's identity.
+	// code_dev and code_ino name the first such file; code_mm is the
+	// address space the mark belongs to (an exec replaces it, and a mark
+	// of another address space is stale). Inherited at fork.
+	__u32 code;
+	__u32 code_dev;
+	__u64 code_ino;
+	__u64 code_mm;
 	char comm[16];
 };
 
@@ -378,13 +426,323 @@ static __always_inline int in_sandbox(void)
 	return bpf_current_task_under_cgroup(&sandbox_cgroup, 0) == 1;
 }
 
+// Code identity: a process keeps its binary's identity only while every
+// executable mapping of its image comes from a file the sandbox cannot
+// write. The hooks below see each mapping made executable (mmap with
+// PROT_EXEC, mprotect adding it) by a sandbox task, before the code can
+// run, and mark the process (proc_info.code) when the file is:
+#define CODE_WRITABLE 1       // under a path the sandbox may write (writable map)
+#define CODE_TMPFS 2          // on a writable tmpfs/ramfs (the sandbox's own /tmp, /dev/shm...)
+#define CODE_INTERNAL 4       // on a kernel-internal mount: memfd, anonymous shmem
+#define CODE_DELETED 8        // unlinked: what it was cannot be checked
+#define CODE_WORLD_WRITABLE 16 // writable by anyone
+#define CODE_TOO_DEEP 32      // its path is deeper than the walk goes
+#define CODE_PTRACE 64        // another sandbox process was granted write access to its memory
+#define CODE_UNKNOWN 128      // mapped before the hooks existed, and could not be checked
+
+// The roots of what the sandbox may write, as the proxy resolved them:
+// its workdir and read_write paths (super_block dev and inode).
+struct root_key {
+	__u32 dev;
+	__u32 pad;
+	__u64 ino;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 256);
+	__type(key, struct root_key);
+	__type(value, __u8);
+} writable SEC(".maps");
+
+#define MNT_NOEXEC 0x04
+#define MNT_READONLY 0x40
+#define MNT_INTERNAL 0x4000
+#define SB_RDONLY 1
+#define TMPFS_MAGIC 0x01021994
+#define RAMFS_MAGIC 0x858458f6
+#define PROT_READ 1
+#define PROT_EXEC 4
+#define READ_IMPLIES_EXEC 0x0400000
+#define PTRACE_MODE_ATTACH 2
+// WALK_MAX bounds the path walk (directories and mount crossings).
+#define WALK_MAX 64
+
+// code_of classifies a file being mapped executable (CODE_* bits, 0 for
+// a file the sandbox cannot write). A file on a noexec mount is 0: the
+// kernel refuses the mapping itself. A global function, so the verifier
+// checks its walk once rather than at every place it is called from (a
+// second each, in all, when it was inlined); the file comes as a number
+// because a global function's pointer arguments must be program memory.
+__noinline __u32 code_of_file(__u64 filep)
+{
+	struct file *file = (struct file *)filep;
+	struct vfsmount *vm = BPF_CORE_READ(file, f_path.mnt);
+	struct dentry *d = BPF_CORE_READ(file, f_path.dentry);
+	struct inode *ino = BPF_CORE_READ(file, f_inode);
+	struct super_block *sb = BPF_CORE_READ(ino, i_sb);
+	int mflags = BPF_CORE_READ(vm, mnt_flags);
+	unsigned long magic;
+	struct mount *m;
+
+	// One reason, the first that applies (as the /proc check names it).
+	if (mflags & MNT_NOEXEC)
+		return 0;
+	if (mflags & MNT_INTERNAL)
+		return CODE_INTERNAL;
+	if (BPF_CORE_READ(ino, i_nlink) == 0)
+		return CODE_DELETED;
+	if (BPF_CORE_READ(ino, i_mode) & 0002)
+		return CODE_WORLD_WRITABLE;
+	magic = BPF_CORE_READ(sb, s_magic);
+	if ((magic == TMPFS_MAGIC || magic == RAMFS_MAGIC) && !(mflags & MNT_READONLY) &&
+	    !(BPF_CORE_READ(sb, s_flags) & SB_RDONLY))
+		return CODE_TMPFS;
+	// Up the path the file was opened by, across mounts, to the
+	// namespace's root: a writable root on the way (the way Landlock's
+	// rules apply) makes it writable.
+	m = (struct mount *)((void *)vm - bpf_core_field_offset(struct mount, mnt));
+	for (int i = 0; i < WALK_MAX; i++) {
+		struct inode *di = BPF_CORE_READ(d, d_inode);
+		struct root_key k = {};
+		struct dentry *up;
+
+		if (di) {
+			k.dev = BPF_CORE_READ(di, i_sb, s_dev);
+			k.ino = BPF_CORE_READ(di, i_ino);
+			if (bpf_map_lookup_elem(&writable, &k))
+				return CODE_WRITABLE;
+		}
+		if (d == BPF_CORE_READ(m, mnt.mnt_root)) {
+			struct mount *parent = BPF_CORE_READ(m, mnt_parent);
+			if (!parent || parent == m)
+				return 0; // the namespace's root
+			d = BPF_CORE_READ(m, mnt_mountpoint);
+			m = parent;
+			continue;
+		}
+		up = BPF_CORE_READ(d, d_parent);
+		if (!up || up == d)
+			return 0;
+		d = up;
+	}
+	return CODE_TOO_DEEP;
+}
+
+// mark_code records code (CODE_* bits) against the process of task (the
+// current one, or a ptrace target), for its current address space, with
+// file (may be NULL) as the file to name. A process without an entry
+// gets one.
+static __always_inline void mark_code(struct task_struct *task, __u32 code, struct file *file)
+{
+	__u32 tgid = BPF_CORE_READ(task, tgid);
+	__u64 mm = (__u64)BPF_CORE_READ(task, mm);
+	struct proc_info *p = bpf_map_lookup_elem(&procs, &tgid);
+
+	if (!p) {
+		struct proc_info n = {};
+		fill_proc(task, &n);
+		n.exec_seq = EXEC_SEQ_UNKNOWN;
+		bpf_map_update_elem(&procs, &tgid, &n, BPF_NOEXIST);
+		p = bpf_map_lookup_elem(&procs, &tgid);
+		if (!p)
+			return;
+	}
+	if (p->code_mm != mm) {
+		p->code = 0; // a mark of an address space the process no longer has
+		p->code_mm = mm;
+	}
+	if (!p->code && file) {
+		p->code_dev = BPF_CORE_READ(file, f_inode, i_sb, s_dev);
+		p->code_ino = BPF_CORE_READ(file, f_inode, i_ino);
+	}
+	p->code |= code; // any writer leaves it nonzero: no atomic needed
+}
+
+
+// The hooks are syscall tracepoints, which every kernel with BPF
+// attaches (BPF-LSM and fentry programs need BPF trampolines and
+// kprobes need kprobe events; some hosts refuse or lack each): after
+// mmap, mprotect, pkey_mprotect and shmat return, the mapping made is
+// read back from the address space (bpf_find_vma) and classified if
+// executable — the mapping as it is, not the descriptor or range asked
+// for, which another thread could have swapped meanwhile. The ELF
+// loader maps an executable and its interpreter without a system call:
+// the exec tracepoint classifies the executable, and a clean executable
+// names its interpreter (PT_INTERP) at a path the sandbox cannot write.
+// Observing is all they do: nothing is refused here.
+
+// The layout of a syscalls:sys_enter_* tracepoint record.
+struct sys_enter {
+	__u64 common;
+	__s32 nr;
+	__u32 pad;
+	__u64 args[6];
+};
+
+// The layout of a syscalls:sys_exit_* tracepoint record.
+struct sys_exit {
+	__u64 common;
+	__s32 nr;
+	__u32 pad;
+	__s64 ret;
+};
+
+#define VM_EXEC 0x4
+// MPROTECT_VMAS bounds the mappings one mprotect range is checked for;
+// a range spanning more marks the process CODE_TOO_DEEP.
+#define MPROTECT_VMAS 8
+
+// vma_probe is what check_vma tells its caller about one mapping.
+struct vma_probe {
+	__u64 end;
+	__u32 code;
+	__u32 pad;
+	struct file *file;
+};
+
+static long check_vma(struct task_struct *task, struct vm_area_struct *vma, void *data)
+{
+	struct vma_probe *p = data;
+	struct file *f;
+
+	p->end = BPF_CORE_READ(vma, vm_end);
+	if (!(BPF_CORE_READ(vma, vm_flags) & VM_EXEC))
+		return 0;
+	f = BPF_CORE_READ(vma, vm_file);
+	if (f) {
+		p->code = code_of_file((__u64)f);
+		p->file = f;
+	}
+	return 0;
+}
+
+// check_mapping classifies the mapping at addr of the current process
+// and marks it; it returns the mapping's end (0 when there is none).
+static __always_inline __u64 check_mapping(__u64 addr)
+{
+	struct vma_probe p = {};
+
+	if (bpf_find_vma(bpf_get_current_task_btf(), addr, check_vma, &p, 0))
+		return 0;
+	if (p.code)
+		mark_code((struct task_struct *)bpf_get_current_task(), p.code, p.file);
+	return p.end;
+}
+
+static __always_inline int mapped(struct sys_exit *ctx)
+{
+	if (ctx->ret < 0 && ctx->ret > -4096)
+		return 0; // failed
+	if (in_sandbox())
+		check_mapping(ctx->ret);
+	return 0;
+}
+
+SEC("tracepoint/syscalls/sys_exit_mmap")
+int code_mmap(struct sys_exit *ctx)
+{
+	return mapped(ctx);
+}
+
+// shmat(SHM_EXEC) maps a System V segment (on the kernel-internal shm
+// mount: CODE_INTERNAL) executable.
+SEC("tracepoint/syscalls/sys_exit_shmat")
+int code_shmat(struct sys_exit *ctx)
+{
+	return mapped(ctx);
+}
+
+// The range of each mprotect in progress that may add PROT_EXEC, by
+// thread: the exit tracepoint checks the mappings it then covers.
+struct mprotect_range {
+	__u64 start;
+	__u64 len;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u64); // tgid << 32 | pid
+	__type(value, struct mprotect_range);
+} mprotects SEC(".maps");
+
+static __always_inline int mprotect_enter(struct sys_enter *ctx)
+{
+	struct task_struct *task;
+	struct mprotect_range r;
+	unsigned long prot = ctx->args[2];
+	__u64 thread;
+
+	if (!in_sandbox())
+		return 0;
+	task = (struct task_struct *)bpf_get_current_task();
+	if ((prot & PROT_READ) && (BPF_CORE_READ(task, personality) & READ_IMPLIES_EXEC))
+		prot |= PROT_EXEC;
+	if (!(prot & PROT_EXEC))
+		return 0;
+	r.start = ctx->args[0];
+	r.len = ctx->args[1];
+	thread = bpf_get_current_pid_tgid();
+	bpf_map_update_elem(&mprotects, &thread, &r, BPF_ANY);
+	return 0;
+}
+
+static __always_inline int mprotect_exit(struct sys_exit *ctx)
+{
+	__u64 thread = bpf_get_current_pid_tgid(), addr, end;
+	struct mprotect_range *r = bpf_map_lookup_elem(&mprotects, &thread);
+	int i;
+
+	if (!r)
+		return 0;
+	addr = r->start;
+	end = r->start + r->len;
+	bpf_map_delete_elem(&mprotects, &thread);
+	if (ctx->ret != 0)
+		return 0;
+	for (i = 0; i < MPROTECT_VMAS && addr < end; i++) {
+		addr = check_mapping(addr);
+		if (!addr)
+			return 0;
+	}
+	if (addr < end)
+		mark_code((struct task_struct *)bpf_get_current_task(), CODE_TOO_DEEP, NULL);
+	return 0;
+}
+
+SEC("tracepoint/syscalls/sys_enter_mprotect")
+int code_mprotect_enter(struct sys_enter *ctx)
+{
+	return mprotect_enter(ctx);
+}
+
+SEC("tracepoint/syscalls/sys_exit_mprotect")
+int code_mprotect_exit(struct sys_exit *ctx)
+{
+	return mprotect_exit(ctx);
+}
+
+SEC("tracepoint/syscalls/sys_enter_pkey_mprotect")
+int code_pkey_mprotect_enter(struct sys_enter *ctx)
+{
+	return mprotect_enter(ctx);
+}
+
+SEC("tracepoint/syscalls/sys_exit_pkey_mprotect")
+int code_pkey_mprotect_exit(struct sys_exit *ctx)
+{
+	return mprotect_exit(ctx);
+}
+
 // sched_process_fork(struct task_struct *parent, struct task_struct *child)
 SEC("raw_tracepoint/sched_process_fork")
 int proc_fork(struct bpf_raw_tracepoint_args *ctx)
 {
+	struct task_struct *parent = (struct task_struct *)ctx->args[0];
 	struct task_struct *child = (struct task_struct *)ctx->args[1];
-	struct proc_info p = {};
-	__u32 tgid;
+	struct proc_info p = {}, *pp;
+	__u32 tgid, ptgid;
 
 	if (!in_sandbox())
 		return 0;
@@ -392,6 +750,15 @@ int proc_fork(struct bpf_raw_tracepoint_args *ctx)
 	if (BPF_CORE_READ(child, pid) != tgid)
 		return 0; // a new thread, not a new process
 	fill_proc(child, &p);
+	// The child's address space is a copy of the parent's: so is its mark.
+	ptgid = BPF_CORE_READ(parent, tgid);
+	pp = bpf_map_lookup_elem(&procs, &ptgid);
+	if (pp && pp->code && pp->code_mm == (__u64)BPF_CORE_READ(parent, mm)) {
+		p.code = pp->code;
+		p.code_dev = pp->code_dev;
+		p.code_ino = pp->code_ino;
+		p.code_mm = (__u64)BPF_CORE_READ(child, mm);
+	}
 	bpf_map_update_elem(&procs, &tgid, &p, BPF_ANY);
 	return 0;
 }
@@ -402,7 +769,9 @@ int proc_exec(struct bpf_raw_tracepoint_args *ctx)
 {
 	struct task_struct *task = (struct task_struct *)ctx->args[0];
 	struct proc_info p = {}, *old;
-	__u32 tgid, zero = 0, *seq;
+	__u32 tgid, zero = 0, *seq, code;
+	struct file *exe;
+	__u64 mm;
 
 	if (!in_sandbox())
 		return 0;
@@ -414,6 +783,28 @@ int proc_exec(struct bpf_raw_tracepoint_args *ctx)
 	if (old && old->start_time == p.start_time) {
 		p.ppid = old->ppid;
 		p.pstart = old->pstart;
+		// Marks made while the new image was loaded (its executable,
+		// its interpreter) belong to the new address space; older
+		// ones went with the old.
+		if (old->code && old->code_mm == (__u64)BPF_CORE_READ(task, mm)) {
+			p.code = old->code;
+			p.code_dev = old->code_dev;
+			p.code_ino = old->code_ino;
+			p.code_mm = old->code_mm;
+		}
+	}
+	// The new executable, mapped by the ELF loader without a system
+	// call the mapping hooks see.
+	exe = BPF_CORE_READ(task, mm, exe_file);
+	if (exe && (code = code_of_file((__u64)exe))) {
+		mm = (__u64)BPF_CORE_READ(task, mm);
+		if (p.code_mm != mm) {
+			p.code = 0;
+			p.code_dev = BPF_CORE_READ(exe, f_inode, i_sb, s_dev);
+			p.code_ino = BPF_CORE_READ(exe, f_inode, i_ino);
+			p.code_mm = mm;
+		}
+		p.code |= code;
 	}
 	p.exec_seq = EXEC_SEQ_UNKNOWN;
 	seq = bpf_map_lookup_elem(&execs, &zero);
@@ -455,6 +846,11 @@ extern void bpf_task_release(struct task_struct *p) __ksym;
 struct seed_ctx {
 	__u32 pid;   // a host tgid of the sandbox
 	__u32 added; // out: 1 when pid is a process and now has an entry
+	// What the proxy found in /proc/<pid>/maps (mapped before the hooks
+	// existed): CODE_* bits and the file, recorded as the hooks would.
+	__u32 code;
+	__u32 code_dev;
+	__u64 code_ino;
 };
 
 // seed adds a process that existed before the tracepoints were attached
@@ -467,30 +863,46 @@ SEC("syscall")
 int seed(struct seed_ctx *ctx)
 {
 	struct task_struct *task;
-	struct proc_info p = {};
+	struct proc_info p = {}, *e;
 	__u32 pid = ctx->pid;
+	__u64 mm;
 
 	ctx->added = 0;
 	task = bpf_task_from_pid(pid);
 	if (!task)
 		return 0;
 	fill_proc(task, &p);
+	mm = (__u64)BPF_CORE_READ(task, mm);
 	bpf_task_release(task);
 	if (p.tgid != pid)
 		return 0; // a thread, not a process
 	p.exec_seq = EXEC_SEQ_UNKNOWN;
-	if (bpf_map_update_elem(&procs, &pid, &p, BPF_NOEXIST) == 0)
+	if (ctx->code) {
+		p.code = ctx->code;
+		p.code_dev = ctx->code_dev;
+		p.code_ino = ctx->code_ino;
+		p.code_mm = mm;
+	}
+	if (bpf_map_update_elem(&procs, &pid, &p, BPF_NOEXIST) == 0) {
 		ctx->added = 1;
+		return 0;
+	}
+	// The hooks made an entry meanwhile: add what /proc showed to it.
+	e = bpf_map_lookup_elem(&procs, &pid);
+	if (e && ctx->code && e->start_time == p.start_time) {
+		if (e->code_mm != mm) {
+			e->code = 0;
+			e->code_mm = mm;
+		}
+		if (!e->code) {
+			e->code_dev = ctx->code_dev;
+			e->code_ino = ctx->code_ino;
+		}
+		e->code |= ctx->code;
+	}
 	return 0;
 }
 
-// The layout of a syscalls:sys_enter_* tracepoint record.
-struct sys_enter {
-	__u64 common;
-	__s32 nr;
-	__u32 pad;
-	__u64 args[6];
-};
 
 // struct user_msghdr on 64-bit: msg_controllen at offset 40; struct
 // mmsghdr is 64 bytes.

@@ -37,6 +37,12 @@ type AttrLookupCtx struct {
 	N_anc  uint32
 }
 
+type AttrMprotectRange struct {
+	_     structs.HostLayout
+	Start uint64
+	Len   uint64
+}
+
 type AttrProcInfo struct {
 	_         structs.HostLayout
 	Tgid      uint32
@@ -46,13 +52,27 @@ type AttrProcInfo struct {
 	ExeIno    uint64
 	ExeDev    uint32
 	ExecSeq   uint32
+	Code      uint32
+	CodeDev   uint32
+	CodeIno   uint64
+	CodeMm    uint64
 	Comm      [16]int8
 }
 
+type AttrRootKey struct {
+	_   structs.HostLayout
+	Dev uint32
+	Pad uint32
+	Ino uint64
+}
+
 type AttrSeedCtx struct {
-	_     structs.HostLayout
-	Pid   uint32
-	Added uint32
+	_       structs.HostLayout
+	Pid     uint32
+	Added   uint32
+	Code    uint32
+	CodeDev uint32
+	CodeIno uint64
 }
 
 type AttrTuple struct {
@@ -68,25 +88,33 @@ type AttrTuple struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	AttrMapConnectFds      = "connect_fds"
-	AttrMapConns           = "conns"
-	AttrMapExecs           = "execs"
-	AttrMapPasses          = "passes"
-	AttrMapProcs           = "procs"
-	AttrMapSandboxCgroup   = "sandbox_cgroup"
-	AttrMapTuples          = "tuples"
-	AttrProgConnect4       = "connect4"
-	AttrProgConnect6       = "connect6"
-	AttrProgConnectFd      = "connect_fd"
-	AttrProgLookup         = "lookup"
-	AttrProgPassPidfdGetfd = "pass_pidfd_getfd"
-	AttrProgPassSendmmsg   = "pass_sendmmsg"
-	AttrProgPassSendmsg    = "pass_sendmsg"
-	AttrProgProcExec       = "proc_exec"
-	AttrProgProcExit       = "proc_exit"
-	AttrProgProcFork       = "proc_fork"
-	AttrProgSeed           = "seed"
-	AttrProgSockOps        = "sock_ops"
+	AttrMapConnectFds             = "connect_fds"
+	AttrMapConns                  = "conns"
+	AttrMapExecs                  = "execs"
+	AttrMapMprotects              = "mprotects"
+	AttrMapPasses                 = "passes"
+	AttrMapProcs                  = "procs"
+	AttrMapSandboxCgroup          = "sandbox_cgroup"
+	AttrMapTuples                 = "tuples"
+	AttrMapWritable               = "writable"
+	AttrProgCodeMmap              = "code_mmap"
+	AttrProgCodeMprotectEnter     = "code_mprotect_enter"
+	AttrProgCodeMprotectExit      = "code_mprotect_exit"
+	AttrProgCodePkeyMprotectEnter = "code_pkey_mprotect_enter"
+	AttrProgCodePkeyMprotectExit  = "code_pkey_mprotect_exit"
+	AttrProgCodeShmat             = "code_shmat"
+	AttrProgConnect4              = "connect4"
+	AttrProgConnect6              = "connect6"
+	AttrProgConnectFd             = "connect_fd"
+	AttrProgLookup                = "lookup"
+	AttrProgPassPidfdGetfd        = "pass_pidfd_getfd"
+	AttrProgPassSendmmsg          = "pass_sendmmsg"
+	AttrProgPassSendmsg           = "pass_sendmsg"
+	AttrProgProcExec              = "proc_exec"
+	AttrProgProcExit              = "proc_exit"
+	AttrProgProcFork              = "proc_fork"
+	AttrProgSeed                  = "seed"
+	AttrProgSockOps               = "sock_ops"
 )
 
 // LoadAttr returns the embedded CollectionSpec for Attr.
@@ -131,18 +159,24 @@ type AttrSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type AttrProgramSpecs struct {
-	Connect4       *ebpf.ProgramSpec `ebpf:"connect4"`
-	Connect6       *ebpf.ProgramSpec `ebpf:"connect6"`
-	ConnectFd      *ebpf.ProgramSpec `ebpf:"connect_fd"`
-	Lookup         *ebpf.ProgramSpec `ebpf:"lookup"`
-	PassPidfdGetfd *ebpf.ProgramSpec `ebpf:"pass_pidfd_getfd"`
-	PassSendmmsg   *ebpf.ProgramSpec `ebpf:"pass_sendmmsg"`
-	PassSendmsg    *ebpf.ProgramSpec `ebpf:"pass_sendmsg"`
-	ProcExec       *ebpf.ProgramSpec `ebpf:"proc_exec"`
-	ProcExit       *ebpf.ProgramSpec `ebpf:"proc_exit"`
-	ProcFork       *ebpf.ProgramSpec `ebpf:"proc_fork"`
-	Seed           *ebpf.ProgramSpec `ebpf:"seed"`
-	SockOps        *ebpf.ProgramSpec `ebpf:"sock_ops"`
+	CodeMmap              *ebpf.ProgramSpec `ebpf:"code_mmap"`
+	CodeMprotectEnter     *ebpf.ProgramSpec `ebpf:"code_mprotect_enter"`
+	CodeMprotectExit      *ebpf.ProgramSpec `ebpf:"code_mprotect_exit"`
+	CodePkeyMprotectEnter *ebpf.ProgramSpec `ebpf:"code_pkey_mprotect_enter"`
+	CodePkeyMprotectExit  *ebpf.ProgramSpec `ebpf:"code_pkey_mprotect_exit"`
+	CodeShmat             *ebpf.ProgramSpec `ebpf:"code_shmat"`
+	Connect4              *ebpf.ProgramSpec `ebpf:"connect4"`
+	Connect6              *ebpf.ProgramSpec `ebpf:"connect6"`
+	ConnectFd             *ebpf.ProgramSpec `ebpf:"connect_fd"`
+	Lookup                *ebpf.ProgramSpec `ebpf:"lookup"`
+	PassPidfdGetfd        *ebpf.ProgramSpec `ebpf:"pass_pidfd_getfd"`
+	PassSendmmsg          *ebpf.ProgramSpec `ebpf:"pass_sendmmsg"`
+	PassSendmsg           *ebpf.ProgramSpec `ebpf:"pass_sendmsg"`
+	ProcExec              *ebpf.ProgramSpec `ebpf:"proc_exec"`
+	ProcExit              *ebpf.ProgramSpec `ebpf:"proc_exit"`
+	ProcFork              *ebpf.ProgramSpec `ebpf:"proc_fork"`
+	Seed                  *ebpf.ProgramSpec `ebpf:"seed"`
+	SockOps               *ebpf.ProgramSpec `ebpf:"sock_ops"`
 }
 
 // AttrMapSpecs contains maps before they are loaded into the kernel.
@@ -152,10 +186,12 @@ type AttrMapSpecs struct {
 	ConnectFds    *ebpf.MapSpec `ebpf:"connect_fds"`
 	Conns         *ebpf.MapSpec `ebpf:"conns"`
 	Execs         *ebpf.MapSpec `ebpf:"execs"`
+	Mprotects     *ebpf.MapSpec `ebpf:"mprotects"`
 	Passes        *ebpf.MapSpec `ebpf:"passes"`
 	Procs         *ebpf.MapSpec `ebpf:"procs"`
 	SandboxCgroup *ebpf.MapSpec `ebpf:"sandbox_cgroup"`
 	Tuples        *ebpf.MapSpec `ebpf:"tuples"`
+	Writable      *ebpf.MapSpec `ebpf:"writable"`
 }
 
 // AttrVariableSpecs contains global variables before they are loaded into the kernel.
@@ -187,10 +223,12 @@ type AttrMaps struct {
 	ConnectFds    *ebpf.Map `ebpf:"connect_fds"`
 	Conns         *ebpf.Map `ebpf:"conns"`
 	Execs         *ebpf.Map `ebpf:"execs"`
+	Mprotects     *ebpf.Map `ebpf:"mprotects"`
 	Passes        *ebpf.Map `ebpf:"passes"`
 	Procs         *ebpf.Map `ebpf:"procs"`
 	SandboxCgroup *ebpf.Map `ebpf:"sandbox_cgroup"`
 	Tuples        *ebpf.Map `ebpf:"tuples"`
+	Writable      *ebpf.Map `ebpf:"writable"`
 }
 
 func (m *AttrMaps) Close() error {
@@ -198,10 +236,12 @@ func (m *AttrMaps) Close() error {
 		m.ConnectFds,
 		m.Conns,
 		m.Execs,
+		m.Mprotects,
 		m.Passes,
 		m.Procs,
 		m.SandboxCgroup,
 		m.Tuples,
+		m.Writable,
 	)
 }
 
@@ -215,22 +255,34 @@ type AttrVariables struct {
 //
 // It can be passed to LoadAttrObjects or ebpf.CollectionSpec.LoadAndAssign.
 type AttrPrograms struct {
-	Connect4       *ebpf.Program `ebpf:"connect4"`
-	Connect6       *ebpf.Program `ebpf:"connect6"`
-	ConnectFd      *ebpf.Program `ebpf:"connect_fd"`
-	Lookup         *ebpf.Program `ebpf:"lookup"`
-	PassPidfdGetfd *ebpf.Program `ebpf:"pass_pidfd_getfd"`
-	PassSendmmsg   *ebpf.Program `ebpf:"pass_sendmmsg"`
-	PassSendmsg    *ebpf.Program `ebpf:"pass_sendmsg"`
-	ProcExec       *ebpf.Program `ebpf:"proc_exec"`
-	ProcExit       *ebpf.Program `ebpf:"proc_exit"`
-	ProcFork       *ebpf.Program `ebpf:"proc_fork"`
-	Seed           *ebpf.Program `ebpf:"seed"`
-	SockOps        *ebpf.Program `ebpf:"sock_ops"`
+	CodeMmap              *ebpf.Program `ebpf:"code_mmap"`
+	CodeMprotectEnter     *ebpf.Program `ebpf:"code_mprotect_enter"`
+	CodeMprotectExit      *ebpf.Program `ebpf:"code_mprotect_exit"`
+	CodePkeyMprotectEnter *ebpf.Program `ebpf:"code_pkey_mprotect_enter"`
+	CodePkeyMprotectExit  *ebpf.Program `ebpf:"code_pkey_mprotect_exit"`
+	CodeShmat             *ebpf.Program `ebpf:"code_shmat"`
+	Connect4              *ebpf.Program `ebpf:"connect4"`
+	Connect6              *ebpf.Program `ebpf:"connect6"`
+	ConnectFd             *ebpf.Program `ebpf:"connect_fd"`
+	Lookup                *ebpf.Program `ebpf:"lookup"`
+	PassPidfdGetfd        *ebpf.Program `ebpf:"pass_pidfd_getfd"`
+	PassSendmmsg          *ebpf.Program `ebpf:"pass_sendmmsg"`
+	PassSendmsg           *ebpf.Program `ebpf:"pass_sendmsg"`
+	ProcExec              *ebpf.Program `ebpf:"proc_exec"`
+	ProcExit              *ebpf.Program `ebpf:"proc_exit"`
+	ProcFork              *ebpf.Program `ebpf:"proc_fork"`
+	Seed                  *ebpf.Program `ebpf:"seed"`
+	SockOps               *ebpf.Program `ebpf:"sock_ops"`
 }
 
 func (p *AttrPrograms) Close() error {
 	return _AttrClose(
+		p.CodeMmap,
+		p.CodeMprotectEnter,
+		p.CodeMprotectExit,
+		p.CodePkeyMprotectEnter,
+		p.CodePkeyMprotectExit,
+		p.CodeShmat,
 		p.Connect4,
 		p.Connect6,
 		p.ConnectFd,

@@ -20,6 +20,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"strings"
 	"syscall"
 	"time"
 
@@ -110,6 +111,12 @@ Flags:
                          (search the sandbox's /proc fd tables per
                          connection) or auto (default: bpf when it loads,
                          else proc with a Device Config State Change event)
+  --writable PATH        a path the sandbox may write (its workdir, each
+                         read_write path; repeat it): a process that maps
+                         executable code from under one, or from a writable
+                         tmpfs, a memfd or a deleted file, loses its
+                         binary's identity (reason foreign_code; sandbox
+                         mode, sandbox-supervisor passes them)
   --pins FILE            binary sha256 pins (trust on first use); default
                          binary-pins.json next to --control, else memory
   --ready-fd N           write "ready\n" to fd N once listening, then close it
@@ -202,6 +209,7 @@ type flags struct {
 	policy, listen, fenceListen, control, events, hostsFile string
 	sandbox, cgroup, pins, logFormat, logLevel, clientCC    string
 	attribution                                             string
+	writable                                                pathList
 	caOut, upstreamCA, ceiling                              string
 	dnsListen, transparentListen                            string
 	dnsTTL                                                  time.Duration
@@ -231,6 +239,7 @@ func parseFlags(args []string, stdout io.Writer) (*flags, bool, error) {
 	fs.StringVar(&f.sandbox, "sandbox", "host", "sandbox name")
 	fs.StringVar(&f.cgroup, "cgroup", "", "sandbox cgroup name")
 	fs.IntVar(&f.initPID, "init-pid", 0, "sandbox init pid")
+	fs.Var(&f.writable, "writable", "a path the sandbox may write (repeatable)")
 	fs.StringVar(&f.pins, "pins", "", "binary pin file")
 	fs.IntVar(&f.readyFD, "ready-fd", -1, "readiness fd")
 	fs.IntVar(&f.maxConns, "max-conns", proxy.DefaultMaxConns, "concurrent connections")
@@ -268,6 +277,8 @@ func parseFlags(args []string, stdout io.Writer) (*flags, bool, error) {
 		return nil, false, cli.Usagef("--cgroup and --init-pid go together (sandbox mode) or not at all (standalone)")
 	case f.initPID < 0:
 		return nil, false, cli.Usagef("--init-pid %d: want a positive pid", f.initPID)
+	case len(f.writable) > 0 && f.cgroup == "":
+		return nil, false, cli.Usagef("--writable needs sandbox mode (--cgroup and --init-pid)")
 	case f.readyFD != -1 && f.readyFD < 3:
 		return nil, false, cli.Usagef("--ready-fd %d: want 3 or more (0-2 are stdio)", f.readyFD)
 	case f.maxConns < 1:
@@ -607,6 +618,7 @@ func attributor(f *flags, events ocsf.Emitter, src *ocsf.Source, log *slog.Logge
 		NetnsPID: func() int { return initPID },
 		Procs:    g.Procs,
 		InitPID:  initPID,
+		Writable: f.writable,
 	}
 	var fallback string
 	if f.attribution != "proc" {
@@ -669,4 +681,17 @@ func allProcs() ([]int, error) {
 		}
 	}
 	return pids, nil
+}
+
+// pathList is a repeatable flag of absolute paths.
+type pathList []string
+
+func (l *pathList) String() string { return strings.Join(*l, ",") }
+
+func (l *pathList) Set(v string) error {
+	if !filepath.IsAbs(v) {
+		return fmt.Errorf("%q is not an absolute path", v)
+	}
+	*l = append(*l, filepath.Clean(v))
+	return nil
 }

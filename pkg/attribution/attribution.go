@@ -60,7 +60,36 @@ type Process struct {
 	// Exe is the /proc/<pid>/exe link target, as the process's own mount
 	// namespace names it (a deleted file ends in " (deleted)").
 	Exe string `json:"exe"`
+	// Code is set when the process has lost its binary's identity (see
+	// Identity.Code).
+	Code *ForeignCode `json:"foreign_code,omitempty"`
 }
+
+// ForeignCode says why a process has lost its binary's identity: its
+// image maps executable code from a file the sandbox could have
+// written, or another process was granted write access to its memory.
+type ForeignCode struct {
+	// Reasons, each one of the Code* constants.
+	Reasons []string `json:"reasons"`
+	// File is the first such file, as /proc/<pid>/maps names it, or
+	// "dev <major>:<minor> inode <n>" when it is no longer mapped; "" for
+	// a ptrace grant.
+	File string `json:"file,omitempty"`
+
+	dev, ino uint64 // File's (stat(2) encoding), when known
+}
+
+// ForeignCode reasons.
+const (
+	CodeWritablePath  = "writable_path"  // under the workdir or a read_write path
+	CodeTmpfs         = "tmpfs"          // on a writable tmpfs or ramfs (the sandbox's /tmp, /dev/shm...)
+	CodeMemfd         = "memfd"          // a memfd or other kernel-internal file
+	CodeDeleted       = "deleted"        // unlinked since
+	CodeWorldWritable = "world_writable" // writable by anyone
+	CodeTooDeep       = "too_deep"       // a path deeper than the kernel walk goes
+	CodePtrace        = "ptrace"         // another process could write its memory (/proc/<pid>/mem)
+	CodeUnknown       = "unknown"        // what it maps could not be checked
+)
 
 // Identity is the process that holds a proxied connection's socket. It
 // never carries the command line or environment: those hold secrets.
@@ -73,6 +102,12 @@ type Identity struct {
 	// through /proc/<pid>/exe, so a replaced or deleted file is still the
 	// one that runs).
 	SHA256 string `json:"sha256"`
+	// Code is set when the process has lost its binary's identity: every
+	// executable mapping of its image (the executable, its interpreter,
+	// each library, LD_PRELOAD and LD_AUDIT objects) must come from a
+	// file the sandbox cannot write. The proxy then decides as if Exe
+	// were unknown, and refuses with foreign_code what only Exe allowed.
+	Code *ForeignCode `json:"foreign_code,omitempty"`
 	// Ancestors are the process's parents, nearest first, at most
 	// MaxAncestors. The walk stops before the sandbox init, before any
 	// process outside the sandbox's process set, and at a parent that is

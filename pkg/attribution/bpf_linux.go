@@ -36,7 +36,19 @@ type BPFConfig struct {
 	// (LRU: a flood evicts the oldest records, and a socket whose record
 	// is gone is refused, ErrIncomplete). 0 means BPFMaxConns.
 	MaxConns int
+	// CodeHooks chooses how executable mappings are observed for code
+	// identity: HooksTracepoints (the syscall tracepoints after mmap,
+	// mprotect, pkey_mprotect and shmat; an error when they do not
+	// attach), HooksOff (none: /proc/<pid>/maps at each lookup), or ""
+	// (the tracepoints when they attach, else /proc).
+	CodeHooks string
 }
+
+// Code hook settings (BPFConfig.CodeHooks, BPFBackend.CodeHooks).
+const (
+	HooksTracepoints = "tracepoints"
+	HooksOff         = "off"
+)
 
 // BPFBackend attributes connections by what eBPF programs on the
 // sandbox's cgroup recorded when each socket connected (bpf/attr.c): the
@@ -62,15 +74,21 @@ type BPFConfig struct {
 // differs from it is reported as Identity.Connector. Ancestors come from
 // the process-tree map, not a /proc walk. A socket without a record
 // (evicted from the LRU map by a flood, or connected before the programs
-// were attached) is ErrIncomplete: its holder alone never decides.
+// were attached) is ErrIncomplete: its holder alone never decides. Code
+// identity (Identity.Code) comes from the marks the mapping tracepoints
+// leave in the process tree (or /proc/<pid>/maps without them).
 type BPFBackend struct {
 	proc *ProcBackend
 	objs attrObjects
 	// skipped names the optional programs this kernel refused, and why.
 	skipped map[string]error
-	links   []link.Link
-	closed  atomic.Bool
-	loaded  bool
+	// codeHooks is the hook set attached for code identity ("": none,
+	// codeHooksErr says why).
+	codeHooks    string
+	codeHooksErr error
+	links        []link.Link
+	closed       atomic.Bool
+	loaded       bool
 
 	images imageCache
 	// lookupCtx pools the lookup program's context (about 1 KiB).
@@ -156,6 +174,11 @@ func NewBPFBackend(cfg BPFConfig) (_ *BPFBackend, err error) {
 		}
 		b.links = append(b.links, l)
 	}
+	// Before the seed: a mapping made after it is seen by the hooks, one
+	// made before by the seed's /proc reading.
+	if err := b.attachCodeHooks(cfg); err != nil {
+		return nil, err
+	}
 	for _, at := range []struct {
 		what string
 		typ  ebpf.AttachType
@@ -217,6 +240,15 @@ func (b *BPFBackend) seed() error {
 	if b.objs.Seed != nil {
 		for _, pid := range pids {
 			sc := palisadebpf.AttrSeedCtx{Pid: uint32(pid)}
+			// What it mapped before the hooks existed is read from /proc.
+			if b.codeHooks != "" {
+				if fc, err := b.proc.code.check(pid); err == nil && fc != nil {
+					for _, r := range fc.Reasons {
+						sc.Code |= codeBit(r)
+					}
+					sc.CodeDev, sc.CodeIno = kernelDev(fc.dev), fc.ino
+				}
+			}
 			if err := progRunCtx(b.objs.Seed.FD(), unsafe.Pointer(&sc), uint32(unsafe.Sizeof(sc))); err != nil {
 				return fmt.Errorf("attribution: bpf: seed process %d: %w", pid, err)
 			}
@@ -351,6 +383,9 @@ func (b *BPFBackend) Lookup(ctx context.Context, client, proxy netip.AddrPort) (
 	// (the /proc walk names a live parent, which may be the sandbox init
 	// or a subreaper that adopted an orphan).
 	id.Ancestors = b.ancestors(id.PID, nil, nil)
+	if id.Code, err = b.codeOf(id.PID, nil); err != nil {
+		return nil, err
+	}
 	tgid := int(rec.Proc.Tgid)
 	if tgid != id.PID || !b.sameExe(tgid, &rec.Proc) {
 		b.handedOff.Add(1)
@@ -552,8 +587,10 @@ func (b *BPFBackend) fastPath(ctx context.Context, rec *palisadebpf.AttrConnInfo
 	if testHookNamed != nil {
 		testHookNamed(tgid)
 	}
+	// The entry read last says whether the image has mapped foreign
+	// code (as late as possible: a mark made meanwhile counts).
+	var again palisadebpf.AttrProcInfo
 	if cacheable {
-		var again palisadebpf.AttrProcInfo
 		if err := b.objs.Procs.Lookup(uint32(tgid), &again); err != nil || imageKeyOf(&again) != key {
 			return nil // exec'd or exited while being named
 		}
@@ -565,7 +602,41 @@ func (b *BPFBackend) fastPath(ctx context.Context, rec *palisadebpf.AttrConnInfo
 	} else if link, err := os.Readlink(b.procPath(tgid, "fd/"+strconv.Itoa(fd))); err != nil || link != string(want) {
 		return nil
 	}
-	return &Identity{PID: tgid, Exe: img.exe, SHA256: img.sum, Backend: BackendBPFFast, Ancestors: ancestors}
+	id := &Identity{PID: tgid, Exe: img.exe, SHA256: img.sum, Backend: BackendBPFFast, Ancestors: ancestors}
+	var entry *palisadebpf.AttrProcInfo
+	if cacheable {
+		entry = &again
+	}
+	var err error
+	if id.Code, err = b.codeOf(tgid, entry); err != nil {
+		return nil
+	}
+	return id
+}
+
+// codeOf says whether process tgid has lost its binary's identity (nil:
+// it has not). With the code hooks attached, from the process-tree
+// entry (entry, when the caller just read it, else read now; a process
+// without one is CodeUnknown); without them, from /proc/<pid>/maps.
+func (b *BPFBackend) codeOf(tgid int, entry *palisadebpf.AttrProcInfo) (*ForeignCode, error) {
+	if b.codeHooks == "" {
+		return b.proc.code.check(tgid)
+	}
+	var e palisadebpf.AttrProcInfo
+	if entry == nil {
+		if err := b.objs.Procs.Lookup(uint32(tgid), &e); err != nil {
+			return &ForeignCode{Reasons: []string{CodeUnknown}}, nil
+		}
+		entry = &e
+	}
+	if entry.Code == 0 {
+		return nil, nil
+	}
+	fc := &ForeignCode{Reasons: codeReasons(entry.Code)}
+	if entry.CodeIno != 0 {
+		fc.File = nameMapped(b.proc.cfg.ProcRoot, tgid, entry.CodeDev, entry.CodeIno)
+	}
+	return fc, nil
 }
 
 // testHookNamed, when set by a test, runs in fastPath after the
@@ -683,7 +754,13 @@ func (b *BPFBackend) ancestors(pid int, self *palisadebpf.AttrProcInfo, chain []
 				b.images.put(imageKeyOf(&pinfo), img)
 			}
 		}
-		out = append(out, Process{PID: int(ppid), Exe: img.exe})
+		p := Process{PID: int(ppid), Exe: img.exe}
+		if code, err := b.codeOf(int(ppid), &pinfo); err != nil {
+			p.Code = &ForeignCode{Reasons: []string{CodeUnknown}}
+		} else {
+			p.Code = code
+		}
+		out = append(out, p)
 		info = pinfo
 	}
 	return out

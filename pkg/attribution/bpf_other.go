@@ -14,7 +14,15 @@ import (
 type BPFConfig struct {
 	CgroupPath string
 	Proc       ProcConfig
+	MaxConns   int
+	CodeHooks  string
 }
+
+// Code hook settings (BPFConfig.CodeHooks).
+const (
+	HooksTracepoints = "tracepoints"
+	HooksOff         = "off"
+)
 
 // BPFBackend is the eBPF backend; it exists only on Linux.
 type BPFBackend struct{}

@@ -3,19 +3,19 @@
 package attribution
 
 import (
-	"errors"
 	"fmt"
 	"reflect"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
 
 	palisadebpf "github.com/palisade-sandbox/palisade/bpf"
 )
 
 // attrObjects is what the eBPF backend loaded from bpf/attr.c: every
 // map, the programs it cannot work without (coreProgs, which load on
-// every kernel it supports), and the optional ones, nil when this
-// kernel refused them.
+// every kernel it supports), and the optional sets, each loaded whole
+// or not at all (opt, by program name).
 type attrObjects struct {
 	palisadebpf.AttrMaps
 	coreProgs
@@ -24,6 +24,7 @@ type attrObjects struct {
 	// it they are seeded from /proc with no start time, so no ancestor
 	// chain passes through them.
 	Seed *ebpf.Program
+	opt  map[string]*ebpf.Program
 }
 
 // coreProgs are the programs every supported kernel loads.
@@ -41,36 +42,65 @@ type coreProgs struct {
 	SockOps        *ebpf.Program `ebpf:"sock_ops"`
 }
 
+// optionalSets are the optional programs, by set: a set loads whole or
+// not at all (a kernel without kfuncs or bpf_find_vma, 5.17, refuses
+// some of them).
+var optionalSets = map[string][]string{
+	"seed": {"seed"},
+	"code": {"code_mmap", "code_shmat", "code_mprotect_enter", "code_mprotect_exit", "code_pkey_mprotect_enter", "code_pkey_mprotect_exit"},
+}
+
 // loadAttrObjects loads the maps and the core programs of spec into o,
-// then each optional program on its own (sharing the maps), recording
-// why one was refused in skipped. On error nothing stays loaded.
+// then each optional set on its own (sharing the maps), recording why a
+// set was refused in skipped. On error nothing stays loaded.
 func loadAttrObjects(spec *ebpf.CollectionSpec, o *attrObjects) (skipped map[string]error, err error) {
 	core := struct {
 		*palisadebpf.AttrMaps
 		*coreProgs
 	}{&o.AttrMaps, &o.coreProgs}
-	if err := spec.LoadAndAssign(&core, nil); err != nil {
+	// The kernel's BTF is decoded once for all the loads below.
+	cache := btf.NewCache()
+	if err := spec.LoadAndAssign(&core, &ebpf.CollectionOptions{Cache: cache}); err != nil {
 		return nil, fmt.Errorf("attribution: bpf: load programs: %w", err)
 	}
 	maps := loadedMaps(&o.AttrMaps)
 	skipped = map[string]error{}
-	for name, dst := range map[string]**ebpf.Program{"seed": &o.Seed} {
-		var one struct {
-			P *ebpf.Program `ebpf:"p"`
-		}
-		ps := spec.Copy()
-		ps.Programs = map[string]*ebpf.ProgramSpec{"p": spec.Programs[name]}
-		if ps.Programs["p"] == nil {
-			skipped[name] = errors.New("not in the object")
+	o.opt = map[string]*ebpf.Program{}
+	for set, names := range optionalSets {
+		progs, err := loadPrograms(spec, names, maps, cache)
+		if err != nil {
+			skipped[set] = err
 			continue
 		}
-		if err := ps.LoadAndAssign(&one, &ebpf.CollectionOptions{MapReplacements: maps}); err != nil {
-			skipped[name] = err
-			continue
+		for name, p := range progs {
+			o.opt[name] = p
 		}
-		*dst = one.P
 	}
+	o.Seed = o.opt["seed"]
 	return skipped, nil
+}
+
+// loadPrograms loads the named programs of spec with maps in place of
+// the spec's, all or none.
+func loadPrograms(spec *ebpf.CollectionSpec, names []string, maps map[string]*ebpf.Map, cache *btf.Cache) (map[string]*ebpf.Program, error) {
+	ps := spec.Copy()
+	ps.Programs = map[string]*ebpf.ProgramSpec{}
+	for _, n := range names {
+		if spec.Programs[n] == nil {
+			return nil, fmt.Errorf("no program %q in the object", n)
+		}
+		ps.Programs[n] = spec.Programs[n]
+	}
+	coll, err := ebpf.NewCollectionWithOptions(ps, ebpf.CollectionOptions{MapReplacements: maps, Cache: cache})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]*ebpf.Program{}
+	for _, n := range names {
+		out[n] = coll.DetachProgram(n)
+	}
+	coll.Close() // the maps are the replacements, which stay open
+	return out, nil
 }
 
 // loadedMaps returns m's maps by their names in the object (the
@@ -91,10 +121,13 @@ func loadedMaps(m *palisadebpf.AttrMaps) map[string]*ebpf.Map {
 // close releases everything loaded.
 func (o *attrObjects) close() {
 	for _, p := range []*ebpf.Program{o.Connect4, o.Connect6, o.ConnectFd, o.Lookup, o.PassPidfdGetfd,
-		o.PassSendmmsg, o.PassSendmsg, o.ProcExec, o.ProcExit, o.ProcFork, o.SockOps, o.Seed} {
+		o.PassSendmmsg, o.PassSendmsg, o.ProcExec, o.ProcExit, o.ProcFork, o.SockOps} {
 		if p != nil {
 			p.Close()
 		}
+	}
+	for _, p := range o.opt {
+		p.Close()
 	}
 	o.AttrMaps.Close()
 }

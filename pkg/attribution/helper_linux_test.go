@@ -43,7 +43,8 @@ func TestMain(m *testing.M) {
 
 // runHelper:
 //
-//	init: the sandbox init. Reads "spawn <bin> <mode> <tag> <dial>" lines on
+//	init: the sandbox init. Reads "shell <tag> <script>" (bash -c script)
+//	  and "spawn <bin> <mode> <tag> <dial>" lines on
 //	  stdin; each starts bash -c '"$0" "$@"; true' <bin> <mode> <tag> <dial>
 //	  (so every client's parent is a bash). "sleepers <tag> <n>" starts n
 //	  sleep processes and prints "ready <tag> <n>". Exits when stdin closes
@@ -69,6 +70,14 @@ func TestMain(m *testing.M) {
 //	orphan <tag> <dial>: starts "<self> client <tag> <dial>", passes on
 //	  its ready line (naming this process as its parent) and exits: the
 //	  client is left an orphan.
+//	code <tag> <dial> <how> <file>: connects, then maps file executable
+//	  (how: mmap, PROT_EXEC; mprotect, read-only then PROT_EXEC; implies,
+//	  PROT_READ under the READ_IMPLIES_EXEC personality; deleted, opened
+//	  and unlinked first; memfd, its bytes copied into a memfd; exec, maps
+//	  it then execs "<self> client <tag> <dial>", which connects) and
+//	  prints its ready line.
+//	poke <tag> <pid>: opens /proc/<pid>/mem for writing (what a debugger
+//	  or an injector does) and prints "poked <tag>".
 //	flood <tag> <n>: n TCP connects to 224.0.0.1:80 on each CPU, each
 //	  refused by the kernel after the cgroup connect hook recorded it (so
 //	  the record is never removed), then prints "flooded <tag> <refused>".
@@ -88,6 +97,10 @@ func runHelper(mode string, args []string) error {
 		return helperFlood(args)
 	case "orphan":
 		return helperOrphan(args)
+	case "code":
+		return helperCode(args)
+	case "poke":
+		return helperPoke(args)
 	case "exechand", "execwait", "forkhand", "forkexit", "exit", "scmsend":
 		return helperHandOff(mode, args)
 	case "client", "share", "sibling":
@@ -138,6 +151,15 @@ func helperInit() error {
 			cmd := exec.Command("bash", append([]string{"-c", `"$0" "$@" 2>&3 3>&-; true`}, f[1:]...)...)
 			cmd.Stdout = os.Stdout
 			cmd.ExtraFiles = []*os.File{os.Stderr}
+			if err := cmd.Start(); err != nil {
+				return err
+			}
+			kids = append(kids, cmd)
+		case len(f) >= 3 && f[0] == "shell":
+			// shell <tag> <script>: bash -c script, its output to ours.
+			script := strings.SplitN(in.Text(), " ", 3)[2]
+			cmd := exec.Command("bash", "-c", script)
+			cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 			if err := cmd.Start(); err != nil {
 				return err
 			}
@@ -385,5 +407,116 @@ func helperOrphan(args []string) error {
 		return err
 	}
 	fmt.Print(line)
+	return nil
+}
+
+// helperCode maps a file's code into this process in one of several
+// ways (see runHelper), around its connect.
+func helperCode(args []string) error {
+	if len(args) != 4 {
+		return fmt.Errorf("code: want <tag> <dial> <how> <file>")
+	}
+	tag, dial, how, file := args[0], args[1], args[2], args[3]
+	if how == "exec" {
+		if err := mapExec(file, unix.PROT_READ|unix.PROT_EXEC, false); err != nil {
+			return err
+		}
+		self, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		return unix.Exec(self, []string{self, "client", tag, dial}, os.Environ())
+	}
+	fd, local, err := helperDial(dial)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	switch how {
+	case "mmap":
+		err = mapExec(file, unix.PROT_READ|unix.PROT_EXEC, false)
+	case "mprotect":
+		err = mapExec(file, unix.PROT_READ, true)
+	case "implies":
+		const readImpliesExec = 0x0400000
+		if _, _, errno := unix.Syscall(unix.SYS_PERSONALITY, readImpliesExec, 0, 0); errno != 0 {
+			return errno
+		}
+		err = mapExec(file, unix.PROT_READ, false)
+	case "deleted":
+		err = mapDeleted(file)
+	case "memfd":
+		err = mapMemfd(file)
+	default:
+		err = fmt.Errorf("code: how %q", how)
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Printf("ready %s %d %d %s\n", tag, os.Getpid(), os.Getppid(), local)
+	time.Sleep(helperLife)
+	return nil
+}
+
+// mapExec maps file's first page with prot (then adds PROT_EXEC with
+// mprotect when protect is set), and leaves it mapped.
+func mapExec(file string, prot int, protect bool) error {
+	f, err := os.Open(file)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	b, err := unix.Mmap(int(f.Fd()), 0, 4096, prot, unix.MAP_PRIVATE)
+	if err != nil {
+		return fmt.Errorf("mmap %s: %w", file, err)
+	}
+	if protect {
+		return unix.Mprotect(b, unix.PROT_READ|unix.PROT_EXEC)
+	}
+	return nil
+}
+
+// mapDeleted opens file, unlinks it, then maps it executable.
+func mapDeleted(file string) error {
+	f, err := os.Open(file)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := os.Remove(file); err != nil {
+		return err
+	}
+	_, err = unix.Mmap(int(f.Fd()), 0, 4096, unix.PROT_READ|unix.PROT_EXEC, unix.MAP_PRIVATE)
+	return err
+}
+
+// mapMemfd copies file into a memfd and maps that executable.
+func mapMemfd(file string) error {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return err
+	}
+	fd, err := unix.MemfdCreate("code", unix.MFD_CLOEXEC)
+	if err != nil {
+		return err
+	}
+	if _, err := unix.Write(fd, b); err != nil {
+		return err
+	}
+	_, err = unix.Mmap(fd, 0, 4096, unix.PROT_READ|unix.PROT_EXEC, unix.MAP_PRIVATE)
+	return err
+}
+
+// helperPoke opens another process's memory for writing.
+func helperPoke(args []string) error {
+	if len(args) != 2 {
+		return fmt.Errorf("poke: want <tag> <pid>")
+	}
+	f, err := os.OpenFile("/proc/"+args[1]+"/mem", os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	f.Close()
+	fmt.Printf("poked %s\n", args[0])
 	return nil
 }

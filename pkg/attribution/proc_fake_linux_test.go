@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // fakeProc is a directory laid out like procfs: <pid>/stat, <pid>/exe
@@ -72,6 +74,12 @@ func (fp *fakeProc) proc(pid, ppid int, exe string, sockets ...uint64) {
 	must(fp.t, os.WriteFile(filepath.Join(d, "stat"),
 		[]byte(fmt.Sprintf("%d (%s) S %d %d %d 0 -1 4194560 100 0 0 0 0 0 0 0 20 0 1 0 %d 1024 1\n", pid, filepath.Base(exe), ppid, pid, pid, fp.started(pid))), 0o444))
 	must(fp.t, os.Symlink(exe, filepath.Join(d, "exe")))
+	// Its executable mapped (code identity reads maps through root).
+	must(fp.t, os.Symlink("/", filepath.Join(d, "root")))
+	var st unix.Stat_t
+	must(fp.t, unix.Stat(exe, &st))
+	must(fp.t, os.WriteFile(filepath.Join(d, "maps"), []byte(fmt.Sprintf(
+		"55d0c0a08000-55d0c0a2b000 r-xp 00008000 %02x:%02x %d %s\n", unix.Major(st.Dev), unix.Minor(st.Dev), st.Ino, exe)), 0o444))
 	for fd := 0; fd < 3; fd++ {
 		must(fp.t, os.Symlink("/dev/pts/0", filepath.Join(d, "fd", fmt.Sprint(fd))))
 	}
@@ -166,7 +174,7 @@ func TestProcBackendFakeProc(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Identity{PID: 102, Exe: s.curl[0], SHA256: s.curl[1], Ancestors: []Process{{101, s.bash[0]}}}
+	want := Identity{PID: 102, Exe: s.curl[0], SHA256: s.curl[1], Ancestors: []Process{{PID: 101, Exe: s.bash[0]}}}
 	if !identityEqual(*id, want) {
 		t.Errorf("v4:\n got %+v\nwant %+v", *id, want)
 	}
@@ -191,7 +199,7 @@ func TestProcBackendFakeProc(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []Process{{101, s.bash[0]}, {100, s.sh[0]}}; !slices.Equal(id.Ancestors, want) {
+	if want := []Process{{PID: 101, Exe: s.bash[0]}, {PID: 100, Exe: s.sh[0]}}; !slices.Equal(id.Ancestors, want) {
 		t.Errorf("no init pid: ancestors %+v, want %+v", id.Ancestors, want)
 	}
 	// A parent that started after its child is another process that
@@ -202,7 +210,7 @@ func TestProcBackendFakeProc(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []Process{{101, s.bash[0]}}; !slices.Equal(id.Ancestors, want) {
+	if want := []Process{{PID: 101, Exe: s.bash[0]}}; !slices.Equal(id.Ancestors, want) {
 		t.Errorf("grandparent started after its child: ancestors %+v, want %+v", id.Ancestors, want)
 	}
 }

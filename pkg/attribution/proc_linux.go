@@ -39,6 +39,12 @@ type ProcConfig struct {
 	// Workers bounds how many goroutines search fd tables in parallel for
 	// one lookup; 0 means GOMAXPROCS (at most 8).
 	Workers int
+	// Writable lists the paths the sandbox may write (its workdir and
+	// read_write paths, as the host names them). A process that maps
+	// executable code from under one of them (or from a writable tmpfs,
+	// a memfd, a deleted or world-writable file) loses its binary's
+	// identity (Identity.Code). Paths that do not exist are skipped.
+	Writable []string
 	// NoSockDiag skips the sock_diag fast path and always reads
 	// /proc/<pid>/net/tcp{,6}. Without it the backend asks the kernel for
 	// the exact 4-tuple over a NETLINK_SOCK_DIAG socket it creates in the
@@ -55,6 +61,10 @@ type ProcBackend struct {
 	hashes *HashCache
 	order  binary.ByteOrder
 	diag   *sockDiag
+	code   *codeChecker
+	// kernelCode is set by an eBPF backend whose hooks mark foreign
+	// code: resolve then leaves Identity.Code to it.
+	kernelCode bool
 
 	lookups    atomic.Uint64
 	notFound   atomic.Uint64
@@ -98,7 +108,12 @@ func NewProcBackend(cfg ProcConfig) (*ProcBackend, error) {
 	if cfg.Workers == 0 {
 		cfg.Workers = min(runtime.GOMAXPROCS(0), 8)
 	}
-	b := &ProcBackend{cfg: cfg, hashes: cfg.Hashes, order: binary.NativeEndian, diag: newSockDiag()}
+	roots, err := resolveWritable(cfg.Writable)
+	if err != nil {
+		return nil, err
+	}
+	b := &ProcBackend{cfg: cfg, hashes: cfg.Hashes, order: binary.NativeEndian, diag: newSockDiag(),
+		code: newCodeChecker(cfg.ProcRoot, roots)}
 	if b.hashes == nil {
 		b.hashes, _ = NewHashCache(0, 0)
 	}
@@ -575,6 +590,16 @@ func (b *ProcBackend) resolve(ctx context.Context, h holder, pids []int, want []
 	}
 	id := &Identity{PID: h.pid, Exe: exe, SHA256: sum, Backend: BackendProc}
 	id.Ancestors = b.ancestry(h.pid, pids, true)
+	if !b.kernelCode {
+		if id.Code, err = b.code.check(h.pid); err != nil {
+			return nil, err
+		}
+		for i := range id.Ancestors {
+			if id.Ancestors[i].Code, err = b.code.check(id.Ancestors[i].PID); err != nil {
+				id.Ancestors[i].Code = &ForeignCode{Reasons: []string{CodeUnknown}}
+			}
+		}
+	}
 	link, err := os.Readlink(dir + "/fd/" + strconv.Itoa(h.fd))
 	if err != nil || link != string(want) {
 		return nil, fmt.Errorf("%w: pid %d closed the socket during attribution", ErrNotFound, h.pid)

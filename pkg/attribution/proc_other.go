@@ -18,6 +18,7 @@ type ProcConfig struct {
 	ProcRoot string
 	Hashes   *HashCache
 	Workers  int
+	Writable []string
 }
 
 // ProcBackend is the /proc backend; it exists only on Linux.

@@ -339,7 +339,7 @@ func TestProcBackendRealProcesses(t *testing.T) {
 			if err != nil {
 				t.Fatalf("NoSockDiag=%v %s (%v -> %v): %v", be.cfg.NoSockDiag, c.tag, c.client, c.proxy, err)
 			}
-			want := Identity{PID: c.pid, Exe: self, SHA256: selfSum, Ancestors: []Process{{c.ppid, bash}}}
+			want := Identity{PID: c.pid, Exe: self, SHA256: selfSum, Ancestors: []Process{{PID: c.ppid, Exe: bash}}}
 			if !identityEqual(*id, want) {
 				t.Errorf("NoSockDiag=%v %s:\n got %+v\nwant %+v", be.cfg.NoSockDiag, c.tag, *id, want)
 			}
@@ -362,7 +362,7 @@ func TestProcBackendRealProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []Process{{v4.ppid, bash}, {s.initPID, self}}; !identityEqual(Identity{Ancestors: id.Ancestors}, Identity{Ancestors: want}) {
+	if want := []Process{{PID: v4.ppid, Exe: bash}, {PID: s.initPID, Exe: self}}; !identityEqual(Identity{Ancestors: id.Ancestors}, Identity{Ancestors: want}) {
 		t.Errorf("ancestors without init pid: %+v, want %+v", id.Ancestors, want)
 	}
 

@@ -1,12 +1,17 @@
 package ocsf
 
-import "fmt"
+import (
+	"fmt"
+	"path"
+	"strings"
+)
 
 // finding_info.types Palisade uses.
 const (
 	FindingTypeDegraded         = "Degraded Confinement"
 	FindingTypeBypass           = "Egress Bypass Attempt"
 	FindingTypeIdentityMismatch = "Binary Identity Mismatch"
+	FindingTypeForeignCode      = "Foreign Code In Process"
 )
 
 // Finding is a Detection Finding (2004) Create, status New, flagged as an
@@ -89,6 +94,43 @@ func (s *Source) IdentityMismatch(actor *Actor, exePath, pinnedSHA256, seenSHA25
 	ev := Evidence{
 		File: ExeFile(exePath, seenSHA256),
 		Data: map[string]any{"pinned_sha256": pinnedSHA256, "seen_sha256": seenSHA256},
+	}
+	e := s.Finding(info, SeverityHigh, ev)
+	e.Actor = actor
+	e.ActionID = ActionDenied
+	e.DispositionID = DispositionBlocked
+	return e
+}
+
+// ForeignCodeInfo names a process that lost its binary's identity.
+type ForeignCodeInfo struct {
+	PID     int
+	Exe     string
+	File    string   // the foreign file ("" for a ptrace grant)
+	Reasons []string // why (writable_path, tmpfs, memfd, deleted, ...)
+}
+
+// ForeignCode is a finding that a process mapped executable code from a
+// file the sandbox could have written (an LD_PRELOAD or LD_AUDIT object
+// in the workdir, a memfd...), so a binary-scoped rule was refused.
+// Severity High; action Denied.
+func (s *Source) ForeignCode(actor *Actor, fc ForeignCodeInfo) *DetectionFinding {
+	what := fc.File
+	if what == "" {
+		what = "code it did not load from its binary"
+	}
+	info := FindingInfo{
+		UID:   s.newUID("foreign-code"),
+		Title: fmt.Sprintf("%s (pid %d) runs %s", fc.Exe, fc.PID, what),
+		Desc:  fmt.Sprintf("executable code from a file the sandbox could write (%s): the process lost its binary's identity", strings.Join(fc.Reasons, ", ")),
+		Types: []string{FindingTypeForeignCode},
+	}
+	ev := Evidence{
+		Process: &Process{PID: fc.PID, Sandbox: s.Sandbox, File: ExeFile(fc.Exe, "")},
+		Data:    map[string]any{"reasons": fc.Reasons},
+	}
+	if fc.File != "" {
+		ev.File = &File{Name: path.Base(fc.File), Path: fc.File, TypeID: FileTypeRegular}
 	}
 	e := s.Finding(info, SeverityHigh, ev)
 	e.Actor = actor

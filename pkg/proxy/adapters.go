@@ -89,17 +89,24 @@ func (a AttributionBackend) Lookup(ctx context.Context, client, local netip.Addr
 
 // fromAttribution converts an attribution identity.
 func fromAttribution(id *attribution.Identity) *Identity {
-	out := &Identity{PID: id.PID, Exe: id.Exe, SHA256: id.SHA256, Backend: id.Backend}
+	out := &Identity{PID: id.PID, Exe: id.Exe, SHA256: id.SHA256, Backend: id.Backend, Code: foreignCode(id.Code)}
 	if c := id.Connector; c != nil {
-		out.Connector = &Ancestor{PID: c.PID, Exe: c.Exe}
+		out.Connector = &Ancestor{PID: c.PID, Exe: c.Exe, Code: foreignCode(c.Code)}
 	}
 	if len(id.Ancestors) > 0 {
 		out.Ancestors = make([]Ancestor, len(id.Ancestors))
 		for i, p := range id.Ancestors {
-			out.Ancestors[i] = Ancestor{PID: p.PID, Exe: p.Exe}
+			out.Ancestors[i] = Ancestor{PID: p.PID, Exe: p.Exe, Code: foreignCode(p.Code)}
 		}
 	}
 	return out
+}
+
+func foreignCode(c *attribution.ForeignCode) *ForeignCode {
+	if c == nil {
+		return nil
+	}
+	return &ForeignCode{Reasons: c.Reasons, File: c.File}
 }
 
 // SandboxPID implements SandboxPIDer: the pid of hostPID in its own pid

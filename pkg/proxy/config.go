@@ -81,6 +81,16 @@ func (e *DenyError) Error() string { return "ssrf: destination denied: " + e.Rea
 type Ancestor struct {
 	PID int
 	Exe string
+	// Code is set when it lost its binary's identity (Identity.Code).
+	Code *ForeignCode
+}
+
+// ForeignCode says why a process lost its binary's identity: it maps
+// executable code from a file the sandbox could have written (Reasons:
+// attribution's Code* names), File naming the first such file.
+type ForeignCode struct {
+	Reasons []string
+	File    string
 }
 
 // Identity is the process that owns the client socket of a connection.
@@ -97,6 +107,11 @@ type Identity struct {
 	// Backend names the attribution backend that answered ("proc",
 	// "bpf", "bpf/fast"); events carry it.
 	Backend string
+	// Code is set when the caller lost its binary's identity: its
+	// image maps code the sandbox could have written. It is decided as
+	// an unknown binary, and what only Exe would have allowed is refused
+	// with ReasonForeignCode and a Detection Finding.
+	Code *ForeignCode
 }
 
 // ErrAttributionIncomplete is matched (errors.Is) by an Attributor's

@@ -150,10 +150,9 @@ func (p *Proxy) serveRequest(c *net.TCPConn, br *bufio.Reader, rec *Record, rele
 		p.deny(c, rec, OutcomePolicyDenied)
 		return false
 	}
-	dr := decideRequest(rec)
-	v := g.Decider.Decide(dr)
-	rec.Entry, rec.Reason, rec.Audit, rec.L7Rules = v.Entry, v.Reason, v.Audit, v.L7Rules
-	if !v.Allowed || !connectorAllowed(g.Decider, dr, rec) {
+	v, ok := decideConn(g.Decider, rec)
+	rec.L7Rules = v.L7Rules
+	if !ok {
 		p.deny(c, rec, OutcomePolicyDenied)
 		return false
 	}
@@ -229,19 +228,45 @@ func (p *Proxy) serveRequest(c *net.TCPConn, br *bufio.Reader, rec *Record, rele
 }
 
 // decideRequest is what the engine decides for the record's host, port
-// and caller.
-func decideRequest(rec *Record) DecideRequest {
+// and caller: the caller's binary and ancestors, leaving out each that
+// lost its binary's identity (foreign code), as an unknown binary is.
+func decideRequest(rec *Record) DecideRequest { return decideIdentity(rec, false) }
+
+// decideIdentity is decideRequest; with trusting, foreign code is
+// ignored (what the decision would have been had the identities held).
+func decideIdentity(rec *Record, trusting bool) DecideRequest {
 	dr := DecideRequest{Host: rec.Host, Port: rec.Port}
 	if id := rec.Identity; id != nil {
-		dr.Binary = id.Exe
-		if len(id.Ancestors) > 0 {
-			dr.Ancestors = make([]string, len(id.Ancestors))
-			for i, a := range id.Ancestors {
-				dr.Ancestors[i] = a.Exe
+		if id.Code == nil || trusting {
+			dr.Binary = id.Exe
+		}
+		for _, a := range id.Ancestors {
+			if a.Code == nil || trusting {
+				dr.Ancestors = append(dr.Ancestors, a.Exe)
 			}
 		}
 	}
 	return dr
+}
+
+// decideConn decides the connection's caller on the record's host and
+// port, and sets the record's entry, reason and audit flag. A refusal
+// that only foreign code caused (trusting the identities that lost
+// their binary would have allowed) gets ReasonForeignCode and names the
+// process for its Detection Finding; then the connector rule applies.
+func decideConn(d Decider, rec *Record) (Verdict, bool) {
+	dr := decideRequest(rec)
+	v := d.Decide(dr)
+	rec.Entry, rec.Reason, rec.Audit = v.Entry, v.Reason, v.Audit
+	if !v.Allowed {
+		if fp := rec.Identity.foreign(); fp != nil {
+			if tv := d.Decide(decideIdentity(rec, true)); tv.Allowed {
+				rec.Entry, rec.Reason, rec.Foreign = tv.Entry, ReasonForeignCode, fp
+			}
+		}
+		return v, false
+	}
+	return v, connectorAllowed(d, dr, rec)
 }
 
 // identify attributes the caller and checks its binary pin. It returns
@@ -289,19 +314,28 @@ func (p *Proxy) identify(rec *Record) bool {
 // connectorAllowed applies the decision to the recorded connector of a
 // socket that was handed on (Identity.Connector): the holder was allowed,
 // and the connector must be too. A connector that can no longer be named
-// is not allowed. It sets the record's reason when it refuses.
+// is not allowed; one that lost its binary's identity (foreign code) is
+// decided as an unknown binary. It sets the record's reason when it
+// refuses.
 func connectorAllowed(d Decider, dr DecideRequest, rec *Record) bool {
 	id := rec.Identity
 	if id == nil || id.Connector == nil {
 		return true
 	}
-	if id.Connector.Exe != "" {
-		cr := DecideRequest{Host: dr.Host, Port: dr.Port, Binary: id.Connector.Exe}
-		if d.Decide(cr).Allowed {
-			return true
-		}
+	c := id.Connector
+	cr := DecideRequest{Host: dr.Host, Port: dr.Port}
+	if c.Code == nil {
+		cr.Binary = c.Exe
+	}
+	if (c.Exe != "" || c.Code != nil) && d.Decide(cr).Allowed {
+		return true
 	}
 	rec.Reason = ReasonConnectorDenied
+	if c.Code != nil && c.Exe != "" {
+		if d.Decide(DecideRequest{Host: dr.Host, Port: dr.Port, Binary: c.Exe}).Allowed {
+			rec.Reason, rec.Foreign = ReasonForeignCode, &ForeignProcess{PID: c.PID, Exe: c.Exe, Code: *c.Code}
+		}
+	}
 	return false
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"strings"
 	"testing"
 )
 
@@ -65,5 +66,80 @@ func TestIncompleteAttributionDenies(t *testing.T) {
 	evs := env.waitEvents(4001, 1)
 	if got := get(evs[0], "actor", "process", "file", "path"); got != curlExe {
 		t.Errorf("event names %v, want the holder %s", got, curlExe)
+	}
+}
+
+// A caller that lost its binary's identity (foreign code) is decided as
+// an unknown binary: refused as foreign_code, with a Detection Finding
+// naming the process and the file, where only its binary (or an
+// ancestor's, or its connector's) would have allowed it; a clean
+// ancestor's rights still hold.
+func TestForeignCodeLosesTheBinarysRights(t *testing.T) {
+	echo := newEchoServer(t)
+	lib := &ForeignCode{Reasons: []string{"writable_path"}, File: "/work/evil.so"}
+	open := fmt.Sprintf(`  git:
+    endpoints:
+      - host: open.test
+        port: %d
+    binaries:
+      - path: /usr/bin/git
+`, echo.port)
+	for _, tc := range []struct {
+		name    string
+		id      func() *Identity
+		host    string
+		allowed bool
+		named   int // the pid the finding names
+	}{
+		{"clean curl", func() *Identity { return identityOf(curlExe, curlSHA) }, "allowed.test", true, 0},
+		{"curl with foreign code", func() *Identity {
+			id := identityOf(curlExe, curlSHA)
+			id.Code = lib
+			return id
+		}, "allowed.test", false, 4242},
+		{"curl with foreign code, spawned by git", func() *Identity {
+			id := identityOf(curlExe, curlSHA, "/usr/bin/git")
+			id.Code = lib
+			return id
+		}, "open.test", true, 0},
+		{"an ancestor with foreign code", func() *Identity {
+			id := identityOf(pythonExe, curlSHA, curlExe)
+			id.Ancestors[0].Code = lib
+			return id
+		}, "allowed.test", false, 4000},
+		{"a connector with foreign code", func() *Identity {
+			id := identityOf(curlExe, curlSHA)
+			id.Connector = &Ancestor{PID: 17, Exe: curlExe, Code: lib}
+			return id
+		}, "allowed.test", false, 17},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := newEnv(t, policyYAML(echo.port, open), func(c *Config) {
+				c.Attributor = fixedIdentity(tc.id())
+				c.Dialer.(*spyDialer).hosts["open.test"] = netip.MustParseAddr("127.0.0.1")
+			})
+			c, resp, br := env.connect(fmt.Sprintf("%s:%d", tc.host, echo.port))
+			defer c.Close()
+			if got := resp.StatusCode == 200; got != tc.allowed {
+				t.Fatalf("status %d, want allowed=%v", resp.StatusCode, tc.allowed)
+			}
+			if tc.allowed {
+				return
+			}
+			body, _ := io.ReadAll(br)
+			var d DenialBody
+			if json.Unmarshal(body, &d) != nil || d.Reason != ReasonForeignCode {
+				t.Errorf("denial %s: want reason %s", body, ReasonForeignCode)
+			}
+			c.Close()
+			fs := env.waitEvents(2004, 1)
+			if len(fs) != 1 {
+				t.Fatalf("%d findings, want 1", len(fs))
+			}
+			ev, _ := json.Marshal(fs[0])
+			if !strings.Contains(string(ev), "/work/evil.so") || !strings.Contains(string(ev), fmt.Sprintf(`"pid":%d`, tc.named)) {
+				t.Errorf("finding %s: want it to name pid %d and /work/evil.so", ev, tc.named)
+			}
+		})
 	}
 }

@@ -40,6 +40,11 @@ const (
 	// that connected it is not allowed (or can no longer be named).
 	ReasonConnectorDenied  = "connector_not_allowed"
 	ReasonIdentityMismatch = "identity_mismatch"
+	// ReasonForeignCode: the caller (or the ancestor or connector the
+	// decision needed) maps executable code from a file the sandbox
+	// could have written: it lost its binary's identity, and what it is
+	// without it is not allowed.
+	ReasonForeignCode      = "foreign_code"
 	ReasonIdentityCheck    = "identity_check_failed"
 	ReasonInvalidHost      = "invalid_host"
 	ReasonHeadTooLarge     = "head_too_large"
@@ -105,6 +110,9 @@ type Record struct {
 	BytesDown  int64  // upstream to client
 	Cause      string // upstream error text (no secrets: addresses and syscall errors)
 	Mismatch   *MismatchError
+	// Foreign is the process whose foreign code a refusal rests on
+	// (ReasonForeignCode): its Detection Finding names it and the file.
+	Foreign *ForeignProcess
 	// Mapping is the policy DNS mapping of a transparent connection (nil
 	// for the other listeners).
 	Mapping *MappingInfo
@@ -270,6 +278,13 @@ func (r *Record) unmapped() map[string]any {
 			u.Connector = &connectorUnmapped{Exe: c.Exe, PID: c.PID}
 		}
 	}
+	fp := r.Foreign
+	if fp == nil {
+		fp = r.Identity.foreign()
+	}
+	if fp != nil {
+		u.ForeignCode = &foreignUnmapped{File: fp.Code.File, PID: fp.PID, Reasons: fp.Code.Reasons}
+	}
 	return map[string]any{"egress_proxy": u}
 }
 
@@ -286,13 +301,23 @@ type proxyUnmapped struct {
 	// Connector is a handed-on socket's recorded connector.
 	Connector   *connectorUnmapped `json:"connector,omitempty"`
 	Enforcement string             `json:"enforcement"`
-	Generation  int64              `json:"generation"`
-	Kind        string             `json:"kind"`
-	L7          string             `json:"l7"`
-	Listener    string             `json:"listener"`
-	Reason      string             `json:"reason"`
+	// ForeignCode is the caller, ancestor or connector that lost its
+	// binary's identity, when one did.
+	ForeignCode *foreignUnmapped `json:"foreign_code,omitempty"`
+	Generation  int64            `json:"generation"`
+	Kind        string           `json:"kind"`
+	L7          string           `json:"l7"`
+	Listener    string           `json:"listener"`
+	Reason      string           `json:"reason"`
 	// Transparent is the mapping of a transparent TCP connection.
 	Transparent *MappingInfo `json:"transparent,omitempty"`
+}
+
+// foreignUnmapped is unmapped.egress_proxy.foreign_code.
+type foreignUnmapped struct {
+	File    string   `json:"file"`
+	PID     int      `json:"pid"`
+	Reasons []string `json:"reasons"`
 }
 
 // connectorUnmapped is unmapped.egress_proxy.connector.
@@ -327,6 +352,26 @@ func (u proxyUnmapped) AppendJSON(b []byte) []byte {
 	}
 	b = append(b, `,"enforcement":`...)
 	b = ocsf.AppendJSONString(b, u.Enforcement)
+	if f := u.ForeignCode; f != nil {
+		b = append(b, `,"foreign_code":{"file":`...)
+		b = ocsf.AppendJSONString(b, f.File)
+		b = append(b, `,"pid":`...)
+		b = strconv.AppendInt(b, int64(f.PID), 10)
+		b = append(b, `,"reasons":`...)
+		if f.Reasons == nil {
+			b = append(b, "null"...)
+		} else {
+			b = append(b, '[')
+			for i, r := range f.Reasons {
+				if i > 0 {
+					b = append(b, ',')
+				}
+				b = ocsf.AppendJSONString(b, r)
+			}
+			b = append(b, ']')
+		}
+		b = append(b, '}')
+	}
 	b = append(b, `,"generation":`...)
 	b = strconv.AppendInt(b, u.Generation, 10)
 	b = append(b, `,"kind":`...)
@@ -424,6 +469,11 @@ func (r *Record) events(src *ocsf.Source) []ocsf.Event {
 		out = append(out, f)
 	case r.Mismatch != nil:
 		f := src.IdentityMismatch(c.Actor, r.Mismatch.Exe, r.Mismatch.Pinned, r.Mismatch.Seen)
+		r.stamp(&f.Base, src.Sandbox)
+		out = append(out, f)
+	case r.Foreign != nil:
+		fp := r.Foreign
+		f := src.ForeignCode(c.Actor, ocsf.ForeignCodeInfo{PID: fp.PID, Exe: fp.Exe, File: fp.Code.File, Reasons: fp.Code.Reasons})
 		r.stamp(&f.Base, src.Sandbox)
 		out = append(out, f)
 	}

@@ -133,10 +133,8 @@ func (p *Proxy) handleTransparent(c *net.TCPConn, rec *Record) {
 		}
 		return
 	}
-	dr := decideRequest(rec)
-	v := g.Decider.Decide(dr)
-	rec.Entry, rec.Reason, rec.Audit = v.Entry, v.Reason, v.Audit
-	if !v.Allowed || !connectorAllowed(g.Decider, dr, rec) {
+	v, ok := decideConn(g.Decider, rec)
+	if !ok {
 		rec.Outcome = OutcomePolicyDenied
 		return
 	}

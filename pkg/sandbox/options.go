@@ -20,6 +20,15 @@ type NetworkAttacher interface {
 	Attach(ctx context.Context, sandbox string, initPID int) (env []string, cleanup func() error, err error)
 }
 
+// WritableSink is implemented by a NetworkAttacher that needs to know
+// what the sandbox may write before Attach: the host paths of its
+// Landlock read-write grants (workdir, HOME, read_write paths). The
+// egress proxy treats a process that maps executable code from under
+// one of them as having lost its binary's identity.
+type WritableSink interface {
+	SandboxWritable(sandbox string, paths []string)
+}
+
 // Options describe one sandbox run.
 type Options struct {
 	Name    string // "" generates sbx-<hex>

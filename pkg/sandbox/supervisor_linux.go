@@ -287,6 +287,9 @@ func Create(ctx context.Context, o Options) (*Sandbox, error) {
 		}
 	}
 	if o.Network != nil {
+		if ws, ok := o.Network.(WritableSink); ok {
+			ws.SandboxWritable(name, LandlockRules(o.Policy, workdir, homeSrc, o.Profile).ReadWrite)
+		}
 		env, cleanup, err := o.Network.Attach(ctx, name, initPID)
 		if err != nil {
 			return s, s.failf("network", err)

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -320,5 +321,72 @@ func pidReuse(t *testing.T, l *identityLab) {
 	}
 	if !seen {
 		t.Errorf("no event for python3's request attributed by %s", backend)
+	}
+}
+
+// Shared objects the code identity test puts in the workdir: one an
+// LD_PRELOAD constructor would run from, one an LD_AUDIT interface.
+const (
+	preloadC = "__attribute__((constructor)) static void agent_code(void) {}\n"
+	auditC   = "unsigned int la_version(unsigned int v) { return v; }\n"
+)
+
+// buildSO compiles src into a shared object at out.
+func buildSO(t *testing.T, cc, src, out string) {
+	t.Helper()
+	c := out + ".c"
+	if err := os.WriteFile(c, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := exec.Command(cc, "-shared", "-fPIC", "-o", out, c).CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v\n%s", cc, err, b)
+	}
+}
+
+// An allowed binary that maps code from the workdir — an LD_PRELOAD or
+// an LD_AUDIT object the agent wrote — loses its identity: curl, allowed
+// allowed.test:80, is refused foreign_code with either, on both
+// backends, the upstream sees neither request, and a Detection Finding
+// names curl and the object. The same curl without them is allowed.
+func TestIdentityForeignCodeInAnAllowedBinary(t *testing.T) {
+	cc := testutil.RequireCommand(t, "cc")
+	for _, backend := range []string{"bpf", "proc"} {
+		t.Run(backend, func(t *testing.T) {
+			l := newIdentityLab(t)
+			l.runArgs = []string{"--attribution", backend}
+			preload, audit := filepath.Join(l.wd, "agent-preload.so"), filepath.Join(l.wd, "agent-audit.so")
+			buildSO(t, cc, preloadC, preload)
+			buildSO(t, cc, auditC, audit)
+			r := l.run(fmt.Sprintf(`
+code() { printf '%%s=' "$1"; shift; "$@" -s -o /tmp/body -w '%%{http_code}' --max-time 10; printf ' %%s\n' "$(cat /tmp/body | tr -d '\n')"; }
+code clean curl http://allowed.test/clean
+LD_PRELOAD=%s code preload curl http://allowed.test/preload
+LD_AUDIT=%s code audit curl http://allowed.test/audit
+`, preload, audit))
+			if !strings.HasPrefix(r["clean"], "200 ") {
+				t.Fatalf("curl without foreign code: %q, want 200", r["clean"])
+			}
+			for _, k := range []string{"preload", "audit"} {
+				code, body, _ := strings.Cut(r[k], " ")
+				if code != "403" || denial(t, body)["reason"] != "foreign_code" {
+					t.Errorf("curl with an %s object from the workdir: %q, want 403 foreign_code", k, r[k])
+				}
+			}
+			l.noHit("preload", "audit")
+			found := map[string]bool{}
+			for _, e := range l.eventLines() {
+				b, _ := json.Marshal(e)
+				if e["class_uid"].(float64) == 2004 && strings.Contains(string(b), "Foreign Code") && strings.Contains(string(b), "/usr/bin/curl") {
+					for _, so := range []string{preload, audit} {
+						found[so] = found[so] || strings.Contains(string(b), so)
+					}
+				}
+			}
+			for _, so := range []string{preload, audit} {
+				if !found[so] {
+					t.Errorf("no Detection Finding naming curl and %s", so)
+				}
+			}
+		})
 	}
 }

@@ -35,12 +35,28 @@ func init() {
 	sandbox.RegisterCollector(func(l state.Labels) error { return fence.Collect(l.Name) })
 }
 
-// Attacher implements sandbox.NetworkAttacher.
+// Attacher implements sandbox.NetworkAttacher and sandbox.WritableSink.
 type Attacher struct {
 	cfg Config
 
 	mu      sync.Mutex
 	proxies map[string]*proxyProc
+	// writable holds what each sandbox may write (SandboxWritable), for
+	// its proxy's --writable.
+	writable map[string][]string
+}
+
+var _ sandbox.WritableSink = (*Attacher)(nil)
+
+// SandboxWritable implements sandbox.WritableSink: the paths are passed
+// to the sandbox's proxy as --writable (code identity).
+func (a *Attacher) SandboxWritable(sandbox string, paths []string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.writable == nil {
+		a.writable = map[string][]string{}
+	}
+	a.writable[sandbox] = append([]string(nil), paths...)
 }
 
 // New returns an attacher; errors name the missing piece.
@@ -74,7 +90,10 @@ func (a *Attacher) Attach(ctx context.Context, name string, initPID int) ([]stri
 	if err != nil {
 		return nil, nil, err
 	}
-	p := &proxyProc{cfg: c, name: name, initPID: initPID, fence: f, tcp: tcp, stop: make(chan struct{})}
+	a.mu.Lock()
+	writable := a.writable[name]
+	a.mu.Unlock()
+	p := &proxyProc{cfg: c, name: name, initPID: initPID, fence: f, tcp: tcp, stop: make(chan struct{}), writable: writable}
 	if err := p.trustDir(); err != nil {
 		f.Teardown()
 		return nil, nil, err
@@ -143,11 +162,13 @@ type proxyProc struct {
 	name    string
 	initPID int
 	fence   *fence.Fence
-	tcp     bool   // the policy DNS and transparent TCP substrate
-	resolv  string // the sandbox's /etc/resolv.conf ("" without tcp)
-	dir     string // where the CA certificate and the bundle live
-	tmpDir  bool   // dir was made here (no state root) and goes at close
-	bundle  string
+	tcp     bool // the policy DNS and transparent TCP substrate
+	// writable are the host paths the sandbox may write (--writable).
+	writable []string
+	resolv   string // the sandbox's /etc/resolv.conf ("" without tcp)
+	dir      string // where the CA certificate and the bundle live
+	tmpDir   bool   // dir was made here (no state root) and goes at close
+	bundle   string
 	// log is the proxy's stderr, ProxyLogName in the sandbox's state
 	// directory (nil without one: the proxy's stderr is cfg.Stderr).
 	log *proxyLog
@@ -190,6 +211,9 @@ func (p *proxyProc) args() []string {
 	}
 	if c.HostsFile != "" {
 		a = append(a, "--hosts-file", c.HostsFile)
+	}
+	for _, w := range p.writable {
+		a = append(a, "--writable", w)
 	}
 	if c.Attribution != "" {
 		a = append(a, "--attribution", c.Attribution)
