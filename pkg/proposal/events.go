@@ -155,12 +155,26 @@ type event struct {
 			Kind     string `json:"kind"`
 			Listener string `json:"listener"`
 			Reason   string `json:"reason"`
+			// Denials, on a count event, tallies the folded denials by
+			// (method, path, reason): up to 16 of them.
+			Denials []struct {
+				Method string `json:"method"`
+				Path   string `json:"path"`
+				Reason string `json:"reason"`
+				Count  int    `json:"count"`
+			} `json:"denials"`
 		} `json:"egress_proxy"`
 		Landlock *struct {
 			Blockers []string `json:"blockers"`
 		} `json:"landlock"`
 		PolicyDNS *struct {
 			QueryType string `json:"query_type"`
+			// Names, on a count event, tallies the refused names: up to
+			// 16 of them.
+			Names []struct {
+				Name  string `json:"name"`
+				Count int    `json:"count"`
+			} `json:"names"`
 		} `json:"policy_dns"`
 	} `json:"unmapped"`
 }
@@ -185,13 +199,63 @@ const (
 	maxAncestors = 64
 )
 
-// parse returns the denial an event line carries; ok is false for lines
-// that are not events or not denials.
-func parse(line []byte) (d Denial, ok bool) {
+// parse returns the denials an event line carries: one, or for a count
+// event that tallies what it folded, one per tally (and the rest of its
+// count under the event's own fields). None for lines that are not
+// events or not denials.
+func parse(line []byte) []Denial {
 	var e event
 	if err := json.Unmarshal(line, &e); err != nil || e.ClassUID == 0 {
-		return Denial{}, false
+		return nil
 	}
+	d, ok := parseOne(e)
+	if !ok {
+		return nil
+	}
+	return split(e, d)
+}
+
+// split spreads a count event over the tallies it carries.
+func split(e event, d Denial) []Denial {
+	var out []Denial
+	rest := d.Count
+	add := func(c Denial, n int) {
+		if n > 0 {
+			c.Count = n
+			out = append(out, c)
+			rest -= n
+		}
+	}
+	switch {
+	case d.Kind == KindDNS && e.Unmapped.PolicyDNS != nil:
+		for _, t := range e.Unmapped.PolicyDNS.Names {
+			c := d
+			c.Host = t.Name
+			add(c, min(t.Count, rest))
+		}
+	case e.Unmapped.EgressProxy != nil && (d.Kind == KindNetwork || d.Kind == KindHTTP):
+		for _, t := range e.Unmapped.EgressProxy.Denials {
+			c := d
+			c.Method, c.Path, c.Reason = t.Method, t.Path, cmp.Or(t.Reason, d.Reason)
+			c.Kind = KindNetwork
+			if isL7Reason(c.Reason) && c.Method != "" {
+				c.Kind = KindHTTP
+			} else {
+				c.Method, c.Path = "", ""
+			}
+			add(c, min(t.Count, rest))
+		}
+	}
+	if rest > 0 {
+		d.Count = rest
+		out = append(out, d)
+	}
+	return out
+}
+
+func isL7Reason(r string) bool { return strings.HasPrefix(r, "l7_") }
+
+func parseOne(e event) (d Denial, ok bool) {
 	d.Sandbox = cmp.Or(e.Metadata.UID, e.Device.Name)
 	if p := e.Actor.Process; p != nil {
 		if d.Sandbox == "" {
@@ -228,11 +292,28 @@ func parse(line []byte) (d Denial, ok bool) {
 		if e.ActionID != actionDenied {
 			return Denial{}, false
 		}
-		d.Kind = KindHTTP
-		d.Method = cmp.Or(e.HTTPRequest.Method, e.Activity)
-		d.Host, d.Port, d.Path = e.HTTPRequest.URL.Hostname, e.HTTPRequest.URL.Port, e.HTTPRequest.URL.Path
 		d.Transport, d.Entry = "http", e.FirewallRule.Name
-		return d, d.Method != "" && d.Host != ""
+		if e.FirewallRule.Name == "default-deny" {
+			d.Entry = ""
+		}
+		d.Host, d.Port = e.HTTPRequest.URL.Hostname, e.HTTPRequest.URL.Port
+		switch {
+		case e.StatusCode == "ssrf_denied":
+			d.Kind = KindSSRF
+		case e.StatusCode != "policy_denied":
+			return Denial{}, false
+		case isL7Reason(d.Reason):
+			// A request the endpoint's L7 rules refused: its method and path.
+			d.Kind = KindHTTP
+			d.Method = cmp.Or(e.HTTPRequest.Method, e.Activity)
+			d.Path = e.HTTPRequest.URL.Path
+			return d, d.Method != "" && d.Host != ""
+		default:
+			// A forwarded request refused before its rules (the host, the
+			// port, the binary): a connection denial.
+			d.Kind = KindNetwork
+		}
+		return d, d.Host != ""
 	case classNetwork:
 		return fromNetwork(e, d)
 	}
@@ -296,26 +377,32 @@ type Aggregator struct {
 // Add reads one event line and reports whether it held a denial the
 // filter keeps.
 func (a *Aggregator) Add(line []byte) bool {
-	d, ok := parse(line)
-	if !ok || a.Filter.Sandbox != "" && d.Sandbox != a.Filter.Sandbox || !a.Filter.Since.IsZero() && d.Last.Before(a.Filter.Since) {
+	ds := parse(line)
+	if len(ds) == 0 {
+		return false
+	}
+	d0 := ds[0]
+	if a.Filter.Sandbox != "" && d0.Sandbox != a.Filter.Sandbox || !a.Filter.Since.IsZero() && d0.Last.Before(a.Filter.Since) {
 		return false
 	}
 	if a.byKey == nil {
 		a.byKey = map[key]*Denial{}
 	}
 	a.lines++
-	k := d.key()
-	if cur, ok := a.byKey[k]; ok {
-		cur.Count += d.Count
-		if d.First.Before(cur.First) {
-			cur.First = d.First
+	for _, d := range ds {
+		k := d.key()
+		if cur, ok := a.byKey[k]; ok {
+			cur.Count += d.Count
+			if d.First.Before(cur.First) {
+				cur.First = d.First
+			}
+			if d.Last.After(cur.Last) {
+				cur.Last = d.Last
+			}
+			continue
 		}
-		if d.Last.After(cur.Last) {
-			cur.Last = d.Last
-		}
-		return true
+		a.byKey[k] = &d
 	}
-	a.byKey[k] = &d
 	return true
 }
 

@@ -583,3 +583,37 @@ func TestParseRefusesAliases(t *testing.T) {
 		t.Fatalf("%v", err)
 	}
 }
+
+// A count event that tallies what it folded (the proxy's
+// unmapped.egress_proxy.denials, policy DNS's unmapped.policy_dns.names)
+// is spread over its tallies, the rest of its count kept under its own
+// fields; a forwarded request refused before its L7 rules is a network
+// denial whatever its class.
+func TestCountEventsWithTallies(t *testing.T) {
+	l7Count := `{"class_uid":4002,"activity_id":6,"action_id":2,"time":1767225610000,"count":9,"start_time":1767225600000,"end_time":1767225610000,` +
+		`"status_code":"policy_denied","status_detail":"l7_no_rule","metadata":{"uid":"s"},"firewall_rule":{"name":"api"},` +
+		`"actor":{"process":{"file":{"path":"/usr/bin/curl"}}},"http_request":{"http_method":"DELETE","url":{"hostname":"api.test","port":80,"path":"/v1/b"}},` +
+		`"unmapped":{"egress_proxy":{"kind":"http","reason":"l7_no_rule","denials":[` +
+		`{"method":"POST","path":"/v1/a","reason":"l7_no_rule","count":4},{"method":"DELETE","path":"/v1/b","reason":"l7_no_rule","count":2}]}}}`
+	dnsCount := `{"class_uid":4001,"activity_id":1,"action_id":2,"time":1767225610000,"count":5,"status_code":"dns_refused","status_detail":"not_eligible",` +
+		`"metadata":{"uid":"s"},"firewall_rule":{"name":"policy-dns","type":"policy_dns"},"dst_endpoint":{"domain":"x.test","port":53},` +
+		`"unmapped":{"policy_dns":{"names":[{"name":"a.test","count":3},{"name":"b.test","count":2}]}}}`
+	fwd := `{"class_uid":4002,"activity_id":3,"action_id":2,"time":1767225600000,"status_code":"policy_denied","status_detail":"no_matching_endpoint",` +
+		`"metadata":{"uid":"s"},"firewall_rule":{"name":"default-deny"},"actor":{"process":{"file":{"path":"/usr/bin/curl"}}},` +
+		`"http_request":{"http_method":"GET","url":{"hostname":"new.test","port":80,"path":"/x"}}}`
+	a := aggregate(t, l7Count, dnsCount, fwd)
+	got := map[string]int{}
+	for _, d := range a.Denials() {
+		got[d.String()] = d.Count
+	}
+	want := map[string]int{
+		"/usr/bin/curl -> POST api.test:80/v1/a (l7_no_rule)":   4,
+		"/usr/bin/curl -> DELETE api.test:80/v1/b (l7_no_rule)": 5, // 2 tallied, 3 not
+		"policy DNS a.test (not_eligible)":                      3,
+		"policy DNS b.test (not_eligible)":                      2,
+		"/usr/bin/curl -> new.test:80 (no_matching_endpoint)":   1,
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("got  %v\nwant %v", got, want)
+	}
+}
