@@ -60,11 +60,10 @@ func Contains(c, p *policy.Policy, opts Options) []*Excess {
 	if err != nil {
 		return append(out, &Excess{"network_policies", "the policy does not compile: " + err.Error()})
 	}
-	nw := &networkProver{cands: cc, own: map[*policy.Endpoint]*candidate{}, verdicts: map[verdictKey]verdict{}}
+	nw := &networkProver{cands: newIndex(cc), pcands: newIndex(pc), own: map[*policy.Endpoint]*candidate{}, verdicts: map[verdictKey]verdict{}}
 	for _, x := range pc {
 		nw.own[x.ep] = x
 	}
-	nw.pcands = pc
 	for _, key := range sortedKeys(p.NetworkPolicies) {
 		out = append(out, nw.entryWithin(key, p.NetworkPolicies[key])...)
 	}
@@ -133,8 +132,8 @@ type candidate struct {
 }
 
 type networkProver struct {
-	cands  []*candidate // the ceiling's, by rank
-	pcands []*candidate // the policy's, by rank
+	cands  *index // the ceiling's endpoints
+	pcands *index // the policy's
 	own    map[*policy.Endpoint]*candidate
 	// verdicts caches behaviour checks per (policy endpoint, ceiling
 	// candidate, port, binary).
@@ -200,7 +199,7 @@ func (nw *networkProver) endpointWithin(field, entryField string, e *policy.Endp
 	sel := selectorOf(e)
 	named := sel.kind != selHostless && sel.kind != selIP
 	var hosts []*candidate
-	for _, c := range nw.cands {
+	for _, c := range nw.cands.related(sel) {
 		// A hostless ceiling endpoint selects every name but reaches only
 		// its allowed_ips, never all a name may resolve to (scopeWithin):
 		// it cannot prove a named endpoint, so it does not count as
@@ -275,7 +274,7 @@ func (nw *networkProver) behaviour(e *policy.Endpoint, sel hostSel, c *candidate
 		return v
 	}
 	v := verdict{}
-	for _, w := range nw.cands {
+	for _, w := range nw.cands.related(sel) {
 		if w.rank > c.rank {
 			break
 		}
@@ -306,7 +305,7 @@ func (nw *networkProver) shadowed(e *policy.Endpoint, sel hostSel, w *candidate,
 	if me == nil {
 		return false
 	}
-	for _, e2 := range nw.pcands {
+	for _, e2 := range nw.pcands.related(sel) {
 		if e2.rank >= me.rank {
 			return false
 		}

@@ -224,3 +224,22 @@ func TestNonASCIIPathRule(t *testing.T) {
 		t.Fatalf("the witness does not hold: policy %v, ceiling %v", pok, cok)
 	}
 }
+
+// A narrower ceiling wildcard outranks a wider one for the names under it
+// (*.x.b.test before **.b.test): a policy allowing more than it there is
+// refused, even though the wider one covers the host.
+func TestNarrowerWildcardOutranks(t *testing.T) {
+	c := mustParse(t, entry("w", `    endpoints:
+      - {host: "**.b.test", port: 443, protocol: rest, access: read-write}
+      - {host: "*.x.b.test", port: 443, protocol: rest, access: read-only}
+    binaries: [{path: /usr/bin/curl}]
+`))
+	p := mustParse(t, entry("w", `    endpoints: [{host: "**.b.test", port: 443, protocol: rest, access: read-write}]
+    binaries: [{path: /usr/bin/curl}]
+`))
+	xs := Contains(c, p, Options{})
+	want := "network_policies.w.endpoints[0].access: **.b.test:443 GET * admits git's push discovery (.../info/refs?service=git-receive-pack), which the ceiling's access: read-only (network_policies.w.endpoints[1]) refuses"
+	if len(xs) == 0 || xs[0].Error() != want {
+		t.Fatalf("got %v\nwant %s", xs, want)
+	}
+}
