@@ -112,13 +112,14 @@ func TestSandboxHomeFlag(t *testing.T) {
 	// target is never chowned or bound.
 	target := t.TempDir()
 	os.Chmod(target, 0o755)
-	link := filepath.Join(base, "link")
+	link := filepath.Join(base, "link") // as an agent would plant it
 	os.Symlink(target, link)
+	os.Lchown(link, 10001, 10001)
 	agentDir := filepath.Join(base, "agents")
 	os.Mkdir(agentDir, 0o755)
 	os.Chown(agentDir, 10001, 10001)
 	for _, c := range []struct{ home, want string }{
-		{link, "is a symlink"},
+		{link, "is a symbolic link owned by uid 10001"},
 		{filepath.Join(wd, ".home"), "lies inside the working directory"},
 		{filepath.Join(agentDir, "h"), "is owned by the sandbox identity"},
 		{filepath.Join(base, "missing", "h"), "does not exist; create it first"},

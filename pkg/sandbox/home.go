@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+
+	"github.com/palisade-sandbox/palisade/pkg/fsutil"
 )
 
 // HomeDirName is the sandbox's own HOME inside its state directory
@@ -28,44 +30,49 @@ func SandboxHome(home string) string {
 // there, so nothing an agent writes at those paths reaches the host.
 var PrivateReadWrite = []string{"/tmp", "/dev/shm", "/dev/null", "/dev/zero", "/dev/full", "/dev/tty", "/dev/pts"}
 
-// CheckHome checks --home DIR and returns it cleaned. Root creates the
-// directory (or accepts it) for the sandbox identity and binds it into
-// the sandbox, so the agent must not be able to change what the name
-// leads to: DIR may be the working directory itself (the old default),
-// but not lie strictly inside it or inside a read_write path (private
-// lists those that are fresh filesystems in the sandbox), as named or as
-// resolved now; and no directory a component of DIR is looked up in may
-// be writable by the sandbox identity (owned by uid, group-writable with
-// gid, or world-writable without the sticky bit). The directory holding
-// DIR must exist.
-func CheckHome(home, workdir string, readWrite, private []string, uid, gid uint32) (string, error) {
+// CheckHome checks --home DIR and returns it cleaned (the sandbox's
+// HOME) and resolved (the host directory to create and bind, with no
+// symlink on it now). Root creates the directory (or accepts it) for the
+// sandbox identity and binds it into the sandbox, so the agent must not
+// be able to change what the name leads to: DIR may be the working
+// directory itself (the old default), but not lie strictly inside it or
+// inside a read_write path (private lists those that are fresh
+// filesystems in the sandbox), as named or as resolved now; a symlink on
+// it must be root's (fsutil.ResolveTrusted); and no directory a
+// component of DIR is looked up in may be writable by the sandbox
+// identity (owned by uid, group-writable with gid, or world-writable
+// without the sticky bit). The directory holding DIR must exist.
+func CheckHome(home, workdir string, readWrite, private []string, uid, gid uint32) (clean, resolved string, err error) {
 	if !filepath.IsAbs(home) {
-		return "", fmt.Errorf("--home %q: must be an absolute path", home)
+		return "", "", fmt.Errorf("--home %q: must be an absolute path", home)
 	}
-	clean := filepath.Clean(home)
+	clean = filepath.Clean(home)
 	if clean == "/" {
-		return "", errors.New("--home /: must name a directory other than /")
+		return "", "", errors.New("--home /: must name a directory other than /")
 	}
 	if clean == filepath.Clean(workdir) {
-		return clean, nil
+		return clean, clean, nil
 	}
 	if label, ok := newWritableRoots(workdir, readWrite, private).inside(clean); ok {
-		return "", fmt.Errorf("--home %s lies inside %s, which the sandbox can write: the agent could replace it with a symlink before root creates or binds it; choose a directory outside every read-write path", home, label)
+		return "", "", fmt.Errorf("--home %s lies inside %s, which the sandbox can write: the agent could replace it with a symlink before root creates or binds it; choose a directory outside every read-write path", home, label)
+	}
+	if resolved, err = fsutil.ResolveTrusted(clean); err != nil {
+		return "", "", fmt.Errorf("--home %s: %w", home, err)
 	}
 	for _, cand := range resolvedPrefixes(clean) {
 		dir := filepath.Dir(cand)
 		fi, err := os.Stat(dir)
 		if errors.Is(err, os.ErrNotExist) {
-			return "", fmt.Errorf("--home %s: its directory %s does not exist; create it first (owned by root, e.g. `install -d -m 0755 %s`)", home, dir, dir)
+			return "", "", fmt.Errorf("--home %s: its directory %s does not exist; create it first (owned by root, e.g. `install -d -m 0755 %s`)", home, dir, dir)
 		}
 		if err != nil {
-			return "", fmt.Errorf("--home %s: %w", home, err)
+			return "", "", fmt.Errorf("--home %s: %w", home, err)
 		}
 		if why := writableBy(fi, uid, gid); why != "" {
-			return "", fmt.Errorf("--home %s: %s is %s, so the agent could replace what %s names; choose a directory whose parents only root can change", home, dir, why, cand)
+			return "", "", fmt.Errorf("--home %s: %s is %s, so the agent could replace what %s names; choose a directory whose parents only root can change", home, dir, why, cand)
 		}
 	}
-	return clean, nil
+	return clean, resolved, nil
 }
 
 // writableBy says why uid:gid could rename or remove entries of the

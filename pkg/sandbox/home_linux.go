@@ -11,13 +11,13 @@ import (
 )
 
 // prepareHome makes the sandbox's HOME and returns the host directory to
-// bind at the command's HOME: with --home (o.Home) that directory,
-// created if missing; without, <state dir>/home, created with the
+// bind at the command's HOME: with --home (o.Home) that directory as
+// resolved by CheckHome, created if missing; without, <state dir>/home, created with the
 // sandbox. Either way it is owned by the sandbox identity (a new one
 // mode 0700) and made without following a symlink (makeOwnedDir).
 func (s *Sandbox) prepareHome(workdir string) (string, error) {
 	if s.o.Home != "" {
-		home, err := CheckHome(s.o.Home, workdir, s.o.Policy.ReadWrite, PrivateReadWrite, s.uid, s.gid)
+		home, real, err := CheckHome(s.o.Home, workdir, s.o.Policy.ReadWrite, PrivateReadWrite, s.uid, s.gid)
 		if err != nil {
 			return "", err
 		}
@@ -27,10 +27,10 @@ func (s *Sandbox) prepareHome(workdir string) (string, error) {
 			}
 			return home, nil // bound already, as the working directory
 		}
-		if err := makeOwnedDir(filepath.Dir(home), filepath.Base(home), s.uid, s.gid, "--home"); err != nil {
+		if err := makeOwnedDir(filepath.Dir(real), filepath.Base(real), s.uid, s.gid, "--home"); err != nil {
 			return "", err
 		}
-		return home, nil
+		return real, nil
 	}
 	dir, err := s.store.Dir(s.name)
 	if err != nil {

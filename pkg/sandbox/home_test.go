@@ -90,6 +90,9 @@ func TestCheckHome(t *testing.T) {
 		os.Mkdir(d, 0o755)
 	}
 	os.Symlink(wd, filepath.Join(root, "to-work"))
+	os.Symlink(mine, filepath.Join(root, "to-mine"))
+	os.Symlink(root, filepath.Join(root, "foreign"))
+	os.Lchown(filepath.Join(root, "foreign"), int(uid+4242), -1)
 	for _, c := range []struct {
 		home       string
 		sandboxUID uint32
@@ -102,11 +105,12 @@ func TestCheckHome(t *testing.T) {
 		{filepath.Join(root, "to-work", "h"), other, "lies inside the working directory"},
 		{filepath.Join(rw, "h"), other, "lies inside filesystem_policy.read_write[0]"},
 		{filepath.Join(mine, "h"), uid, "is owned by the sandbox identity"},
+		{filepath.Join(root, "foreign", "h"), other, "symbolic link owned by uid"},
 		{filepath.Join(root, "nope", "h"), other, "does not exist"},
 		{"relative/h", other, "must be an absolute path"},
 		{"/", other, "other than /"},
 	} {
-		got, err := CheckHome(c.home, wd, []string{rw, "/tmp"}, PrivateReadWrite, c.sandboxUID, otherGID)
+		got, _, err := CheckHome(c.home, wd, []string{rw, "/tmp"}, PrivateReadWrite, c.sandboxUID, otherGID)
 		switch {
 		case c.want == "" && err != nil:
 			t.Errorf("CheckHome(%s): %v", c.home, err)
@@ -116,18 +120,24 @@ func TestCheckHome(t *testing.T) {
 			t.Errorf("CheckHome(%s): %v, want %q", c.home, err, c.want)
 		}
 	}
+	// A link of this user's (root's, in the supervisor) is followed: the
+	// directory to create is where it leads.
+	if clean, real, err := CheckHome(filepath.Join(root, "to-mine", "h"), wd, nil, nil, other, otherGID); err != nil ||
+		clean != filepath.Join(root, "to-mine", "h") || real != filepath.Join(mine, "h") {
+		t.Errorf("through an own link: %s %s %v", clean, real, err)
+	}
 	// Group- and world-writable directories on the way are refused; a
 	// sticky world-writable one (/tmp) is not.
 	os.Chmod(mine, 0o777)
-	if _, err := CheckHome(filepath.Join(mine, "h"), wd, nil, nil, other, otherGID); err == nil || !strings.Contains(err.Error(), "world-writable") {
+	if _, _, err := CheckHome(filepath.Join(mine, "h"), wd, nil, nil, other, otherGID); err == nil || !strings.Contains(err.Error(), "world-writable") {
 		t.Errorf("world-writable parent: %v", err)
 	}
 	os.Chmod(mine, os.ModeSticky|0o777)
-	if _, err := CheckHome(filepath.Join(mine, "h"), wd, nil, nil, other, otherGID); err != nil {
+	if _, _, err := CheckHome(filepath.Join(mine, "h"), wd, nil, nil, other, otherGID); err != nil {
 		t.Errorf("sticky parent: %v", err)
 	}
 	os.Chmod(mine, 0o775)
-	if _, err := CheckHome(filepath.Join(mine, "h"), wd, nil, nil, other, gid); err == nil || !strings.Contains(err.Error(), "writable by the sandbox group") {
+	if _, _, err := CheckHome(filepath.Join(mine, "h"), wd, nil, nil, other, gid); err == nil || !strings.Contains(err.Error(), "writable by the sandbox group") {
 		t.Errorf("group-writable parent: %v", err)
 	}
 }

@@ -86,7 +86,7 @@ func BuildSpec(in SpecInput) (*specs.Spec, error) {
 		if under(in.Workdir, p) {
 			return nil, fmt.Errorf("sandbox: workdir %s lies inside hidden supervisor state %s", in.Workdir, p)
 		}
-		if in.Home != "" && in.Home == in.HomeSource && under(in.Home, p) {
+		if in.Home != "" && in.Home != DefaultHome && (under(in.Home, p) || under(in.HomeSource, p)) {
 			return nil, fmt.Errorf("sandbox: --home %s lies inside hidden supervisor state %s", in.Home, p)
 		}
 	}
