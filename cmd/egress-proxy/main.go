@@ -25,12 +25,14 @@ import (
 	"time"
 
 	"github.com/palisade-sandbox/palisade/pkg/attribution"
+	"github.com/palisade-sandbox/palisade/pkg/binaries"
 	"github.com/palisade-sandbox/palisade/pkg/ceiling"
 	"github.com/palisade-sandbox/palisade/pkg/cgroup"
 	"github.com/palisade-sandbox/palisade/pkg/cli"
 	"github.com/palisade-sandbox/palisade/pkg/feature"
 	"github.com/palisade-sandbox/palisade/pkg/fence"
 	"github.com/palisade-sandbox/palisade/pkg/ocsf"
+	"github.com/palisade-sandbox/palisade/pkg/policy"
 	"github.com/palisade-sandbox/palisade/pkg/proxy"
 	"github.com/palisade-sandbox/palisade/pkg/runtimetune"
 	"github.com/palisade-sandbox/palisade/pkg/ssrf"
@@ -484,6 +486,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		CA:            ca,
 		UpstreamRoots: roots,
 		Logger:        log,
+		BinaryNotes:   binaryNotes,
+		// Run for a sandbox, the supervisor said the first load's notes.
+		QuietFirstNotes: f.cgroup != "",
 		Limits: proxy.Limits{
 			MaxHeadBytes:   f.maxHeadBytes,
 			HeadTimeout:    f.headTimeout,
@@ -695,3 +700,7 @@ func (l *pathList) Set(v string) error {
 	*l = append(*l, filepath.Clean(v))
 	return nil
 }
+
+// binaryNotes are the notes on a loaded policy's binaries (the
+// standard PATH finds an "#!/usr/bin/env NAME" script's NAME).
+func binaryNotes(p *policy.Policy) []binaries.Note { return binaries.Notes(p, binaries.Options{}) }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/palisade-sandbox/palisade/pkg/binaries"
 	"github.com/palisade-sandbox/palisade/pkg/cli"
 	"github.com/palisade-sandbox/palisade/pkg/fsutil"
 	"github.com/palisade-sandbox/palisade/pkg/policy"
@@ -22,6 +23,9 @@ type checkResult struct {
 	Policy   *policy.Policy       `json:"policy,omitempty"`
 	Problems []*policy.FieldError `json:"problems,omitempty"`
 	Error    string               `json:"error,omitempty"`
+	// Warnings say what listed binaries really are on this host
+	// (binaries.Notes); they never make a policy invalid.
+	Warnings []binaries.Note `json:"warnings,omitempty"`
 }
 
 var checkCmd = &command{
@@ -36,7 +40,15 @@ lists every problem with its field path and line, and exits 1.
 --workdir also checks that no allowed binary lies under that working
 directory when include_workdir is true. A policy not within the host's
 policy ceiling (--ceiling; docs/policy.md, "Ceiling") is invalid here:
-each excess is listed as a problem.`,
+each excess is listed as a problem.
+
+A valid policy's binaries are also looked up on this host, because the
+proxy matches the file the kernel runs: a listed "#!" script (or a link
+to one) never connects itself, its interpreter does; a link is seen as
+its target; a listed general interpreter (python, node, sh, ...) passes
+its access to any code it runs (each a "warning:" line on stderr); a
+listed path may not exist here (a "note:" line). In --json all are in
+"warnings". None makes the policy invalid.`,
 	examples: `  policy-sync check /etc/mac/openshell-policy.yaml
   policy-sync check --json ~/.mac/openshell-policy.yaml | jq .checksum
   policy-sync check policy.yaml --workdir /home/hermes/work
@@ -71,6 +83,7 @@ each excess is listed as a problem.`,
 				res.Valid = true
 				res.Checksum = p.Checksum()
 				res.Policy = p
+				res.Warnings = binaries.Notes(p, binaries.Options{})
 			}
 			if *asJSON {
 				if err := cli.WriteJSON(a.stdout, res); err != nil {
@@ -78,6 +91,13 @@ each excess is listed as a problem.`,
 				}
 			} else {
 				printCheck(a.stdout, res, p)
+				for _, n := range res.Warnings {
+					kind := "warning"
+					if !n.Actionable() {
+						kind = "note"
+					}
+					fmt.Fprintf(a.stderr, "%s: %s\n", kind, n)
+				}
 			}
 			switch {
 			case res.Valid:

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/palisade-sandbox/palisade/pkg/binaries"
 	"github.com/palisade-sandbox/palisade/pkg/ceiling"
 	"github.com/palisade-sandbox/palisade/pkg/cli"
 	"github.com/palisade-sandbox/palisade/pkg/egress"
@@ -419,6 +420,9 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if err != nil {
 		return cli.Usagef("%v", err)
 	}
+	if !specOnly {
+		warnBinaries(logger, resolved, env)
+	}
 	if specOnly {
 		uid, gid, err := sandbox.ResolveIdentity(pinfo.RunAsUser, pinfo.RunAsGroup)
 		if err != nil {
@@ -504,6 +508,27 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		return cli.Quiet(res.ExitCode)
 	}
 	return nil
+}
+
+// warnBinaries says what the policy's listed binaries really are on this
+// host (binaries.Notes): a script whose interpreter is what connects, a
+// symlink the kernel resolves, a general interpreter (each a warning),
+// a missing path (info: often meant, in a policy for several hosts).
+// The sandbox's own PATH finds an "#!/usr/bin/env NAME" script's NAME.
+func warnBinaries(logger *slog.Logger, r *policy.Resolved, env []string) {
+	path := ""
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			path = v
+		}
+	}
+	for _, n := range binaries.Notes(r.Policy, binaries.Options{Path: path}) {
+		if n.Actionable() {
+			logger.Warn(n.String(), "policy", r.Path)
+		} else {
+			logger.Info(n.String(), "policy", r.Path)
+		}
+	}
 }
 
 // proxyConfig is the egress proxy's configuration from run's flags (the

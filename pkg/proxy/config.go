@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/palisade-sandbox/palisade/pkg/binaries"
 	"github.com/palisade-sandbox/palisade/pkg/ocsf"
 	"github.com/palisade-sandbox/palisade/pkg/policy"
 	"github.com/palisade-sandbox/palisade/pkg/tlsca"
@@ -273,7 +274,17 @@ type Config struct {
 	Events ocsf.Emitter
 	// Logger receives operational logs (never secrets). nil discards.
 	Logger *slog.Logger
-	Limits Limits
+	// BinaryNotes, when set, says what a loaded policy's listed binaries
+	// really are on this host (egress-proxy wires binaries.Notes): a
+	// script whose interpreter is what connects, a symlink, a general
+	// interpreter, a missing path. Each note is logged once per proxy,
+	// when the generation that brings it is swapped in: at warn when it is
+	// Actionable, else at info; with QuietFirstNotes the first
+	// generation's all at info (the supervisor that started this proxy for
+	// a sandbox has said them already).
+	BinaryNotes     func(*policy.Policy) []binaries.Note
+	QuietFirstNotes bool
+	Limits          Limits
 	// CA mints the certificates of terminated TLS connections (tunnels
 	// to inspected endpoints); nil refuses TLS on such tunnels.
 	CA *tlsca.Authority

@@ -1,11 +1,13 @@
 package proxy
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
@@ -99,6 +101,7 @@ func (p *Proxy) Reload(trigger string) (ReloadResult, error) {
 	}
 	p.gen.Store(g)
 	p.lastReloadErr.Store(nil)
+	p.logBinaryNotes(pol, cur == nil)
 	res := ReloadResult{Changed: true, Generation: g.Number, SHA256: sum}
 	if cur == nil {
 		// The first generation: its static sections are the sandbox's.
@@ -120,6 +123,29 @@ func (p *Proxy) Reload(trigger string) (ReloadResult, error) {
 	p.emitEvent(ev)
 	p.log.Info("policy reloaded", "trigger", trigger, "generation", g.Number, "sha256", sum)
 	return res, nil
+}
+
+// logBinaryNotes logs the notes on the policy's binaries not logged
+// before (Config.BinaryNotes).
+func (p *Proxy) logBinaryNotes(pol *policy.Policy, first bool) {
+	if p.cfg.BinaryNotes == nil {
+		return
+	}
+	for _, n := range p.cfg.BinaryNotes(pol) {
+		line := n.String()
+		if p.notesSaid[line] {
+			continue
+		}
+		if p.notesSaid == nil {
+			p.notesSaid = map[string]bool{}
+		}
+		p.notesSaid[line] = true
+		level := slog.LevelInfo
+		if n.Actionable() && !(first && p.cfg.QuietFirstNotes) {
+			level = slog.LevelWarn
+		}
+		p.log.Log(context.Background(), level, line, "path", p.cfg.PolicyPath)
+	}
 }
 
 func (p *Proxy) compile(pol *policy.Policy, sum string) (*Generation, error) {

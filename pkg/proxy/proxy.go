@@ -37,6 +37,7 @@ type Proxy struct {
 	baseStatic    string
 	baseTCP       bool // the first generation had a protocol: tcp endpoint
 	lastReloadErr atomic.Pointer[string]
+	notesSaid     map[string]bool // BinaryNotes already logged; guarded by reloadMu
 
 	sem       chan struct{} // concurrent connection slots
 	rejectSem chan struct{} // slots for writing 503s when over the cap
