@@ -12,42 +12,32 @@ import (
 	"github.com/palisade-sandbox/palisade/pkg/testutil"
 )
 
-// readmeLine returns the first README.md line match accepts.
-func readmeLine(t *testing.T, what string, match func(string) bool) string {
-	t.Helper()
-	root, err := testutil.ModuleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(filepath.Join(root, "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if match(line) {
-			return line
-		}
-	}
-	t.Fatalf("README.md has no %s", what)
-	return ""
-}
-
-// readmeFirstCommand returns the README's first sandbox command (after
-// `make build && sudo `), with ./bin/sandbox-supervisor replaced by bin
-// and --state-dir st added after run.
+// readmeFirstCommand returns the README's first sandbox command (the
+// run line of its first block) without its --workdir, so that it starts
+// in the current directory as the README says a run without --workdir
+// does, with ./bin/sandbox-supervisor replaced by bin and --state-dir st
+// added after run.
 func readmeFirstCommand(t *testing.T, bin, st string) string {
 	t.Helper()
-	line := readmeLine(t, "`make build && sudo ./bin/sandbox-supervisor run ...` line", func(l string) bool {
-		return strings.HasPrefix(l, "make build && sudo ./bin/sandbox-supervisor run ")
-	})
-	cmd := strings.TrimPrefix(line, "make build && sudo ")
+	line := ""
+	for _, l := range strings.Split(readmeBlocks(t, "First commands")[0], "\n") {
+		if strings.HasPrefix(l, "./bin/sandbox-supervisor run ") {
+			line = l
+			break
+		}
+	}
+	if !strings.Contains(line, " --workdir /var/tmp/palisade-work ") {
+		t.Fatalf("README's first block has no `./bin/sandbox-supervisor run --workdir /var/tmp/palisade-work ...` line")
+	}
+	cmd := strings.Replace(line, " --workdir /var/tmp/palisade-work ", " ", 1)
 	return strings.Replace(cmd, "./bin/sandbox-supervisor run ", bin+" run --state-dir "+st+" ", 1)
 }
 
-// Issue 16 item 1: the README's first command, pasted in a clone in
-// root's home (0700) or a normal user's home (0755 on Debian, 0750 on
-// newer Ubuntu), either works as written or stops with 125 and a message
-// naming the directory, the sandbox identity and --workdir. Before the
+// Issue 16 item 1: the README's first command without --workdir, pasted
+// in a clone in root's home (0700) or a normal user's home (0755 on
+// Debian, 0750 on newer Ubuntu), either works or stops with 125 and a
+// message naming the directory, the sandbox identity and --workdir, as
+// the README says. Before the
 // fix root's home ended in exit 126, "fork/exec ...: permission denied".
 func TestReadmeFirstCommandFromAHome(t *testing.T) {
 	testutil.RequireRoot(t)

@@ -12,14 +12,15 @@ import (
 	"github.com/palisade-sandbox/palisade/pkg/testutil"
 )
 
-// readmePipeline returns the README's --events /dev/fd/3 pipeline: the
-// part inside `sudo sh -c '...'`.
+// readmePipeline returns the README's --events /dev/fd/3 pipeline (its
+// second block of first commands).
 func readmePipeline(t *testing.T) string {
 	t.Helper()
-	line := readmeLine(t, "`sudo sh -c '... --events /dev/fd/3 ...'` pipeline", func(l string) bool {
-		return strings.HasPrefix(l, "sudo sh -c '") && strings.Contains(l, "--events /dev/fd/3") && strings.HasSuffix(l, "'")
-	})
-	return strings.TrimSuffix(strings.TrimPrefix(line, "sudo sh -c '"), "'")
+	blocks := readmeBlocks(t, "First commands")
+	if len(blocks) < 2 || !strings.Contains(blocks[1], "--events /dev/fd/3") {
+		t.Fatalf("README's second block of first commands is not the --events /dev/fd/3 pipeline: %q", blocks)
+	}
+	return strings.TrimSpace(blocks[1])
 }
 
 // Issue 16 item 8: the README's pipeline runs. The command's own stdout
