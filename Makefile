@@ -4,8 +4,9 @@ PREFIX    ?= /usr/local
 DESTDIR   ?=
 BINDIR    := $(DESTDIR)$(PREFIX)/bin
 FUZZTIME  ?= 20s
-# Test flags; CI adds -v-free summaries. Tests that need root or kernel
-# features skip unless PALISADE_REQUIRE_PRIVILEGED=1, which turns skips into failures.
+# Test flags. Tests that need root, kernel features, commands or data
+# skip (and say why) unless PALISADE_REQUIRE_PRIVILEGED=1, which turns
+# those skips into failures.
 TESTFLAGS ?= -count=1 -timeout 30m
 
 BINARIES := $(notdir $(wildcard cmd/*))
@@ -38,10 +39,13 @@ build:
 	$(GO) build -trimpath -buildvcs=false -ldflags '$(LDFLAGS)' -o $(OUT)/ ./cmd/...
 
 # Privileged integration tests run the binaries from ./bin, so build first.
+# scripts/testsum runs go test -json and prints what go test prints (ok/FAIL
+# per package, the output of failed tests only), then the skipped tests
+# grouped by reason; it exits with go test's status.
 test: build
 	$(GO) vet ./...
 	GOOS=darwin $(GO) vet ./...
-	PALISADE_BIN_DIR=$(CURDIR)/bin $(GO) test $(TESTFLAGS) ./...
+	PALISADE_BIN_DIR=$(CURDIR)/bin $(GO) run ./scripts/testsum -go $(GO) -- $(TESTFLAGS) ./...
 
 bench: build
 	PALISADE_BIN_DIR=$(CURDIR)/bin $(GO) test -run '^$$' -bench . -benchmem ./...

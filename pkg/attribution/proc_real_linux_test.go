@@ -115,7 +115,7 @@ func newTestSandbox(t testing.TB, pidsLimit int64) *testSandbox {
 	}
 	s.init = exec.Command(self, "init")
 	s.init.Env = append(os.Environ(), testutil.ChildEnv+"="+childHelper)
-	s.init.Stderr = os.Stderr
+	s.init.Stderr = testutil.LogWriter(t, "init")
 	if s.stdin, err = s.init.StdinPipe(); err != nil {
 		t.Fatal(err)
 	}

@@ -271,7 +271,7 @@ func TestAuditDaemonStandIn(t *testing.T) {
 	daemon.Env = append(os.Environ(), testutil.ChildEnv+"=audit-standin")
 	stdin, _ := daemon.StdinPipe()
 	stdout, _ := daemon.StdoutPipe()
-	daemon.Stderr = os.Stderr
+	daemon.Stderr = testutil.LogWriter(t, "audit daemon")
 	if err := daemon.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -157,6 +157,15 @@ func (valueWriter) Write(p []byte) (int, error) { return len(p), nil }
 
 func TestSameStream(t *testing.T) {
 	var a, b bytes.Buffer
+	// Two files of their own: os.Stdout and os.Stderr are one *os.File
+	// under go test -json (the testing package points os.Stderr at
+	// os.Stdout to keep the output in order).
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
 	for _, c := range []struct {
 		x, y any
 		want bool
@@ -165,8 +174,8 @@ func TestSameStream(t *testing.T) {
 		{&a, &b, false},
 		{nil, nil, true},
 		{&a, nil, false},
-		{os.Stdout, os.Stdout, true},
-		{os.Stdout, os.Stderr, false},
+		{w, w, true},
+		{r, w, false},
 		{valueWriter{}, valueWriter{}, false},
 	} {
 		if got := same(c.x, c.y); got != c.want {

@@ -117,7 +117,7 @@ func (l *lab) command(script string) *exec.Cmd {
 		"--state-dir", l.state, "--workdir", l.wd}
 	args = append(append(args, l.runArgs...), "--", "/bin/sh", "-c", script)
 	cmd := exec.Command(l.sup, args...)
-	cmd.Stderr = os.Stderr
+	cmd.Stderr = testutil.LogWriter(l.t, "sandbox-supervisor")
 	return cmd
 }
 

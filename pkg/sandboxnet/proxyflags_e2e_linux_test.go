@@ -60,7 +60,7 @@ func TestRunPassesDNSTTLAndProcsToTheProxy(t *testing.T) {
 	name := testutil.UniqueName("pf-")
 	cmd := exec.Command(l.sup, "run", "--name", name, "--policy", l.policy, "--hosts-file", l.hosts, "--events", l.events,
 		"--state-dir", l.state, "--workdir", l.wd, "--dns-ttl", "7s", "--proxy-procs", "2", "--", "/bin/sh", "-c", ttlScript)
-	cmd.Stderr = os.Stderr
+	cmd.Stderr = testutil.LogWriter(t, "sandbox-supervisor")
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -165,7 +165,7 @@ func newAttacher(t *testing.T, rec *incidents, mode string, restarts int) (*Atta
 	}
 	a, err := New(Config{
 		ProxyBin: os.Args[0], PolicyPath: policy, Incidents: rec, MaxRestarts: restarts,
-		ReadyTimeout: ready, Stderr: os.Stderr,
+		ReadyTimeout: ready, Stderr: testutil.LogWriter(t, "egress-proxy"),
 	})
 	if err != nil {
 		t.Fatal(err)

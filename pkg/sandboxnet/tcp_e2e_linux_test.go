@@ -303,17 +303,35 @@ func TestTransparentTCPEpochAcrossProxyRestart(t *testing.T) {
 	}
 }
 
-// listening reports whether process pid's network namespace has a TCP
-// socket listening on port.
+// listening reports whether process pid itself holds a TCP socket
+// listening on port. /proc/<pid>/net/tcp is the whole network
+// namespace's table: in the host namespace it also lists every other
+// sandbox's proxy on the same port (each on its own host address), so
+// the socket must be one of pid's own descriptors. (Matching the port
+// alone passed as soon as any other sandbox's proxy listened on 3130,
+// before the restarted proxy did: the cached connection was refused,
+// ECONNREFUSED, and no other_epoch event was written.)
 func listening(pid int, port uint16) bool {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/tcp", pid))
 	if err != nil {
 		return false
 	}
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return false
+	}
+	own := map[string]bool{}
+	for _, fd := range fds {
+		if l, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name())); err == nil {
+			if inode, ok := strings.CutPrefix(l, "socket:["); ok {
+				own[strings.TrimSuffix(inode, "]")] = true
+			}
+		}
+	}
 	want := fmt.Sprintf(":%04X", port)
 	for _, line := range strings.Split(string(b), "\n")[1:] {
 		f := strings.Fields(line)
-		if len(f) > 3 && strings.HasSuffix(f[1], want) && f[3] == "0A" {
+		if len(f) > 9 && strings.HasSuffix(f[1], want) && f[3] == "0A" && own[f[9]] {
 			return true
 		}
 	}

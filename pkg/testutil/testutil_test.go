@@ -1,6 +1,7 @@
 package testutil
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -99,5 +100,33 @@ func TestRequireReachableStrictFails(t *testing.T) {
 			!strings.Contains(string(out), "the test registry (127.0.0.1:1 reachable from this host)") {
 			t.Fatalf("%s=%q: %s", RequirePrivilegedEnv, strict, out)
 		}
+	}
+}
+
+// fakeTB records Logf calls.
+type fakeTB struct {
+	testing.TB
+	logs     []string
+	cleanups []func()
+}
+
+func (f *fakeTB) Logf(format string, args ...any) {
+	f.logs = append(f.logs, fmt.Sprintf(format, args...))
+}
+func (f *fakeTB) Cleanup(fn func()) { f.cleanups = append(f.cleanups, fn) }
+func (f *fakeTB) Helper()           {}
+
+func TestLogWriterLinesToTheTestLog(t *testing.T) {
+	f := &fakeTB{}
+	w := LogWriter(f, "proxy")
+	w.Write([]byte("level=WARN msg=one\nlevel=INFO ms"))
+	w.Write([]byte("g=two\nunfinished"))
+	for _, c := range f.cleanups {
+		c()
+	}
+	w.Write([]byte("after the test\n"))
+	want := []string{"proxy: level=WARN msg=one", "proxy: level=INFO msg=two", "proxy: unfinished"}
+	if strings.Join(f.logs, "|") != strings.Join(want, "|") {
+		t.Fatalf("logged %q, want %q", f.logs, want)
 	}
 }
