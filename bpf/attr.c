@@ -392,15 +392,99 @@ static __always_inline int tuple_of(struct bpf_sock_ops *ctx, struct tuple *t)
 	return 1;
 }
 
+// The send guard: bytes on a connection the proxy decided may be sent
+// only by the process it was decided on or its descendants. Every
+// sandbox TCP socket to a peer outside the sandbox (all of which reach
+// the proxy, directly or captured by the fence) joins the guarded
+// sockhash when it is established, so the send_guard sk_msg program
+// runs on each of its sends (write, send*, sendfile and splice all end
+// in the protocol's sendmsg); the proxy binds the socket to its decided
+// process (decided) once it attributed the connection.
+struct {
+	__uint(type, BPF_MAP_TYPE_SOCKHASH);
+	__uint(max_entries, 65536);
+	__type(key, __u64); // socket cookie
+	__type(value, __u64);
+} guarded SEC(".maps");
+
+// Each guarded socket's cookie, in the socket (an sk_msg program cannot
+// compute it).
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, __u64);
+} guard_cookie SEC(".maps");
+
+// decided_info is the process a connection was decided on, written by
+// the proxy; the program marks a connection it refused a send on.
+struct decided_info {
+	__u32 tgid;
+	__u32 flags; // DECIDED_VIOLATED
+	__u64 start_time;
+};
+
+#define DECIDED_VIOLATED 1
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u64); // socket cookie
+	__type(value, struct decided_info);
+} decided SEC(".maps");
+
+// violation is one refused send, for the proxy (the violations ring).
+struct violation {
+	__u64 cookie;
+	__u32 tgid; // the sender
+	__u32 pid;
+	__u64 start_time;
+	__u64 exe_ino;
+	__u32 exe_dev;
+	__u32 pad;
+	char comm[16];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 256 * 1024);
+} violations SEC(".maps");
+
+// Keeps struct violation in the object's BTF for bpf2go (the ring
+// buffer map has no value type).
+const struct violation *unused_violation __attribute__((unused));
+
+// guard_on[0] is set by the proxy once send_guard is attached to the
+// guarded sockhash: until then sockets are not added (a member of a
+// sockhash with no program is a cost for nothing).
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} guard_on SEC(".maps");
+
+// loopback reports whether t's peer is a loopback address (the
+// sandbox's own services, which the proxy never decides on).
+static __always_inline int loopback(struct tuple *t)
+{
+	if (t->remote[0] == 0 && t->remote[1] == 0 && t->remote[2] == bpf_htonl(0xffff))
+		return (bpf_ntohl(t->remote[3]) >> 24) == 127;
+	return t->remote[0] == 0 && t->remote[1] == 0 && t->remote[2] == 0 && t->remote[3] == bpf_htonl(1);
+}
+
 // sock_ops indexes a connecting socket's cookie by its 4-tuple
 // (TCP_CONNECT_CB: the local port is bound by then) and asks for state
-// callbacks; the move to TCP_CLOSE removes both the tuple and the
-// connection record.
+// callbacks; puts an established socket to a peer outside the sandbox
+// under the send guard; and at the move to TCP_CLOSE removes the tuple,
+// the connection record and the decision.
 SEC("sockops")
 int sock_ops(struct bpf_sock_ops *ctx)
 {
 	struct tuple t = {};
-	__u64 cookie;
+	struct bpf_sock *sk;
+	__u64 cookie, *stored;
+	__u32 zero = 0, *on;
 
 	switch (ctx->op) {
 	case BPF_SOCK_OPS_TCP_CONNECT_CB:
@@ -409,16 +493,101 @@ int sock_ops(struct bpf_sock_ops *ctx)
 		if (tuple_of(ctx, &t))
 			bpf_map_update_elem(&tuples, &t, &cookie, BPF_ANY);
 		break;
+	case BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB:
+		on = bpf_map_lookup_elem(&guard_on, &zero);
+		if (!on || !*on || !tuple_of(ctx, &t) || loopback(&t))
+			break;
+		sk = ctx->sk;
+		if (!sk)
+			break;
+		cookie = bpf_get_socket_cookie(ctx);
+		stored = bpf_sk_storage_get(&guard_cookie, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+		if (!stored)
+			break;
+		*stored = cookie;
+		bpf_sock_hash_update(ctx, &guarded, &cookie, BPF_NOEXIST);
+		break;
 	case BPF_SOCK_OPS_STATE_CB:
 		if (ctx->args[1] == BPF_TCP_CLOSE) {
 			cookie = bpf_get_socket_cookie(ctx);
 			bpf_map_delete_elem(&conns, &cookie);
+			bpf_map_delete_elem(&decided, &cookie);
 			if (tuple_of(ctx, &t))
 				bpf_map_delete_elem(&tuples, &t);
 		}
 		break;
 	}
 	return 1;
+}
+
+// GUARD_ANCESTORS bounds the walk from a sender up to the decided
+// process: a sender further down is refused.
+#define GUARD_ANCESTORS 32
+
+// decided_or_descendant reports whether task is the decided process
+// (tgid and start time) or one of its descendants, by the kernel's live
+// parent links (a process whose parent exited was handed to the sandbox
+// init: it is no one's descendant any more).
+static __always_inline int decided_or_descendant(struct task_struct *task, struct decided_info *d)
+{
+	for (int i = 0; i < GUARD_ANCESTORS; i++) {
+		struct task_struct *parent;
+
+		if (BPF_CORE_READ(task, tgid) == d->tgid &&
+		    BPF_CORE_READ(task, group_leader, start_time) == d->start_time)
+			return 1;
+		parent = BPF_CORE_READ(task, real_parent);
+		if (!parent || parent == task || BPF_CORE_READ(task, pid) <= 1)
+			return 0;
+		task = parent;
+	}
+	return 0;
+}
+
+// send_guard runs on every send on a guarded socket: before the proxy
+// decided it, anything passes (the decision names the holder then);
+// after, only the decided process and its descendants; any other sender
+// is refused (EACCES), the connection is marked so that every later send
+// on it is refused too, and the proxy is told (it closes the connection
+// and reports the sender).
+SEC("sk_msg")
+int send_guard(struct sk_msg_md *msg)
+{
+	struct task_struct *task;
+	struct decided_info *d;
+	struct violation *v;
+	struct bpf_sock *sk = msg->sk;
+	__u64 *c, cookie;
+
+	if (!sk)
+		return SK_PASS;
+	c = bpf_sk_storage_get(&guard_cookie, sk, 0, 0);
+	if (!c)
+		return SK_PASS;
+	cookie = *c;
+	d = bpf_map_lookup_elem(&decided, &cookie);
+	if (!d)
+		return SK_PASS;
+	if (d->flags & DECIDED_VIOLATED)
+		return SK_DROP;
+	task = (struct task_struct *)bpf_get_current_task();
+	if (decided_or_descendant(task, d))
+		return SK_PASS;
+	d->flags |= DECIDED_VIOLATED;
+	v = bpf_ringbuf_reserve(&violations, sizeof(*v), 0);
+	if (v) {
+		struct file *exe = BPF_CORE_READ(task, mm, exe_file);
+		v->cookie = cookie;
+		v->tgid = BPF_CORE_READ(task, tgid);
+		v->pid = BPF_CORE_READ(task, pid);
+		v->start_time = BPF_CORE_READ(task, group_leader, start_time);
+		v->exe_ino = exe ? BPF_CORE_READ(exe, f_inode, i_ino) : 0;
+		v->exe_dev = exe ? BPF_CORE_READ(exe, f_inode, i_sb, s_dev) : 0;
+		v->pad = 0;
+		BPF_CORE_READ_STR_INTO(&v->comm, task, group_leader, comm);
+		bpf_ringbuf_submit(v, 0);
+	}
+	return SK_DROP;
 }
 
 static __always_inline int in_sandbox(void)

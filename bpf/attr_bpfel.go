@@ -25,6 +25,13 @@ type AttrConnInfo struct {
 	SockIno  uint64
 }
 
+type AttrDecidedInfo struct {
+	_         structs.HostLayout
+	Tgid      uint32
+	Flags     uint32
+	StartTime uint64
+}
+
 type AttrLookupCtx struct {
 	_      structs.HostLayout
 	Key    AttrTuple
@@ -84,18 +91,35 @@ type AttrTuple struct {
 	Pad        uint32
 }
 
+type AttrViolation struct {
+	_         structs.HostLayout
+	Cookie    uint64
+	Tgid      uint32
+	Pid       uint32
+	StartTime uint64
+	ExeIno    uint64
+	ExeDev    uint32
+	Pad       uint32
+	Comm      [16]int8
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	AttrMapConnectFds             = "connect_fds"
 	AttrMapConns                  = "conns"
+	AttrMapDecided                = "decided"
 	AttrMapExecs                  = "execs"
+	AttrMapGuardCookie            = "guard_cookie"
+	AttrMapGuardOn                = "guard_on"
+	AttrMapGuarded                = "guarded"
 	AttrMapMprotects              = "mprotects"
 	AttrMapPasses                 = "passes"
 	AttrMapProcs                  = "procs"
 	AttrMapSandboxCgroup          = "sandbox_cgroup"
 	AttrMapTuples                 = "tuples"
+	AttrMapViolations             = "violations"
 	AttrMapWritable               = "writable"
 	AttrProgCodeMmap              = "code_mmap"
 	AttrProgCodeMprotectEnter     = "code_mprotect_enter"
@@ -114,7 +138,9 @@ const (
 	AttrProgProcExit              = "proc_exit"
 	AttrProgProcFork              = "proc_fork"
 	AttrProgSeed                  = "seed"
+	AttrProgSendGuard             = "send_guard"
 	AttrProgSockOps               = "sock_ops"
+	AttrVarUnusedViolation        = "unused_violation"
 )
 
 // LoadAttr returns the embedded CollectionSpec for Attr.
@@ -176,6 +202,7 @@ type AttrProgramSpecs struct {
 	ProcExit              *ebpf.ProgramSpec `ebpf:"proc_exit"`
 	ProcFork              *ebpf.ProgramSpec `ebpf:"proc_fork"`
 	Seed                  *ebpf.ProgramSpec `ebpf:"seed"`
+	SendGuard             *ebpf.ProgramSpec `ebpf:"send_guard"`
 	SockOps               *ebpf.ProgramSpec `ebpf:"sock_ops"`
 }
 
@@ -185,12 +212,17 @@ type AttrProgramSpecs struct {
 type AttrMapSpecs struct {
 	ConnectFds    *ebpf.MapSpec `ebpf:"connect_fds"`
 	Conns         *ebpf.MapSpec `ebpf:"conns"`
+	Decided       *ebpf.MapSpec `ebpf:"decided"`
 	Execs         *ebpf.MapSpec `ebpf:"execs"`
+	GuardCookie   *ebpf.MapSpec `ebpf:"guard_cookie"`
+	GuardOn       *ebpf.MapSpec `ebpf:"guard_on"`
+	Guarded       *ebpf.MapSpec `ebpf:"guarded"`
 	Mprotects     *ebpf.MapSpec `ebpf:"mprotects"`
 	Passes        *ebpf.MapSpec `ebpf:"passes"`
 	Procs         *ebpf.MapSpec `ebpf:"procs"`
 	SandboxCgroup *ebpf.MapSpec `ebpf:"sandbox_cgroup"`
 	Tuples        *ebpf.MapSpec `ebpf:"tuples"`
+	Violations    *ebpf.MapSpec `ebpf:"violations"`
 	Writable      *ebpf.MapSpec `ebpf:"writable"`
 }
 
@@ -198,6 +230,7 @@ type AttrMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type AttrVariableSpecs struct {
+	UnusedViolation *ebpf.VariableSpec `ebpf:"unused_violation"`
 }
 
 // AttrObjects contains all objects after they have been loaded into the kernel.
@@ -222,12 +255,17 @@ func (o *AttrObjects) Close() error {
 type AttrMaps struct {
 	ConnectFds    *ebpf.Map `ebpf:"connect_fds"`
 	Conns         *ebpf.Map `ebpf:"conns"`
+	Decided       *ebpf.Map `ebpf:"decided"`
 	Execs         *ebpf.Map `ebpf:"execs"`
+	GuardCookie   *ebpf.Map `ebpf:"guard_cookie"`
+	GuardOn       *ebpf.Map `ebpf:"guard_on"`
+	Guarded       *ebpf.Map `ebpf:"guarded"`
 	Mprotects     *ebpf.Map `ebpf:"mprotects"`
 	Passes        *ebpf.Map `ebpf:"passes"`
 	Procs         *ebpf.Map `ebpf:"procs"`
 	SandboxCgroup *ebpf.Map `ebpf:"sandbox_cgroup"`
 	Tuples        *ebpf.Map `ebpf:"tuples"`
+	Violations    *ebpf.Map `ebpf:"violations"`
 	Writable      *ebpf.Map `ebpf:"writable"`
 }
 
@@ -235,12 +273,17 @@ func (m *AttrMaps) Close() error {
 	return _AttrClose(
 		m.ConnectFds,
 		m.Conns,
+		m.Decided,
 		m.Execs,
+		m.GuardCookie,
+		m.GuardOn,
+		m.Guarded,
 		m.Mprotects,
 		m.Passes,
 		m.Procs,
 		m.SandboxCgroup,
 		m.Tuples,
+		m.Violations,
 		m.Writable,
 	)
 }
@@ -249,6 +292,7 @@ func (m *AttrMaps) Close() error {
 //
 // It can be passed to LoadAttrObjects or ebpf.CollectionSpec.LoadAndAssign.
 type AttrVariables struct {
+	UnusedViolation *ebpf.Variable `ebpf:"unused_violation"`
 }
 
 // AttrPrograms contains all programs after they have been loaded into the kernel.
@@ -272,6 +316,7 @@ type AttrPrograms struct {
 	ProcExit              *ebpf.Program `ebpf:"proc_exit"`
 	ProcFork              *ebpf.Program `ebpf:"proc_fork"`
 	Seed                  *ebpf.Program `ebpf:"seed"`
+	SendGuard             *ebpf.Program `ebpf:"send_guard"`
 	SockOps               *ebpf.Program `ebpf:"sock_ops"`
 }
 
@@ -294,6 +339,7 @@ func (p *AttrPrograms) Close() error {
 		p.ProcExit,
 		p.ProcFork,
 		p.Seed,
+		p.SendGuard,
 		p.SockOps,
 	)
 }

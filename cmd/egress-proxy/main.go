@@ -113,6 +113,12 @@ Flags:
                          (search the sandbox's /proc fd tables per
                          connection) or auto (default: bpf when it loads,
                          else proc with a Device Config State Change event)
+  --send-guard MODE      hold each decided connection to the process it was
+                         decided on, in the kernel (only it and its
+                         descendants may send on it afterwards): auto
+                         (default: when the eBPF backend can), require
+                         (exit 1 when it cannot: sandbox-supervisor passes
+                         it under hard_requirement) or off
   --writable PATH        a path the sandbox may write (its workdir, each
                          read_write path; repeat it): a process that maps
                          executable code from under one, or from a writable
@@ -210,7 +216,7 @@ func main() {
 type flags struct {
 	policy, listen, fenceListen, control, events, hostsFile string
 	sandbox, cgroup, pins, logFormat, logLevel, clientCC    string
-	attribution                                             string
+	attribution, sendGuard                                  string
 	writable                                                pathList
 	caOut, upstreamCA, ceiling                              string
 	dnsListen, transparentListen                            string
@@ -242,6 +248,7 @@ func parseFlags(args []string, stdout io.Writer) (*flags, bool, error) {
 	fs.StringVar(&f.cgroup, "cgroup", "", "sandbox cgroup name")
 	fs.IntVar(&f.initPID, "init-pid", 0, "sandbox init pid")
 	fs.Var(&f.writable, "writable", "a path the sandbox may write (repeatable)")
+	fs.StringVar(&f.sendGuard, "send-guard", "auto", "hold decided connections to their process: auto, require or off")
 	fs.StringVar(&f.pins, "pins", "", "binary pin file")
 	fs.IntVar(&f.readyFD, "ready-fd", -1, "readiness fd")
 	fs.IntVar(&f.maxConns, "max-conns", proxy.DefaultMaxConns, "concurrent connections")
@@ -279,6 +286,10 @@ func parseFlags(args []string, stdout io.Writer) (*flags, bool, error) {
 		return nil, false, cli.Usagef("--cgroup and --init-pid go together (sandbox mode) or not at all (standalone)")
 	case f.initPID < 0:
 		return nil, false, cli.Usagef("--init-pid %d: want a positive pid", f.initPID)
+	case f.sendGuard != "auto" && f.sendGuard != "require" && f.sendGuard != "off":
+		return nil, false, cli.Usagef("--send-guard %q: want auto, require or off", f.sendGuard)
+	case f.sendGuard == "require" && f.cgroup == "":
+		return nil, false, cli.Usagef("--send-guard require needs sandbox mode (--cgroup and --init-pid): the guard attaches to the sandbox's cgroup")
 	case len(f.writable) > 0 && f.cgroup == "":
 		return nil, false, cli.Usagef("--writable needs sandbox mode (--cgroup and --init-pid)")
 	case f.readyFD != -1 && f.readyFD < 3:
@@ -421,6 +432,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return cli.Failf("%v", err)
 	}
 	defer closeAttr()
+	guard, err := sendGuard(f, attr, events, src, log)
+	if err != nil {
+		return cli.Failf("%v", err)
+	}
 	pinner, err := attribution.NewPinner(f.pins, 0)
 	if err != nil {
 		return cli.Failf("--pins: %v", err)
@@ -479,6 +494,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		Canonicalize:  proxy.CanonicalHost,
 		Dialer:        proxy.SSRFDialer{Dialer: dialer},
 		Attributor:    proxy.AttributionBackend{Backend: attr},
+		Guard:         guard,
 		Pinner:        proxy.AttributionPinner{Pinner: pinner},
 		OriginalDst:   fence.OriginalDst,
 		Source:        src,
@@ -652,6 +668,45 @@ func attributor(f *flags, events ocsf.Emitter, src *ocsf.Source, log *slog.Logge
 	emitBackend(events, src, log, attribution.BackendProc, fallback)
 	log.Debug("attribution scoped to the sandbox", "cgroup", f.cgroup, "init_pid", initPID)
 	return b, func() { b.Close(); g.Close() }, nil
+}
+
+// sendGuard returns the send guard --send-guard asks for: the eBPF
+// backend's when it is attached (nil with auto when it is not, or with
+// off); with require, an error naming why it cannot hold connections.
+// The state is reported as a Device Config State Change ("Send Guard").
+func sendGuard(f *flags, attr attribution.Backend, events ocsf.Emitter, src *ocsf.Source, log *slog.Logger) (proxy.SendGuard, error) {
+	if f.sendGuard == "off" {
+		return nil, nil
+	}
+	var why error
+	if b, ok := attr.(*attribution.BPFBackend); ok {
+		if on, err := b.GuardActive(); on {
+			emitGuard(events, src, log, "")
+			return proxy.AttributionGuard{Backend: b}, nil
+		} else {
+			why = err
+		}
+	} else {
+		why = errors.New("the /proc attribution backend cannot hold connections after the decision (it needs the eBPF backend's sk_msg program)")
+	}
+	if f.sendGuard == "require" {
+		return nil, fmt.Errorf("--send-guard require: %v", why)
+	}
+	if f.cgroup != "" {
+		emitGuard(events, src, log, why.Error())
+	}
+	return nil, nil
+}
+
+// emitGuard reports whether decided connections are held to their
+// process; degraded is why not ("" when they are).
+func emitGuard(events ocsf.Emitter, src *ocsf.Source, log *slog.Logger, degraded string) {
+	if degraded != "" {
+		log.Warn("send guard unavailable: after the decision, a descriptor handed to another process could carry the decided process's rights (degraded)", "err", degraded)
+	}
+	if err := events.Emit(src.SendGuard(degraded)); err != nil {
+		log.Warn("send guard event not written", "err", err)
+	}
 }
 
 // emitBackend reports the attribution backend in force; fallback is why

@@ -465,6 +465,13 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		}
 		cfg := proxyConfig(f)
 		cfg.PolicyPath = resolved.Path
+		if pinfo.HardRequirement || cli.Truthy(os.Getenv("MAC_OPENSHELL_REQUIRED")) {
+			// Fail closed: no sandbox whose decided connections could be
+			// borrowed by another process (docs/egress-proxy.md). Seccomp
+			// is never dropped here, so --allow-degraded keeps eBPF.
+			cfg.SendGuard = "require"
+			cfg.Attribution = f.attribution
+		}
 		if ceil != nil {
 			cfg.Ceiling = ceil.Path
 		}

@@ -127,6 +127,10 @@ type Identity struct {
 	// "bpf/fast" when the recorded connector was trusted without the
 	// exhaustive search).
 	Backend string `json:"backend"`
+
+	// cookie and start identify the connection's socket and the
+	// process (its start time) for the eBPF backend's send guard.
+	cookie, start uint64
 }
 
 // Backend names.

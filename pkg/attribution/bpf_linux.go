@@ -86,15 +86,19 @@ type BPFBackend struct {
 	// codeHooksErr says why).
 	codeHooks    string
 	codeHooksErr error
-	links        []link.Link
-	closed       atomic.Bool
-	loaded       bool
+	// guard is the send guard (guard.on false: guardErr says why).
+	guard    sendGuard
+	guardErr error
+	links    []link.Link
+	closed   atomic.Bool
+	loaded   bool
 
 	images imageCache
 	// lookupCtx pools the lookup program's context (about 1 KiB).
 	lookupCtx sync.Pool
 
 	fast, exhaustive, unrecorded, handedOff, imageHits, byTupleHits, tupleMismatch, lookupRunErrors atomic.Uint64
+	guardViolations                                                                                 atomic.Uint64
 }
 
 var _ Backend = (*BPFBackend)(nil)
@@ -177,6 +181,10 @@ func NewBPFBackend(cfg BPFConfig) (_ *BPFBackend, err error) {
 	// Before the seed: a mapping made after it is seen by the hooks, one
 	// made before by the seed's /proc reading.
 	if err := b.attachCodeHooks(cfg); err != nil {
+		return nil, err
+	}
+	// Before sock_ops, which puts established sockets under it.
+	if err := b.attachGuard(); err != nil {
 		return nil, err
 	}
 	for _, at := range []struct {
@@ -295,6 +303,7 @@ func (b *BPFBackend) Close() error {
 	for _, l := range b.links {
 		l.Close()
 	}
+	b.closeGuard()
 	if b.loaded {
 		b.objs.close()
 	}
@@ -318,6 +327,7 @@ func (b *BPFBackend) Counters() map[string]uint64 {
 	c["bpf_by_tuple"] = b.byTupleHits.Load()
 	c["bpf_lookup_run_errors"] = b.lookupRunErrors.Load()
 	c["bpf_tuple_mismatch"] = b.tupleMismatch.Load()
+	c["bpf_guard_violations"] = b.guardViolations.Load()
 	return c
 }
 
@@ -348,6 +358,7 @@ func (b *BPFBackend) Lookup(ctx context.Context, client, proxy netip.AddrPort) (
 		return nil, b.incomplete(ctx, client, proxy, inode)
 	}
 	if id := b.fastPath(ctx, &rec, inode, pre); id != nil {
+		id.cookie = cookie
 		b.fast.Add(1)
 		return id, nil
 	}
@@ -369,6 +380,7 @@ func (b *BPFBackend) Lookup(ctx context.Context, client, proxy netip.AddrPort) (
 			if dc == 0 || b.objs.Conns.Lookup(dc, &rec) != nil {
 				return nil, b.incomplete(ctx, client, proxy, inode)
 			}
+			cookie = dc
 		}
 	}
 	id, err := b.proc.holderOf(ctx, client, proxy, inode)
@@ -379,6 +391,11 @@ func (b *BPFBackend) Lookup(ctx context.Context, client, proxy netip.AddrPort) (
 		return nil, err
 	}
 	id.Backend = BackendBPF
+	id.cookie = cookie
+	var holder palisadebpf.AttrProcInfo
+	if b.objs.Procs.Lookup(uint32(id.PID), &holder) == nil {
+		id.start = holder.StartTime
+	}
 	// The holder's parents as the process tree recorded them at fork
 	// (the /proc walk names a live parent, which may be the sandbox init
 	// or a subreaper that adopted an orphan).
@@ -602,7 +619,7 @@ func (b *BPFBackend) fastPath(ctx context.Context, rec *palisadebpf.AttrConnInfo
 	} else if link, err := os.Readlink(b.procPath(tgid, "fd/"+strconv.Itoa(fd))); err != nil || link != string(want) {
 		return nil
 	}
-	id := &Identity{PID: tgid, Exe: img.exe, SHA256: img.sum, Backend: BackendBPFFast, Ancestors: ancestors}
+	id := &Identity{PID: tgid, Exe: img.exe, SHA256: img.sum, Backend: BackendBPFFast, Ancestors: ancestors, start: cur.StartTime}
 	var entry *palisadebpf.AttrProcInfo
 	if cacheable {
 		entry = &again

@@ -4,6 +4,7 @@ package attribution
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 
@@ -55,3 +56,25 @@ func (*BPFBackend) Counters() map[string]uint64 { return nil }
 func (*BPFBackend) Lookup(context.Context, netip.AddrPort, netip.AddrPort) (*Identity, error) {
 	return nil, fmt.Errorf("attribution: eBPF backend: %w", feature.ErrNotSupported)
 }
+
+// ErrNoGuard: no send guard off Linux.
+var ErrNoGuard = errors.New("attribution: the send guard does not hold this connection")
+
+// SendViolation is a send refused on a guarded connection (Linux only).
+type SendViolation struct {
+	PID, Thread int
+	Exe, Comm   string
+	ExeDev      uint32
+	ExeIno      uint64
+}
+
+// Guard returns ErrNoGuard.
+func (*BPFBackend) Guard(*Identity, func(SendViolation)) (func(), error) {
+	return nil, fmt.Errorf("%w: %w", ErrNoGuard, feature.ErrNotSupported)
+}
+
+// GuardActive reports false.
+func (*BPFBackend) GuardActive() (bool, error) { return false, feature.ErrNotSupported }
+
+// CodeHooks reports none.
+func (*BPFBackend) CodeHooks() (string, error) { return "", feature.ErrNotSupported }

@@ -46,8 +46,9 @@ type coreProgs struct {
 // not at all (a kernel without kfuncs or bpf_find_vma, 5.17, refuses
 // some of them).
 var optionalSets = map[string][]string{
-	"seed": {"seed"},
-	"code": {"code_mmap", "code_shmat", "code_mprotect_enter", "code_mprotect_exit", "code_pkey_mprotect_enter", "code_pkey_mprotect_exit"},
+	"seed":  {"seed"},
+	"guard": {"send_guard"},
+	"code":  {"code_mmap", "code_shmat", "code_mprotect_enter", "code_mprotect_exit", "code_pkey_mprotect_enter", "code_pkey_mprotect_exit"},
 }
 
 // loadAttrObjects loads the maps and the core programs of spec into o,

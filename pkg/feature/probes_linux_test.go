@@ -17,7 +17,7 @@ func TestLinuxProbesRegistered(t *testing.T) {
 }
 
 func TestNetProbesRegistered(t *testing.T) {
-	for _, n := range []string{"nftables", "bpf:cgroup_sock_addr", "bpf:cgroup_sock", "bpf:sock_ops", "bpf:tracepoint"} {
+	for _, n := range []string{"nftables", "bpf:cgroup_sock_addr", "bpf:cgroup_sock", "bpf:sock_ops", "bpf:tracepoint", "bpf:sk_msg"} {
 		p, ok := Lookup(n)
 		if !ok {
 			t.Errorf("probe %q not registered", n)

@@ -22,6 +22,10 @@ var bpfProgTypes = []struct {
 	{"bpf:cgroup_sock", 9 /* BPF_PROG_TYPE_CGROUP_SOCK */, 2 /* BPF_CGROUP_INET_SOCK_CREATE */, "4.10"},
 	{"bpf:sock_ops", 13 /* BPF_PROG_TYPE_SOCK_OPS */, 0, "4.13"},
 	{"bpf:tracepoint", 5 /* BPF_PROG_TYPE_TRACEPOINT */, 0, "4.7"},
+	// The send guard (an sk_msg verdict on the sandbox's sockets):
+	// without it a sandbox runs degraded, and not at all under
+	// hard_requirement.
+	{"bpf:sk_msg", 16 /* BPF_PROG_TYPE_SK_MSG */, 0, "4.17"},
 }
 
 func init() {

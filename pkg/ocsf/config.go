@@ -64,6 +64,27 @@ func (s *Source) PolicyLoaded(p PolicyRef, reload bool) *ConfigStateChange {
 	return e
 }
 
+// SendGuard is a Device Config State Change (5019) saying whether the
+// egress proxy holds each decided connection to the process it was
+// decided on (only it and its descendants may send on it afterwards,
+// enforced in the kernel). degraded is why it cannot ("" when it does):
+// severity Medium, status Failure, state Disabled, the reason in
+// status_detail.
+func (s *Source) SendGuard(degraded string) *ConfigStateChange {
+	e := s.configChange(ActivitySendGuard, SeverityInformational)
+	e.StateID = StateEnabled
+	e.StatusID = StatusSuccess
+	e.Message = "decided connections are held to their process (send guard)"
+	if degraded != "" {
+		e.SeverityID = SeverityMedium
+		e.StateID = StateDisabled
+		e.StatusID = StatusFailure
+		e.StatusDetail = degraded
+		e.Message = "send guard unavailable (degraded): " + degraded
+	}
+	return e
+}
+
 // AttributionBackend is a Device Config State Change (5019) naming the
 // backend that attributes connections to sandbox processes ("bpf" or
 // "proc"). fallback says the eBPF backend was wanted ("auto") but did not

@@ -12,6 +12,7 @@ const (
 	FindingTypeBypass           = "Egress Bypass Attempt"
 	FindingTypeIdentityMismatch = "Binary Identity Mismatch"
 	FindingTypeForeignCode      = "Foreign Code In Process"
+	FindingTypeUndecidedSender  = "Undecided Sender On A Decided Connection"
 )
 
 // Finding is a Detection Finding (2004) Create, status New, flagged as an
@@ -134,6 +135,46 @@ func (s *Source) ForeignCode(actor *Actor, fc ForeignCodeInfo) *DetectionFinding
 	}
 	e := s.Finding(info, SeverityHigh, ev)
 	e.Actor = actor
+	e.ActionID = ActionDenied
+	e.DispositionID = DispositionBlocked
+	return e
+}
+
+// SenderInfo names the process that sent on a decided connection.
+type SenderInfo struct {
+	PID  int
+	Exe  string // "" when it could no longer be named (Comm then)
+	Comm string
+}
+
+// UndecidedSender is a finding that, after the proxy decided a
+// connection for one process (c.Actor), another process that is not
+// its descendant sent bytes on it (a descriptor handed on after the
+// decision): the kernel refused the send and the proxy closed the
+// connection. The evidence names the real sender. Severity High; action
+// Denied.
+func (s *Source) UndecidedSender(c Conn, sender SenderInfo) *DetectionFinding {
+	name := sender.Exe
+	if name == "" {
+		name = sender.Comm
+	}
+	dst := "its destination"
+	if c.Dst != nil {
+		dst = endpointLabel(c.Dst)
+	}
+	info := FindingInfo{
+		UID:   s.newUID("sender"),
+		Title: fmt.Sprintf("%s (pid %d) sent on a connection to %s decided for another process", name, sender.PID, dst),
+		Desc:  "bytes on a decided connection are accepted only from the decided process or its descendants: the send was refused and the connection closed",
+		Types: []string{FindingTypeUndecidedSender},
+	}
+	proc := &Process{PID: sender.PID, Name: sender.Comm, Sandbox: s.Sandbox}
+	if sender.Exe != "" {
+		proc.File = ExeFile(sender.Exe, "")
+	}
+	ev := Evidence{Process: proc, SrcEndpoint: c.Src, DstEndpoint: c.Dst, ConnectionInfo: c.connInfo()}
+	e := s.Finding(info, SeverityHigh, ev)
+	e.Actor = c.Actor
 	e.ActionID = ActionDenied
 	e.DispositionID = DispositionBlocked
 	return e

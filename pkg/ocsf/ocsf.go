@@ -64,6 +64,7 @@ const (
 	ActivityPolicyReload       = "Policy Reload"
 	ActivityConfinementApplied = "Confinement Applied"
 	ActivityAttributionBackend = "Attribution Backend"
+	ActivitySendGuard          = "Send Guard"
 	ActivityPolicyProposal     = "Policy Proposal"
 )
 

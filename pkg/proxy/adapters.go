@@ -84,7 +84,23 @@ func (a AttributionBackend) Lookup(ctx context.Context, client, local netip.Addr
 	if err != nil {
 		return nil, err
 	}
-	return fromAttribution(id), nil
+	out := fromAttribution(id)
+	out.src = id
+	return out, nil
+}
+
+// AttributionGuard adapts an *attribution.BPFBackend's send guard.
+type AttributionGuard struct{ Backend *attribution.BPFBackend }
+
+// Guard implements SendGuard for identities AttributionBackend answered.
+func (g AttributionGuard) Guard(id *Identity, onViolation func(SendViolation)) (func(), error) {
+	src, ok := id.src.(*attribution.Identity)
+	if !ok {
+		return nil, errors.New("send guard: the identity did not come from the eBPF backend")
+	}
+	return g.Backend.Guard(src, func(v attribution.SendViolation) {
+		onViolation(SendViolation{PID: v.PID, Exe: v.Exe, Comm: v.Comm})
+	})
 }
 
 // fromAttribution converts an attribution identity.

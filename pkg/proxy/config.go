@@ -113,6 +113,9 @@ type Identity struct {
 	// an unknown binary, and what only Exe would have allowed is refused
 	// with ReasonForeignCode and a Detection Finding.
 	Code *ForeignCode
+
+	// src is what the attributor answered, for its SendGuard.
+	src any
 }
 
 // ErrAttributionIncomplete is matched (errors.Is) by an Attributor's
@@ -149,6 +152,24 @@ type Attributor interface {
 // returns 0 when the process is gone.
 type SandboxPIDer interface {
 	SandboxPID(hostPID int) int
+}
+
+// SendGuard holds connections to their decided process after the
+// decision. Guard binds the socket id was attributed from to id's
+// process: from then on another sender is refused by the kernel, every
+// later send on the connection too, and onViolation is called with the
+// sender (from another goroutine). release ends the binding. An error
+// means this connection cannot be held.
+type SendGuard interface {
+	Guard(id *Identity, onViolation func(SendViolation)) (release func(), err error)
+}
+
+// SendViolation is a send refused on a guarded connection: PID (host)
+// and Exe ("" when no longer nameable; Comm then) name the real sender.
+type SendViolation struct {
+	PID  int
+	Exe  string
+	Comm string
 }
 
 // AttributionCounter is implemented by an Attributor that counts its
@@ -263,6 +284,12 @@ type Config struct {
 	// caller unknown (Binary "" in decisions, so binary-scoped entries
 	// never match).
 	Attributor Attributor
+	// Guard, when set, holds each attributed connection to the process
+	// it is decided on: only it and its descendants may send on it
+	// afterwards (enforced in the kernel). A connection it cannot hold is
+	// refused (ReasonAttributionIncomplete). nil: no such enforcement
+	// (the attribution backend has none on this host).
+	Guard SendGuard
 	// Pinner enforces trust on first use; nil disables the check.
 	Pinner Pinner
 	// OriginalDst recovers the destination of a fence-captured connection

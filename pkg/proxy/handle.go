@@ -70,7 +70,7 @@ func (p *Proxy) handleExplicit(c *net.TCPConn, rec *Record) *Record {
 		// The socket's owner was attributed (and its binary pinned) when
 		// it connected; the next request is decided afresh for it.
 		rec = &Record{ConnID: rec.ConnID, Listener: rec.Listener, Start: p.now(), Client: rec.Client,
-			Local: rec.Local, Identity: rec.Identity}
+			Local: rec.Local, Identity: rec.Identity, guard: rec.guard}
 	}
 }
 
@@ -142,7 +142,7 @@ func (p *Proxy) serveRequest(c *net.TCPConn, br *bufio.Reader, rec *Record, rele
 	g := p.gen.Load()
 	rec.Generation, rec.PolicySHA = g.Number, g.SHA256
 
-	if first && !p.identify(rec) {
+	if first && !p.identify(c, rec) {
 		if rec.Reason == ReasonAttributionFailed && peerGone(c) {
 			clientGone(c, rec)
 			return false
@@ -269,10 +269,11 @@ func decideConn(d Decider, rec *Record) (Verdict, bool) {
 	return v, connectorAllowed(d, dr, rec)
 }
 
-// identify attributes the caller and checks its binary pin. It returns
-// false (with the record's reason set) when the connection must be denied.
+// identify attributes the caller, holds the connection to it (the send
+// guard, when there is one) and checks its binary pin. It returns false
+// (with the record's reason set) when the connection must be denied.
 // rec.Local must be the address the client connected to.
-func (p *Proxy) identify(rec *Record) bool {
+func (p *Proxy) identify(c *net.TCPConn, rec *Record) bool {
 	if p.cfg.Attributor == nil {
 		return true // standalone: unknown caller, binary-scoped entries never match
 	}
@@ -294,6 +295,9 @@ func (p *Proxy) identify(rec *Record) bool {
 		return false
 	}
 	rec.Identity = id
+	if !p.guard(c, rec) {
+		return false
+	}
 	if p.cfg.Pinner == nil || id.Exe == "" {
 		return true
 	}

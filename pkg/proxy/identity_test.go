@@ -7,7 +7,10 @@ import (
 	"io"
 	"net/netip"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // plainAttributor hides the fake's pid translation.
@@ -142,4 +145,90 @@ func TestForeignCodeLosesTheBinarysRights(t *testing.T) {
 			}
 		})
 	}
+}
+
+// fakeGuard records the binding of each connection and lets the test
+// report a violation on it.
+type fakeGuard struct {
+	mu       sync.Mutex
+	bound    []*Identity
+	report   func(SendViolation)
+	released int
+	err      error
+}
+
+func (g *fakeGuard) Guard(id *Identity, onViolation func(SendViolation)) (func(), error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.err != nil {
+		return nil, g.err
+	}
+	g.bound = append(g.bound, id)
+	g.report = onViolation
+	return func() {
+		g.mu.Lock()
+		g.released++
+		g.mu.Unlock()
+	}, nil
+}
+
+// A decided connection is held to its process (SendGuard): when the
+// kernel reports a send by another process, the proxy closes the
+// connection, its record says undecided_sender and a Detection Finding
+// names the real sender; the binding is released when the connection
+// ends. A connection the guard cannot hold is refused.
+func TestSendGuardClosesTheConnection(t *testing.T) {
+	echo := newEchoServer(t)
+	g := &fakeGuard{}
+	env := newEnv(t, policyYAML(echo.port, ""), func(c *Config) {
+		c.Attributor = fixedIdentity(identityOf(curlExe, curlSHA))
+		c.Guard = g
+	})
+	c, resp, br := env.connect(fmt.Sprintf("allowed.test:%d", echo.port))
+	defer c.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	c.Write([]byte("ping"))
+	if b := make([]byte, 4); !readFull(br, b) || string(b) != "ping" {
+		t.Fatalf("echo through the tunnel: %q", b)
+	}
+	g.mu.Lock()
+	report := g.report
+	n := len(g.bound)
+	g.mu.Unlock()
+	if n != 1 || report == nil {
+		t.Fatalf("%d bindings, want 1", n)
+	}
+	report(SendViolation{PID: 99, Exe: "/work/agent", Comm: "agent"})
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadAll(br); err != nil && !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("after the violation the connection was not closed: %v", err)
+	}
+	fs := env.waitEvents(2004, 1)
+	ev, _ := json.Marshal(fs[0])
+	if !strings.Contains(string(ev), "/work/agent") || !strings.Contains(string(ev), `"pid":99`) {
+		t.Errorf("finding %s: want it to name the sender pid 99 /work/agent", ev)
+	}
+	net := env.waitEvents(4001, 1)
+	if got := get(net[0], "unmapped", "egress_proxy", "reason"); got != ReasonUndecidedSender {
+		t.Errorf("connection event reason %v, want %s", got, ReasonUndecidedSender)
+	}
+	waitFor(t, "the binding released", func() bool { g.mu.Lock(); defer g.mu.Unlock(); return g.released == 1 })
+
+	g.mu.Lock()
+	g.err = errors.New("not under the guard")
+	g.mu.Unlock()
+	c2, resp2, br2 := env.connect(fmt.Sprintf("allowed.test:%d", echo.port))
+	defer c2.Close()
+	body, _ := io.ReadAll(br2)
+	var d DenialBody
+	if resp2.StatusCode != 403 || json.Unmarshal(body, &d) != nil || d.Reason != ReasonAttributionIncomplete {
+		t.Errorf("unguardable connection: %d %s, want 403 %s", resp2.StatusCode, body, ReasonAttributionIncomplete)
+	}
+}
+
+func readFull(r io.Reader, b []byte) bool {
+	_, err := io.ReadFull(r, b)
+	return err == nil
 }

@@ -13,25 +13,28 @@ import (
 // metrics are lock-free counters; the per-reason map is a sync.Map whose
 // steady state (known reasons) is read-only.
 type metrics struct {
-	connsProxy      atomic.Uint64
-	connsFence      atomic.Uint64
-	allowed         atomic.Uint64
-	denied          sync.Map // "error/reason" -> *atomic.Uint64
-	badRequests     atomic.Uint64
-	clientGone      atomic.Uint64
-	bypass          atomic.Uint64
-	upstreamErrors  atomic.Uint64
-	identityMismat  atomic.Uint64
-	overCap         atomic.Uint64
-	reloadsOK       atomic.Uint64
-	reloadsRejected atomic.Uint64
-	activeConns     atomic.Int64
-	activeTunnels   atomic.Int64
-	bytesUp         atomic.Uint64
-	bytesDown       atomic.Uint64
-	eventsEmitted   atomic.Uint64
-	eventsSupp      atomic.Uint64
-	eventErrors     atomic.Uint64
+	connsProxy     atomic.Uint64
+	connsFence     atomic.Uint64
+	allowed        atomic.Uint64
+	denied         sync.Map // "error/reason" -> *atomic.Uint64
+	badRequests    atomic.Uint64
+	clientGone     atomic.Uint64
+	bypass         atomic.Uint64
+	upstreamErrors atomic.Uint64
+	identityMismat atomic.Uint64
+	// undecidedSenders counts connections closed because another
+	// process than the decided one sent on them (the send guard).
+	undecidedSenders atomic.Uint64
+	overCap          atomic.Uint64
+	reloadsOK        atomic.Uint64
+	reloadsRejected  atomic.Uint64
+	activeConns      atomic.Int64
+	activeTunnels    atomic.Int64
+	bytesUp          atomic.Uint64
+	bytesDown        atomic.Uint64
+	eventsEmitted    atomic.Uint64
+	eventsSupp       atomic.Uint64
+	eventErrors      atomic.Uint64
 }
 
 type deniedKey struct{ class, reason string }
@@ -59,6 +62,7 @@ type Counters struct {
 	Bypass             uint64            `json:"bypass_attempts"`
 	UpstreamErrors     uint64            `json:"upstream_errors"`
 	IdentityMismatches uint64            `json:"identity_mismatches"`
+	UndecidedSenders   uint64            `json:"undecided_senders"`
 	OverCapacity       uint64            `json:"over_capacity"`
 	ReloadsOK          uint64            `json:"reloads_ok"`
 	ReloadsRejected    uint64            `json:"reloads_rejected"`
@@ -84,6 +88,7 @@ func (p *Proxy) Counters() Counters {
 		Bypass:             m.bypass.Load(),
 		UpstreamErrors:     m.upstreamErrors.Load(),
 		IdentityMismatches: m.identityMismat.Load(),
+		UndecidedSenders:   m.undecidedSenders.Load(),
 		OverCapacity:       m.overCap.Load(),
 		ReloadsOK:          m.reloadsOK.Load(),
 		ReloadsRejected:    m.reloadsRejected.Load(),
@@ -142,6 +147,8 @@ func (p *Proxy) WriteMetrics(w io.Writer) error {
 	fmt.Fprintf(bw, "palisade_proxy_upstream_errors_total %d\n", c.UpstreamErrors)
 	metric("palisade_proxy_identity_mismatches_total", "counter", "Binary hashes that differ from the hash pinned on first use.")
 	fmt.Fprintf(bw, "palisade_proxy_identity_mismatches_total %d\n", c.IdentityMismatches)
+	metric("palisade_proxy_undecided_senders_total", "counter", "Connections closed because a process other than the decided one or its descendants sent on them.")
+	fmt.Fprintf(bw, "palisade_proxy_undecided_senders_total %d\n", c.UndecidedSenders)
 	metric("palisade_proxy_over_capacity_total", "counter", "Connections refused because the concurrent-connection cap was reached.")
 	fmt.Fprintf(bw, "palisade_proxy_over_capacity_total %d\n", c.OverCapacity)
 	metric("palisade_proxy_reloads_total", "counter", "Policy reloads, by result.")

@@ -280,6 +280,7 @@ func (p *Proxy) serveConn(c *net.TCPConn, listener string) {
 		rec = p.handleExplicit(c, rec)
 	}
 	c.Close()
+	rec.guard.done()
 	p.finish(rec)
 }
 
@@ -294,6 +295,15 @@ func addrPort(a net.Addr) netip.AddrPort {
 // finish closes the books on one connection: metrics, the log line, and
 // the summary event (rate-limited when it is a denial).
 func (p *Proxy) finish(r *Record) {
+	if v := r.guard.take(); v != nil {
+		// The kernel refused a send by another process after the
+		// decision, and the connection was closed for it.
+		r.Violation, r.Reason, r.silent = v, ReasonUndecidedSender, false
+		if r.Outcome == "" {
+			r.Outcome = OutcomePolicyDenied // between two requests of a keep-alive connection
+		}
+		p.m.undecidedSenders.Add(1)
+	}
 	if r.silent {
 		return
 	}

@@ -44,7 +44,11 @@ const (
 	// decision needed) maps executable code from a file the sandbox
 	// could have written: it lost its binary's identity, and what it is
 	// without it is not allowed.
-	ReasonForeignCode      = "foreign_code"
+	ReasonForeignCode = "foreign_code"
+	// ReasonUndecidedSender: after the decision, a process that is
+	// neither the decided one nor its descendant sent on the connection;
+	// the kernel refused it and the proxy closed the connection.
+	ReasonUndecidedSender  = "undecided_sender"
 	ReasonIdentityCheck    = "identity_check_failed"
 	ReasonInvalidHost      = "invalid_host"
 	ReasonHeadTooLarge     = "head_too_large"
@@ -113,6 +117,13 @@ type Record struct {
 	// Foreign is the process whose foreign code a refusal rests on
 	// (ReasonForeignCode): its Detection Finding names it and the file.
 	Foreign *ForeignProcess
+	// Violation is a send the kernel refused on this connection after
+	// the decision (the send guard): the real sender, for the Detection
+	// Finding.
+	Violation *SendViolation
+	// guard is the connection's send guard binding (nil without one);
+	// every record of a keep-alive connection shares it.
+	guard *connGuard
 	// Mapping is the policy DNS mapping of a transparent connection (nil
 	// for the other listeners).
 	Mapping *MappingInfo
@@ -469,6 +480,11 @@ func (r *Record) events(src *ocsf.Source) []ocsf.Event {
 		out = append(out, f)
 	case r.Mismatch != nil:
 		f := src.IdentityMismatch(c.Actor, r.Mismatch.Exe, r.Mismatch.Pinned, r.Mismatch.Seen)
+		r.stamp(&f.Base, src.Sandbox)
+		out = append(out, f)
+	case r.Violation != nil:
+		v := r.Violation
+		f := src.UndecidedSender(c, ocsf.SenderInfo{PID: v.PID, Exe: v.Exe, Comm: v.Comm})
 		r.stamp(&f.Base, src.Sandbox)
 		out = append(out, f)
 	case r.Foreign != nil:

@@ -123,7 +123,7 @@ func (p *Proxy) handleTransparent(c *net.TCPConn, rec *Record) {
 		}
 		return
 	}
-	if g == nil || !p.identify(rec) {
+	if g == nil || !p.identify(c, rec) {
 		rec.Outcome = OutcomePolicyDenied
 		if rec.Reason == "" {
 			rec.Reason = ReasonAttributionFailed

@@ -16,7 +16,7 @@ var PreflightFeatures = []string{
 	"root", "landlock", "seccomp",
 	"ns:mnt", "ns:pid", "ns:ipc", "ns:uts", "ns:net", "ns:cgroup",
 	"cgroup", "nftables",
-	"bpf:cgroup_sock_addr", "bpf:cgroup_sock", "bpf:sock_ops", "bpf:tracepoint",
+	"bpf:cgroup_sock_addr", "bpf:cgroup_sock", "bpf:sock_ops", "bpf:tracepoint", "bpf:sk_msg",
 	"audit",
 }
 

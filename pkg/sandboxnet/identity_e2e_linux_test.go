@@ -5,6 +5,7 @@ package sandboxnet
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -66,6 +67,20 @@ func newIdentityLab(t *testing.T) *identityLab {
 	head = strings.Replace(head, "/etc]", "/etc, "+d+"]", 1)
 	l.write(head + fmt.Sprintf(identityNetwork, l.allowed))
 	return l
+}
+
+// useBackend runs the lab's sandboxes with --attribution backend; the
+// /proc backend cannot hold decided connections (no send guard), which
+// a hard_requirement policy refuses, so its policy becomes best_effort.
+func (l *identityLab) useBackend(backend string) {
+	l.runArgs = []string{"--attribution", backend}
+	if backend == "proc" {
+		b, err := os.ReadFile(l.policy)
+		if err != nil {
+			l.t.Fatal(err)
+		}
+		l.write(strings.Replace(string(b), "hard_requirement", "best_effort", 1))
+	}
 }
 
 // run runs script in the sandbox and returns its name=value results.
@@ -221,7 +236,7 @@ func TestIdentityPidReuseCannotForgeAncestry(t *testing.T) {
 	for _, backend := range []string{"bpf", "proc"} {
 		t.Run(backend, func(t *testing.T) {
 			l := newIdentityLab(t)
-			l.runArgs = []string{"--attribution", backend}
+			l.useBackend(backend)
 			pidReuse(t, l)
 		})
 	}
@@ -353,7 +368,7 @@ func TestIdentityForeignCodeInAnAllowedBinary(t *testing.T) {
 	for _, backend := range []string{"bpf", "proc"} {
 		t.Run(backend, func(t *testing.T) {
 			l := newIdentityLab(t)
-			l.runArgs = []string{"--attribution", backend}
+			l.useBackend(backend)
 			preload, audit := filepath.Join(l.wd, "agent-preload.so"), filepath.Join(l.wd, "agent-audit.so")
 			buildSO(t, cc, preloadC, preload)
 			buildSO(t, cc, auditC, audit)
@@ -388,5 +403,91 @@ LD_AUDIT=%s code audit curl http://allowed.test/audit
 				}
 			}
 		})
+	}
+}
+
+// After the decision, bytes on a connection are accepted only from the
+// process it was decided for and its descendants: the allowed helper
+// gets a CONNECT tunnel (or a forwarded keep-alive connection) to
+// allowed.test:80 decided, its child sends on it too, then it hands the
+// socket to an unlisted sibling (SCM_RIGHTS), which tries to send its
+// own request by write, sendmsg, sendfile or splice. The kernel refuses
+// the sibling (EACCES), the proxy closes the connection, the upstream
+// never sees the sibling's request, and a Detection Finding names the
+// sibling as the sender. Before, the sibling's requests passed as the
+// helper's.
+func TestIdentitySendGuardAfterTheDecision(t *testing.T) {
+	l := newIdentityLab(t)
+	cases := []struct{ kind, how, keep string }{
+		{"connect", "write", "keep"}, {"connect", "sendmsg", "close"},
+		{"connect", "sendfile", "keep"}, {"connect", "splice", "close"},
+		{"forward", "write", "close"}, {"forward", "splice", "keep"},
+	}
+	for _, tc := range cases {
+		name := tc.kind + "/" + tc.how + "/" + tc.keep
+		r := l.run(fmt.Sprintf(`%[1]s identity-helper sibling /tmp/g.sock %[3]s & %[2]s identity-helper decided /tmp/g.sock %[4]s %[5]s; wait`,
+			l.unlisted, l.allowed, tc.how, tc.kind, tc.keep))
+		if !strings.HasPrefix(r["first"], "HTTP/1.1 200 ") || !strings.HasPrefix(r["child"], "HTTP/1.1 200 ") {
+			t.Errorf("%s: the decided process %q and its child %q: want 200 for both", name, r["first"], r["child"])
+		}
+		if r[tc.how] != "errno 13" {
+			t.Errorf("%s: the sibling's %s: %q, want EACCES (errno 13)", name, tc.how, r[tc.how])
+		}
+		if after := r[tc.how+"_after"]; !strings.HasPrefix(after, "0 ") && !strings.Contains(after, "errno 104") {
+			t.Errorf("%s: the connection after the refused send: %q, want it closed (EOF or reset)", name, after)
+		}
+	}
+	seen := map[string]bool{}
+	for _, h := range l.inet.Hits() {
+		seen[h.Path] = true
+		if strings.HasPrefix(h.Path, "/stolen") {
+			t.Errorf("the upstream received the sibling's request: %+v", h)
+		}
+	}
+	if !seen["/first"] || !seen["/child"] {
+		t.Errorf("the upstream saw %v, want the decided process's /first and its child's /child", seen)
+	}
+	findings := 0
+	for _, e := range l.eventLines() {
+		b, _ := json.Marshal(e)
+		if e["class_uid"].(float64) == 2004 && strings.Contains(string(b), "Undecided Sender") {
+			if !strings.Contains(string(b), l.unlisted) || !strings.Contains(string(b), l.allowed) {
+				t.Errorf("finding %s: want it to name the sibling %s as the sender and the helper %s as the decided process", b, l.unlisted, l.allowed)
+			}
+			findings++
+		}
+	}
+	if findings != len(cases) {
+		t.Errorf("%d Undecided Sender findings, want %d (one per refused hand-off)", findings, len(cases))
+	}
+}
+
+// Without the send guard (here: the /proc backend, which has none) a
+// sandbox under hard_requirement does not start — the proxy refuses to
+// run without holding decided connections, so the sandbox fails closed
+// with exit 125 naming it — and under best_effort it runs degraded, said
+// in a Send Guard event.
+func TestIdentitySendGuardFailsClosed(t *testing.T) {
+	l := newIdentityLab(t)
+	l.runArgs = []string{"--attribution", "proc"}
+	var stderr strings.Builder
+	cmd := l.command("true")
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 125 || !strings.Contains(stderr.String(), "send-guard require") {
+		t.Errorf("hard_requirement without a send guard: %v, want exit 125 naming --send-guard require; stderr:\n%s", err, stderr.String())
+	}
+	b, _ := os.ReadFile(l.policy)
+	l.write(strings.Replace(string(b), "hard_requirement", "best_effort", 1))
+	l.run("true")
+	degraded := false
+	for _, e := range l.eventLines() {
+		if e["activity_name"] == "Send Guard" && e["status"] == "Failure" {
+			degraded = true
+		}
+	}
+	if !degraded {
+		t.Error("best_effort without a send guard: no Send Guard event saying it runs degraded")
 	}
 }

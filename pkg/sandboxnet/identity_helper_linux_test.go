@@ -4,9 +4,12 @@ package sandboxnet
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
+	"os/exec"
 	"runtime"
 	"strconv"
 	"strings"
@@ -32,6 +35,19 @@ const identityHelperArg = "identity-helper"
 //	  for "go", sends "GET http://allowed.test/<name>" on it and prints
 //	  "<name>=<status line>|<body>", then answers "done".
 //	sleep: sleeps a minute (an allowed process that merely exists).
+//	decided <unix path> connect|forward keep|close: gets a connection
+//	  decided for itself — a CONNECT tunnel to allowed.test:80, or a
+//	  forwarded keep-alive request — and prints "first=<result>"; starts
+//	  a child (descendant) that sends its own request on the socket
+//	  ("child=<result>"); then hands the socket over the Unix socket at
+//	  path to a sibling (SCM_RIGHTS), keeping or closing its copy, and
+//	  waits for the sibling's "done".
+//	child <what>: sends a request for /child on fd 3 and prints
+//	  "child=<result>".
+//	sibling <unix path> write|sendmsg|sendfile|splice: receives a socket
+//	  over path, sends a request for /stolen-<how> on it by that system
+//	  call and prints "<how>=ok" or "<how>=errno <n>", then whether the
+//	  connection still answers ("<how>_after=...").
 func identityHelper(args []string) {
 	if err := runIdentityHelper(args); err != nil {
 		fmt.Fprintf(os.Stderr, "identity helper %v: %v\n", args, err)
@@ -56,6 +72,12 @@ func runIdentityHelper(args []string) error {
 	case mode == "sleep" && len(rest) == 0:
 		time.Sleep(time.Minute)
 		return nil
+	case mode == "decided" && len(rest) == 3:
+		return helperDecided(rest[0], rest[1], rest[2])
+	case mode == "child" && len(rest) == 1:
+		return helperChild(rest[0])
+	case mode == "sibling" && len(rest) == 2:
+		return helperSibling(rest[0], rest[1])
 	default:
 		return fmt.Errorf("unknown mode or wrong arguments")
 	}
@@ -209,4 +231,206 @@ func request(c net.Conn, req string) string {
 	}
 	body, _ := bufio.NewReader(br).ReadString(0)
 	return strings.TrimSpace(status) + "|" + strings.TrimSpace(body)
+}
+
+// tunnelRequest and forwardRequest are the requests a process sends on
+// a decided CONNECT tunnel and on a forwarded keep-alive connection.
+func tunnelRequest(path string) string {
+	return "GET /" + path + " HTTP/1.1\r\nHost: allowed.test\r\n\r\n"
+}
+
+func forwardRequest(path string) string {
+	return "GET http://allowed.test/" + path + " HTTP/1.1\r\nHost: allowed.test\r\n\r\n"
+}
+
+// response reads one HTTP response (status line, headers, a body of
+// Content-Length bytes) and returns "<status>|<body>", or "error <err>".
+func response(br *bufio.Reader) string {
+	status, err := br.ReadString('\n')
+	if err != nil {
+		return "error " + err.Error()
+	}
+	n := 0
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			return "error " + err.Error()
+		}
+		if line == "\r\n" {
+			break
+		}
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.EqualFold(k, "content-length") {
+			n, _ = strconv.Atoi(strings.TrimSpace(v))
+		}
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(br, body); err != nil {
+		return "error " + err.Error()
+	}
+	return strings.TrimSpace(status) + "|" + strings.TrimSpace(string(body))
+}
+
+func helperDecided(path, kind, keep string) error {
+	addr, err := proxyAddr()
+	if err != nil {
+		return err
+	}
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		return err
+	}
+	c.SetDeadline(time.Now().Add(60 * time.Second))
+	br := bufio.NewReader(c)
+	req := forwardRequest
+	if kind == "connect" {
+		req = tunnelRequest
+		fmt.Fprint(c, "CONNECT allowed.test:80 HTTP/1.1\r\nHost: allowed.test:80\r\n\r\n")
+		if line, err := br.ReadString('\n'); err != nil || !strings.Contains(line, " 200 ") {
+			return fmt.Errorf("CONNECT: %q %v", line, err)
+		}
+		for line := ""; line != "\r\n"; {
+			if line, err = br.ReadString('\n'); err != nil {
+				return err
+			}
+		}
+	}
+	fmt.Fprint(c, req("first"))
+	fmt.Printf("first=%s\n", response(br))
+	f, err := c.(*net.TCPConn).File()
+	if err != nil {
+		return err
+	}
+	// A descendant: the decided process's child, with the socket.
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	child := exec.Command(self, identityHelperArg, "child", kind)
+	child.ExtraFiles, child.Stdout, child.Stderr = []*os.File{f}, os.Stdout, os.Stderr
+	if err := child.Run(); err != nil {
+		return fmt.Errorf("child: %w", err)
+	}
+	uc, err := dialUnix(path)
+	if err != nil {
+		return err
+	}
+	if _, _, err := uc.WriteMsgUnix([]byte("s"), unix.UnixRights(int(f.Fd())), nil); err != nil {
+		return err
+	}
+	if keep == "close" {
+		f.Close()
+		c.Close()
+	}
+	uc.SetReadDeadline(time.Now().Add(60 * time.Second))
+	_, err = bufio.NewReader(uc).ReadString('\n')
+	return err
+}
+
+func helperChild(kind string) error {
+	c, err := net.FileConn(os.NewFile(3, "decided"))
+	if err != nil {
+		return err
+	}
+	c.SetDeadline(time.Now().Add(30 * time.Second))
+	req := forwardRequest
+	if kind == "connect" {
+		req = tunnelRequest
+	}
+	if _, err := c.Write([]byte(req("child"))); err != nil {
+		fmt.Printf("child=error %v\n", err)
+		return nil
+	}
+	fmt.Printf("child=%s\n", response(bufio.NewReader(c)))
+	return nil
+}
+
+func helperSibling(path, how string) error {
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return err
+	}
+	ln.SetDeadline(time.Now().Add(30 * time.Second))
+	uc, err := ln.AcceptUnix()
+	if err != nil {
+		return err
+	}
+	oob := make([]byte, unix.CmsgSpace(4))
+	_, oobn, _, _, err := uc.ReadMsgUnix(make([]byte, 1), oob)
+	if err != nil {
+		return err
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+	if err != nil || len(msgs) != 1 {
+		return fmt.Errorf("control message: %v", err)
+	}
+	fds, err := unix.ParseUnixRights(&msgs[0])
+	if err != nil || len(fds) != 1 {
+		return fmt.Errorf("rights: %v", err)
+	}
+	fd := fds[0]
+	// Both kinds of decided connection take either request line: the
+	// tunnel's upstream reads an origin-form one, the proxy an
+	// absolute-form one.
+	req := []byte(forwardRequest("stolen-" + how))
+	if how == "write" || how == "sendmsg" {
+		req = []byte(tunnelRequest("stolen-"+how) + forwardRequest("stolen-"+how+"-abs"))
+	}
+	fmt.Printf("%s=%s\n", how, errnoOf(sendBy(how, fd, req)))
+	// The connection is closed for it: a read ends (EOF or reset) soon.
+	unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: 5})
+	n, err := unix.Read(fd, make([]byte, 4096))
+	fmt.Printf("%s_after=%d %s\n", how, n, errnoOf(err))
+	_, err = uc.Write([]byte("done\n"))
+	return err
+}
+
+// sendBy sends b on socket fd by the named system call.
+func sendBy(how string, fd int, b []byte) error {
+	switch how {
+	case "write":
+		_, err := unix.Write(fd, b)
+		return err
+	case "sendmsg":
+		_, err := unix.SendmsgN(fd, b, nil, nil, 0)
+		return err
+	case "sendfile", "splice":
+		tmp, err := os.CreateTemp("", "req")
+		if err != nil {
+			return err
+		}
+		defer os.Remove(tmp.Name())
+		defer tmp.Close()
+		if _, err := tmp.Write(b); err != nil {
+			return err
+		}
+		if how == "sendfile" {
+			off := int64(0)
+			_, err = unix.Sendfile(fd, int(tmp.Fd()), &off, len(b))
+			return err
+		}
+		var p [2]int
+		if err := unix.Pipe(p[:]); err != nil {
+			return err
+		}
+		defer unix.Close(p[0])
+		defer unix.Close(p[1])
+		if _, err := unix.Write(p[1], b); err != nil {
+			return err
+		}
+		_, err = unix.Splice(p[0], nil, fd, nil, len(b), 0)
+		return err
+	}
+	return fmt.Errorf("send by %q", how)
+}
+
+// errnoOf is "ok", "errno <n>" or the error's text.
+func errnoOf(err error) string {
+	var e unix.Errno
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.As(err, &e):
+		return fmt.Sprintf("errno %d", int(e))
+	}
+	return err.Error()
 }

@@ -85,6 +85,11 @@ type Config struct {
 	// MaxTTL). Passed only when the policy DNS runs (a protocol: tcp
 	// endpoint in the starting policy); 0 leaves the proxy's default.
 	DNSTTL time.Duration
+	// SendGuard is the proxy's --send-guard ("" leaves the proxy's
+	// default, auto): the supervisor passes "require" under
+	// hard_requirement, so a kernel that cannot hold decided connections
+	// to their process stops the sandbox instead of running degraded.
+	SendGuard string
 	// Procs, when set, is the proxy's --procs: how many CPUs run proxy
 	// code at once (0: all). nil leaves the proxy's default (1 in
 	// sandbox mode).

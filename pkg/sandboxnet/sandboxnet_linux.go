@@ -212,6 +212,9 @@ func (p *proxyProc) args() []string {
 	if c.HostsFile != "" {
 		a = append(a, "--hosts-file", c.HostsFile)
 	}
+	if c.SendGuard != "" {
+		a = append(a, "--send-guard", c.SendGuard)
+	}
 	for _, w := range p.writable {
 		a = append(a, "--writable", w)
 	}

@@ -1,0 +1,180 @@
+//go:build linux
+
+package attribution
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/ringbuf"
+	"golang.org/x/sys/unix"
+
+	palisadebpf "github.com/palisade-sandbox/palisade/bpf"
+)
+
+// ErrNoGuard: the connection cannot be held to its decided process
+// after the decision (the guard is not attached, or this socket is not
+// under it: connected before the programs were attached, or the guarded
+// map was full).
+var ErrNoGuard = errors.New("attribution: the send guard does not hold this connection")
+
+// SendViolation is a send the kernel refused on a guarded connection: a
+// process that is neither the decided one nor its descendant tried to
+// send bytes on it.
+type SendViolation struct {
+	// PID is the sender's host tgid, Thread the sending thread.
+	PID, Thread int
+	// Exe is the sender's /proc/<pid>/exe ("" when it is gone; Comm and
+	// the executable's device and inode then name it).
+	Exe  string
+	Comm string
+	// ExeDev (kernel encoding) and ExeIno name the sender's executable.
+	ExeDev uint32
+	ExeIno uint64
+}
+
+// sendGuard is the eBPF backend's send guard: the send_guard sk_msg
+// program on the guarded sockhash (bpf/attr.c), the decided map the
+// proxy fills, and the reader of the violations ring.
+type sendGuard struct {
+	on     bool
+	reader *ringbuf.Reader
+	done   chan struct{}
+
+	mu    sync.Mutex
+	calls map[uint64]func(SendViolation) // by cookie
+}
+
+// attachGuard attaches send_guard to the guarded sockhash (before the
+// cgroup programs that add sockets to it) and turns insertion on. A
+// kernel that refused the program leaves the guard off (GuardActive
+// says why); the backend works without it.
+func (b *BPFBackend) attachGuard() error {
+	b.guard.calls = map[uint64]func(SendViolation){}
+	p := b.objs.opt["send_guard"]
+	if p == nil {
+		b.guardErr = fmt.Errorf("send_guard not loaded: %v", b.skipped["guard"])
+		return nil
+	}
+	if err := link.RawAttachProgram(link.RawAttachProgramOptions{Target: b.objs.Guarded.FD(), Program: p, Attach: ebpf.AttachSkMsgVerdict}); err != nil {
+		b.guardErr = fmt.Errorf("attach send_guard to the guarded sockhash: %w", err)
+		return nil
+	}
+	rd, err := ringbuf.NewReader(b.objs.Violations)
+	if err != nil {
+		return fmt.Errorf("attribution: bpf: violations ring: %w", err)
+	}
+	if err := b.objs.GuardOn.Put(uint32(0), uint32(1)); err != nil {
+		rd.Close()
+		return fmt.Errorf("attribution: bpf: guard_on: %w", err)
+	}
+	b.guard.on, b.guard.reader, b.guard.done = true, rd, make(chan struct{})
+	go b.readViolations()
+	return nil
+}
+
+// closeGuard stops the violations reader.
+func (b *BPFBackend) closeGuard() {
+	if b.guard.reader != nil {
+		b.guard.reader.Close()
+		<-b.guard.done
+	}
+}
+
+// GuardActive reports whether the send guard holds decided connections
+// on this kernel, and why not.
+func (b *BPFBackend) GuardActive() (bool, error) { return b.guard.on, b.guardErr }
+
+// Guard holds the connection id was attributed from to id's process:
+// from now on only it and its descendants may send bytes on the
+// connection's socket; any other sender is refused (EACCES) by the
+// kernel, the connection refuses every later send, and onViolation is
+// called with the sender (from the reader's goroutine). The returned
+// function releases the binding (when the connection ends).
+func (b *BPFBackend) Guard(id *Identity, onViolation func(SendViolation)) (func(), error) {
+	if !b.guard.on {
+		return nil, fmt.Errorf("%w: %v", ErrNoGuard, b.guardErr)
+	}
+	if id == nil || id.cookie == 0 || id.start == 0 || id.PID <= 0 {
+		return nil, fmt.Errorf("%w: the socket or its process is not known to the process tree", ErrNoGuard)
+	}
+	var member uint64
+	if err := b.objs.Guarded.Lookup(id.cookie, &member); err != nil {
+		return nil, fmt.Errorf("%w: socket %d: %v", ErrNoGuard, id.cookie, err)
+	}
+	b.guard.mu.Lock()
+	b.guard.calls[id.cookie] = onViolation
+	b.guard.mu.Unlock()
+	d := palisadebpf.AttrDecidedInfo{Tgid: uint32(id.PID), StartTime: id.start}
+	if err := b.objs.Decided.Update(id.cookie, &d, ebpf.UpdateAny); err != nil {
+		b.dropGuard(id.cookie)
+		return nil, fmt.Errorf("%w: decided map: %v", ErrNoGuard, err)
+	}
+	cookie := id.cookie
+	return func() {
+		b.objs.Decided.Delete(cookie)
+		b.dropGuard(cookie)
+	}, nil
+}
+
+func (b *BPFBackend) dropGuard(cookie uint64) {
+	b.guard.mu.Lock()
+	delete(b.guard.calls, cookie)
+	b.guard.mu.Unlock()
+}
+
+// readViolations delivers each refused send to its connection's
+// callback until the ring is closed.
+func (b *BPFBackend) readViolations() {
+	defer close(b.guard.done)
+	var v palisadebpf.AttrViolation
+	for {
+		rec, err := b.guard.reader.Read()
+		if err != nil {
+			return // closed
+		}
+		if len(rec.RawSample) < int(unsafe.Sizeof(v)) {
+			continue
+		}
+		if _, err := binary.Decode(rec.RawSample, binary.NativeEndian, &v); err != nil {
+			continue
+		}
+		b.guardViolations.Add(1)
+		b.guard.mu.Lock()
+		call := b.guard.calls[v.Cookie]
+		b.guard.mu.Unlock()
+		if call != nil {
+			call(b.violationOf(&v))
+		}
+	}
+}
+
+// violationOf names the sender of a refused send.
+func (b *BPFBackend) violationOf(v *palisadebpf.AttrViolation) SendViolation {
+	sv := SendViolation{PID: int(v.Tgid), Thread: int(v.Pid), ExeDev: v.ExeDev, ExeIno: v.ExeIno, Comm: cString(v.Comm[:])}
+	var st unix.Stat_t
+	path := b.proc.cfg.ProcRoot + "/" + strconv.Itoa(sv.PID) + "/exe"
+	if exe, err := os.Readlink(path); err == nil && unix.Stat(path, &st) == nil && st.Ino == v.ExeIno && kernelDev(st.Dev) == v.ExeDev {
+		sv.Exe = exe
+	}
+	return sv
+}
+
+// cString is a NUL-terminated C string.
+func cString(b []int8) string {
+	out := make([]byte, 0, len(b))
+	for _, c := range b {
+		if c == 0 {
+			break
+		}
+		out = append(out, byte(c))
+	}
+	return string(out)
+}
