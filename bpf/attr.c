@@ -425,6 +425,10 @@ struct decided_info {
 };
 
 #define DECIDED_VIOLATED 1
+// DECIDED_CLEAN: the decided process had mapped no foreign code when it
+// was decided on; a sender that has since (itself or a descendant) lost
+// its binary's identity is refused too.
+#define DECIDED_CLEAN 2
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -438,6 +442,8 @@ struct violation {
 	__u64 cookie;
 	__u32 tgid; // the sender
 	__u32 pid;
+	__u32 why; // VIOLATION_*
+	__u32 code; // the sender's CODE_* bits (VIOLATION_CODE)
 	__u64 start_time;
 	__u64 exe_ino;
 	__u32 exe_dev;
@@ -449,6 +455,9 @@ struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 256 * 1024);
 } violations SEC(".maps");
+
+#define VIOLATION_SENDER 1 // neither the decided process nor a descendant
+#define VIOLATION_CODE 2   // the decided process (or a descendant) mapped foreign code since
 
 // Keeps struct violation in the object's BTF for bpf2go (the ring
 // buffer map has no value type).
@@ -546,8 +555,10 @@ static __always_inline int decided_or_descendant(struct task_struct *task, struc
 
 // send_guard runs on every send on a guarded socket: before the proxy
 // decided it, anything passes (the decision names the holder then);
-// after, only the decided process and its descendants; any other sender
-// is refused (EACCES), the connection is marked so that every later send
+// after, only the decided process and its descendants, and, when the
+// decided process was clean then, only while the sender has not mapped
+// foreign code since (the code marks of the process tree); any other
+// sender is refused (EACCES), the connection is marked so that every later send
 // on it is refused too, and the proxy is told (it closes the connection
 // and reports the sender).
 SEC("sk_msg")
@@ -556,7 +567,9 @@ int send_guard(struct sk_msg_md *msg)
 	struct task_struct *task;
 	struct decided_info *d;
 	struct violation *v;
+	struct proc_info *p;
 	struct bpf_sock *sk = msg->sk;
+	__u32 why, code = 0, tgid;
 	__u64 *c, cookie;
 
 	if (!sk)
@@ -571,13 +584,24 @@ int send_guard(struct sk_msg_md *msg)
 	if (d->flags & DECIDED_VIOLATED)
 		return SK_DROP;
 	task = (struct task_struct *)bpf_get_current_task();
-	if (decided_or_descendant(task, d))
-		return SK_PASS;
+	why = VIOLATION_SENDER;
+	if (decided_or_descendant(task, d)) {
+		if (!(d->flags & DECIDED_CLEAN))
+			return SK_PASS;
+		tgid = BPF_CORE_READ(task, tgid);
+		p = bpf_map_lookup_elem(&procs, &tgid);
+		if (!p || !p->code || p->code_mm != (__u64)BPF_CORE_READ(task, mm))
+			return SK_PASS;
+		why = VIOLATION_CODE;
+		code = p->code;
+	}
 	d->flags |= DECIDED_VIOLATED;
 	v = bpf_ringbuf_reserve(&violations, sizeof(*v), 0);
 	if (v) {
 		struct file *exe = BPF_CORE_READ(task, mm, exe_file);
 		v->cookie = cookie;
+		v->why = why;
+		v->code = code;
 		v->tgid = BPF_CORE_READ(task, tgid);
 		v->pid = BPF_CORE_READ(task, pid);
 		v->start_time = BPF_CORE_READ(task, group_leader, start_time);

@@ -96,6 +96,8 @@ type AttrViolation struct {
 	Cookie    uint64
 	Tgid      uint32
 	Pid       uint32
+	Why       uint32
+	Code      uint32
 	StartTime uint64
 	ExeIno    uint64
 	ExeDev    uint32

@@ -647,7 +647,10 @@ func attributor(f *flags, events ocsf.Emitter, src *ocsf.Source, log *slog.Logge
 		var b *attribution.BPFBackend
 		err := errors.New("the sandbox's cgroup has no directory in a cgroup v2 hierarchy")
 		if dir != "" {
-			b, err = attribution.NewBPFBackend(attribution.BPFConfig{CgroupPath: dir, Proc: pcfg})
+			// The process tree holds every live process: twice what the
+			// sandbox's pids limit allows (room for exits not yet seen).
+			b, err = attribution.NewBPFBackend(attribution.BPFConfig{CgroupPath: dir, Proc: pcfg,
+				MaxProcs: int(min(max(2*g.Limits().Pids, 1024), 1<<20))})
 		}
 		if err == nil {
 			emitBackend(events, src, log, attribution.BackendBPF, "")

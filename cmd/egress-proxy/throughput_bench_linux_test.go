@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -351,6 +352,9 @@ network_policies:
 	addr := benchHostAddr + ":3128"
 	args := append([]string{"--policy", pol, "--listen", addr, "--hosts-file", hosts, "--log-format", "json",
 		"--sandbox", "bench", "--cgroup", sb.cg.Name(), "--init-pid", strconv.Itoa(sb.anchor.Process.Pid)}, extra...)
+	// PALISADE_BENCH_PROXY_ARGS adds flags (say --send-guard off, to
+	// measure what the guard costs against the same build).
+	args = append(args, strings.Fields(os.Getenv("PALISADE_BENCH_PROXY_ARGS"))...)
 	cmd := exec.Command(bin, args...)
 	cmd.Stderr = io.Discard
 	// Started from a thread inside the host namespace: the proxy is born

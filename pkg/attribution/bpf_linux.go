@@ -34,8 +34,13 @@ type BPFConfig struct {
 	Proc ProcConfig
 	// MaxConns sizes this sandbox's connection-record and 4-tuple maps
 	// (LRU: a flood evicts the oldest records, and a socket whose record
-	// is gone is refused, ErrIncomplete). 0 means BPFMaxConns.
+	// is gone is refused, ErrIncomplete) and the send guard's (a socket
+	// it cannot hold is refused). 0 means BPFMaxConns.
 	MaxConns int
+	// MaxProcs sizes the process tree: at least the sandbox's pids limit
+	// (an entry per live process; a process without one has no known
+	// ancestry and its code counts as unknown). 0 means BPFMaxProcs.
+	MaxProcs int
 	// CodeHooks chooses how executable mappings are observed for code
 	// identity: HooksTracepoints (the syscall tracepoints after mmap,
 	// mprotect, pkey_mprotect and shmat; an error when they do not
@@ -207,16 +212,26 @@ func NewBPFBackend(cfg BPFConfig) (_ *BPFBackend, err error) {
 // sizeMaps applies the configured map sizes to spec: the maps are this
 // sandbox's alone, so their size is chosen per sandbox.
 func sizeMaps(spec *ebpf.CollectionSpec, cfg BPFConfig) error {
-	if cfg.MaxConns < 0 || cfg.MaxConns > 1<<24 {
-		return fmt.Errorf("attribution: BPFConfig.MaxConns %d: want 0 (default) to %d", cfg.MaxConns, 1<<24)
-	}
-	if cfg.MaxConns > 0 {
-		for _, name := range []string{"conns", "tuples"} {
+	for _, sz := range []struct {
+		field string
+		n     int
+		maps  []string
+	}{
+		{"MaxConns", cfg.MaxConns, []string{"conns", "tuples", "guarded", "decided"}},
+		{"MaxProcs", cfg.MaxProcs, []string{"procs"}},
+	} {
+		if sz.n < 0 || sz.n > 1<<24 {
+			return fmt.Errorf("attribution: BPFConfig.%s %d: want 0 (default) to %d", sz.field, sz.n, 1<<24)
+		}
+		if sz.n == 0 {
+			continue
+		}
+		for _, name := range sz.maps {
 			m := spec.Maps[name]
 			if m == nil {
 				return fmt.Errorf("attribution: bpf: no map %q", name)
 			}
-			m.MaxEntries = uint32(cfg.MaxConns)
+			m.MaxEntries = uint32(sz.n)
 		}
 	}
 	return nil

@@ -16,6 +16,7 @@ type BPFConfig struct {
 	CgroupPath string
 	Proc       ProcConfig
 	MaxConns   int
+	MaxProcs   int
 	CodeHooks  string
 }
 
@@ -66,6 +67,7 @@ type SendViolation struct {
 	Exe, Comm   string
 	ExeDev      uint32
 	ExeIno      uint64
+	Code        *ForeignCode
 }
 
 // Guard returns ErrNoGuard.

@@ -38,6 +38,10 @@ type SendViolation struct {
 	// ExeDev (kernel encoding) and ExeIno name the sender's executable.
 	ExeDev uint32
 	ExeIno uint64
+	// Code is set when the sender is the decided process (or its
+	// descendant) but has mapped foreign code since the decision, which
+	// was made on clean code: it lost its binary's identity.
+	Code *ForeignCode
 }
 
 // sendGuard is the eBPF backend's send guard: the send_guard sk_msg
@@ -113,6 +117,9 @@ func (b *BPFBackend) Guard(id *Identity, onViolation func(SendViolation)) (func(
 	b.guard.calls[id.cookie] = onViolation
 	b.guard.mu.Unlock()
 	d := palisadebpf.AttrDecidedInfo{Tgid: uint32(id.PID), StartTime: id.start}
+	if id.Code == nil {
+		d.Flags = decidedClean
+	}
 	if err := b.objs.Decided.Update(id.cookie, &d, ebpf.UpdateAny); err != nil {
 		b.dropGuard(id.cookie)
 		return nil, fmt.Errorf("%w: decided map: %v", ErrNoGuard, err)
@@ -156,9 +163,22 @@ func (b *BPFBackend) readViolations() {
 	}
 }
 
+// bpf/attr.c's DECIDED_CLEAN and VIOLATION_CODE.
+const (
+	decidedClean  = 2
+	violationCode = 2
+)
+
 // violationOf names the sender of a refused send.
 func (b *BPFBackend) violationOf(v *palisadebpf.AttrViolation) SendViolation {
 	sv := SendViolation{PID: int(v.Tgid), Thread: int(v.Pid), ExeDev: v.ExeDev, ExeIno: v.ExeIno, Comm: cString(v.Comm[:])}
+	if v.Why == violationCode {
+		sv.Code = &ForeignCode{Reasons: codeReasons(v.Code)}
+		var e palisadebpf.AttrProcInfo
+		if b.objs.Procs.Lookup(v.Tgid, &e) == nil && e.CodeIno != 0 {
+			sv.Code.File = nameMapped(b.proc.cfg.ProcRoot, sv.PID, e.CodeDev, e.CodeIno)
+		}
+	}
 	var st unix.Stat_t
 	path := b.proc.cfg.ProcRoot + "/" + strconv.Itoa(sv.PID) + "/exe"
 	if exe, err := os.Readlink(path); err == nil && unix.Stat(path, &st) == nil && st.Ino == v.ExeIno && kernelDev(st.Dev) == v.ExeDev {

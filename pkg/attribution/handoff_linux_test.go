@@ -353,10 +353,23 @@ func TestBPFMapSizes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, want := range map[string]uint32{"conns": BPFMaxConns, "procs": BPFMaxProcs, "tuples": BPFMaxTuples} {
+	for name, want := range map[string]uint32{"conns": BPFMaxConns, "procs": BPFMaxProcs, "tuples": BPFMaxTuples,
+		"guarded": BPFMaxConns, "decided": BPFMaxConns} {
 		if m := spec.Maps[name]; m == nil || m.MaxEntries != want {
 			t.Errorf("map %s: %+v, want %d entries", name, m, want)
 		}
+	}
+	// Sized per sandbox: every map of a size follows it.
+	if err := sizeMaps(spec, BPFConfig{MaxConns: 300, MaxProcs: 4096}); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]uint32{"conns": 300, "tuples": 300, "guarded": 300, "decided": 300, "procs": 4096} {
+		if m := spec.Maps[name]; m.MaxEntries != want {
+			t.Errorf("sized map %s: %d entries, want %d", name, m.MaxEntries, want)
+		}
+	}
+	if err := sizeMaps(spec, BPFConfig{MaxProcs: -1}); err == nil || !strings.Contains(err.Error(), "MaxProcs") {
+		t.Errorf("MaxProcs -1: %v, want an error naming it", err)
 	}
 }
 

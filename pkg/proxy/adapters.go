@@ -99,7 +99,7 @@ func (g AttributionGuard) Guard(id *Identity, onViolation func(SendViolation)) (
 		return nil, errors.New("send guard: the identity did not come from the eBPF backend")
 	}
 	return g.Backend.Guard(src, func(v attribution.SendViolation) {
-		onViolation(SendViolation{PID: v.PID, Exe: v.Exe, Comm: v.Comm})
+		onViolation(SendViolation{PID: v.PID, Exe: v.Exe, Comm: v.Comm, Code: foreignCode(v.Code)})
 	})
 }
 

@@ -166,10 +166,13 @@ type SendGuard interface {
 
 // SendViolation is a send refused on a guarded connection: PID (host)
 // and Exe ("" when no longer nameable; Comm then) name the real sender.
+// Code is set when the sender is the decided process or its descendant
+// but mapped foreign code after the decision (made on clean code).
 type SendViolation struct {
 	PID  int
 	Exe  string
 	Comm string
+	Code *ForeignCode
 }
 
 // AttributionCounter is implemented by an Attributor that counts its

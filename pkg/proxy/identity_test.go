@@ -232,3 +232,35 @@ func readFull(r io.Reader, b []byte) bool {
 	_, err := io.ReadFull(r, b)
 	return err == nil
 }
+
+// A send the guard refused because the decided process itself mapped
+// foreign code after the decision ends the connection as foreign_code,
+// with the Foreign Code finding naming the process and the file.
+func TestSendGuardForeignCodeAfterTheDecision(t *testing.T) {
+	echo := newEchoServer(t)
+	g := &fakeGuard{}
+	env := newEnv(t, policyYAML(echo.port, ""), func(c *Config) {
+		c.Attributor = fixedIdentity(identityOf(curlExe, curlSHA))
+		c.Guard = g
+	})
+	c, resp, br := env.connect(fmt.Sprintf("allowed.test:%d", echo.port))
+	defer c.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	g.mu.Lock()
+	report := g.report
+	g.mu.Unlock()
+	report(SendViolation{PID: 4242, Exe: curlExe, Code: &ForeignCode{Reasons: []string{"writable_path"}, File: "/work/engine.so"}})
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	io.ReadAll(br)
+	fs := env.waitEvents(2004, 1)
+	ev, _ := json.Marshal(fs[0])
+	if !strings.Contains(string(ev), "Foreign Code") || !strings.Contains(string(ev), "/work/engine.so") {
+		t.Errorf("finding %s: want a Foreign Code finding naming /work/engine.so", ev)
+	}
+	net := env.waitEvents(4001, 1)
+	if got := get(net[0], "unmapped", "egress_proxy", "reason"); got != ReasonForeignCode {
+		t.Errorf("connection event reason %v, want %s", got, ReasonForeignCode)
+	}
+}

@@ -299,6 +299,11 @@ func (p *Proxy) finish(r *Record) {
 		// The kernel refused a send by another process after the
 		// decision, and the connection was closed for it.
 		r.Violation, r.Reason, r.silent = v, ReasonUndecidedSender, false
+		if v.Code != nil {
+			// The decided process itself, with code it mapped since.
+			r.Reason = ReasonForeignCode
+			r.Foreign = &ForeignProcess{PID: v.PID, Exe: v.Exe, Code: *v.Code}
+		}
 		if r.Outcome == "" {
 			r.Outcome = OutcomePolicyDenied // between two requests of a keep-alive connection
 		}

@@ -482,7 +482,7 @@ func (r *Record) events(src *ocsf.Source) []ocsf.Event {
 		f := src.IdentityMismatch(c.Actor, r.Mismatch.Exe, r.Mismatch.Pinned, r.Mismatch.Seen)
 		r.stamp(&f.Base, src.Sandbox)
 		out = append(out, f)
-	case r.Violation != nil:
+	case r.Violation != nil && r.Violation.Code == nil:
 		v := r.Violation
 		f := src.UndecidedSender(c, ocsf.SenderInfo{PID: v.PID, Exe: v.Exe, Comm: v.Comm})
 		r.stamp(&f.Base, src.Sandbox)

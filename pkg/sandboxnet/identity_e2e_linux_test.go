@@ -462,6 +462,33 @@ func TestIdentitySendGuardAfterTheDecision(t *testing.T) {
 	}
 }
 
+// A decided process that maps foreign code after the decision (as
+// dlopen of a plugin from the workdir would) loses its binary's
+// identity then too: its next send is refused (EACCES), the upstream
+// never sees it, and a Foreign Code finding names the process and the
+// file.
+func TestIdentityForeignCodeAfterTheDecision(t *testing.T) {
+	l := newIdentityLab(t)
+	r := l.run(fmt.Sprintf(`%s identity-helper decidedcode %s`, l.allowed, l.unlisted))
+	if !strings.HasPrefix(r["first"], "HTTP/1.1 200 ") {
+		t.Fatalf("the decided process's first request: %q, want 200", r["first"])
+	}
+	if r["aftercode"] != "errno 13" {
+		t.Errorf("its send after mapping %s: %q, want EACCES (errno 13)", l.unlisted, r["aftercode"])
+	}
+	l.noHit("after-code")
+	found := false
+	for _, e := range l.eventLines() {
+		b, _ := json.Marshal(e)
+		if e["class_uid"].(float64) == 2004 && strings.Contains(string(b), "Foreign Code") && strings.Contains(string(b), l.unlisted) {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("no Foreign Code finding naming %s", l.unlisted)
+	}
+}
+
 // Without the send guard (here: the /proc backend, which has none) a
 // sandbox under hard_requirement does not start — the proxy refuses to
 // run without holding decided connections, so the sandbox fails closed

@@ -42,6 +42,9 @@ const identityHelperArg = "identity-helper"
 //	  ("child=<result>"); then hands the socket over the Unix socket at
 //	  path to a sibling (SCM_RIGHTS), keeping or closing its copy, and
 //	  waits for the sibling's "done".
+//	decidedcode <file>: gets a CONNECT tunnel to allowed.test:80 decided
+//	  for itself ("first=<result>"), then maps file executable and sends
+//	  a request for /after-code ("aftercode=ok" or "=errno <n>").
 //	child <what>: sends a request for /child on fd 3 and prints
 //	  "child=<result>".
 //	sibling <unix path> write|sendmsg|sendfile|splice: receives a socket
@@ -74,6 +77,8 @@ func runIdentityHelper(args []string) error {
 		return nil
 	case mode == "decided" && len(rest) == 3:
 		return helperDecided(rest[0], rest[1], rest[2])
+	case mode == "decidedcode" && len(rest) == 1:
+		return helperDecidedCode(rest[0])
 	case mode == "child" && len(rest) == 1:
 		return helperChild(rest[0])
 	case mode == "sibling" && len(rest) == 2:
@@ -433,4 +438,40 @@ func errnoOf(err error) string {
 		return fmt.Sprintf("errno %d", int(e))
 	}
 	return err.Error()
+}
+
+func helperDecidedCode(file string) error {
+	addr, err := proxyAddr()
+	if err != nil {
+		return err
+	}
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		return err
+	}
+	c.SetDeadline(time.Now().Add(60 * time.Second))
+	br := bufio.NewReader(c)
+	fmt.Fprint(c, "CONNECT allowed.test:80 HTTP/1.1\r\nHost: allowed.test:80\r\n\r\n")
+	if line, err := br.ReadString('\n'); err != nil || !strings.Contains(line, " 200 ") {
+		return fmt.Errorf("CONNECT: %q %v", line, err)
+	}
+	for line := ""; line != "\r\n"; {
+		if line, err = br.ReadString('\n'); err != nil {
+			return err
+		}
+	}
+	fmt.Fprint(c, tunnelRequest("first"))
+	fmt.Printf("first=%s\n", response(br))
+	// Code from a file the sandbox can write, mapped after the decision
+	// (what dlopen of an engine or a plugin does).
+	f, err := os.Open(file)
+	if err != nil {
+		return err
+	}
+	if _, err := unix.Mmap(int(f.Fd()), 0, 4096, unix.PROT_READ|unix.PROT_EXEC, unix.MAP_PRIVATE); err != nil {
+		return err
+	}
+	_, err = c.Write([]byte(tunnelRequest("after-code")))
+	fmt.Printf("aftercode=%s\n", errnoOf(err))
+	return nil
 }
