@@ -37,7 +37,7 @@ func (s *testSandbox) bpfBackend(t testing.TB) *BPFBackend {
 
 // selfAndOther returns the test binary and a copy of it under another
 // name, standing in for an unlisted program.
-func selfAndOther(t *testing.T) (self, other string) {
+func selfAndOther(t testing.TB) (self, other string) {
 	t.Helper()
 	self, err := os.Executable()
 	if err != nil {

@@ -76,6 +76,9 @@ func TestMain(m *testing.M) {
 //	  and unlinked first; memfd, its bytes copied into a memfd; exec, maps
 //	  it then execs "<self> client <tag> <dial>", which connects) and
 //	  prints its ready line.
+//	blast <tag> <dial> <n> <size>: connects, prints its ready line, waits
+//	  for SIGUSR1, then writes n messages of size bytes and prints
+//	  "blasted <tag> <cpu ns>" (its own user+system time for the writes).
 //	poke <tag> <pid>: opens /proc/<pid>/mem for writing (what a debugger
 //	  or an injector does) and prints "poked <tag>".
 //	flood <tag> <n>: n TCP connects to 224.0.0.1:80 on each CPU, each
@@ -99,6 +102,8 @@ func runHelper(mode string, args []string) error {
 		return helperOrphan(args)
 	case "code":
 		return helperCode(args)
+	case "blast":
+		return helperBlast(args)
 	case "poke":
 		return helperPoke(args)
 	case "exechand", "execwait", "forkhand", "forkexit", "exit", "scmsend":
@@ -518,5 +523,42 @@ func helperPoke(args []string) error {
 	}
 	f.Close()
 	fmt.Printf("poked %s\n", args[0])
+	return nil
+}
+
+// helperBlast measures what its writes cost it.
+func helperBlast(args []string) error {
+	if len(args) != 4 {
+		return fmt.Errorf("blast: want <tag> <dial> <n> <size>")
+	}
+	n, err1 := strconv.Atoi(args[2])
+	size, err2 := strconv.Atoi(args[3])
+	if err1 != nil || err2 != nil {
+		return fmt.Errorf("blast: n %q size %q", args[2], args[3])
+	}
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	fd, local, err := helperDial(args[1])
+	if err != nil {
+		return err
+	}
+	fmt.Printf("ready %s %d %d %s\n", args[0], os.Getpid(), os.Getppid(), local)
+	select {
+	case <-usr1:
+	case <-time.After(helperLife):
+		return nil
+	}
+	runtime.LockOSThread()
+	buf := make([]byte, size)
+	var r0, r1 unix.Rusage
+	unix.Getrusage(unix.RUSAGE_THREAD, &r0)
+	for range n {
+		if _, err := unix.Write(fd, buf); err != nil {
+			return err
+		}
+	}
+	unix.Getrusage(unix.RUSAGE_THREAD, &r1)
+	cpu := (r1.Utime.Nano() + r1.Stime.Nano()) - (r0.Utime.Nano() + r0.Stime.Nano())
+	fmt.Printf("blasted %s %d\n", args[0], cpu)
 	return nil
 }

@@ -548,7 +548,7 @@ func TestProcBackendRealTOFU(t *testing.T) {
 	}
 }
 
-func copyFile(t *testing.T, from, to string, extra []byte) {
+func copyFile(t testing.TB, from, to string, extra []byte) {
 	t.Helper()
 	b, err := os.ReadFile(from)
 	if err != nil {

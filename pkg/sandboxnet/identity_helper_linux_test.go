@@ -179,30 +179,41 @@ func floodRecords(n int) error {
 	return nil
 }
 
-func helperRecv(path, name string) error {
+// recvFD listens on the Unix socket path, accepts one connection and
+// receives one descriptor over it (SCM_RIGHTS).
+func recvFD(path string) (int, *net.UnixConn, error) {
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
 	if err != nil {
-		return err
+		return -1, nil, err
 	}
+	defer ln.Close()
 	ln.SetDeadline(time.Now().Add(30 * time.Second))
 	uc, err := ln.AcceptUnix()
 	if err != nil {
-		return err
+		return -1, nil, err
 	}
 	oob := make([]byte, unix.CmsgSpace(4))
 	_, oobn, _, _, err := uc.ReadMsgUnix(make([]byte, 1), oob)
 	if err != nil {
-		return err
+		return -1, nil, err
 	}
 	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
 	if err != nil || len(msgs) != 1 {
-		return fmt.Errorf("control message: %v", err)
+		return -1, nil, fmt.Errorf("control message: %v", err)
 	}
 	fds, err := unix.ParseUnixRights(&msgs[0])
 	if err != nil || len(fds) != 1 {
-		return fmt.Errorf("rights: %v", err)
+		return -1, nil, fmt.Errorf("rights: %v", err)
 	}
-	conn, err := net.FileConn(os.NewFile(uintptr(fds[0]), "handed"))
+	return fds[0], uc, nil
+}
+
+func helperRecv(path, name string) error {
+	fd, uc, err := recvFD(path)
+	if err != nil {
+		return err
+	}
+	conn, err := net.FileConn(os.NewFile(uintptr(fd), "handed"))
 	if err != nil {
 		return err
 	}
@@ -289,14 +300,8 @@ func helperDecided(path, kind, keep string) error {
 	req := forwardRequest
 	if kind == "connect" {
 		req = tunnelRequest
-		fmt.Fprint(c, "CONNECT allowed.test:80 HTTP/1.1\r\nHost: allowed.test:80\r\n\r\n")
-		if line, err := br.ReadString('\n'); err != nil || !strings.Contains(line, " 200 ") {
-			return fmt.Errorf("CONNECT: %q %v", line, err)
-		}
-		for line := ""; line != "\r\n"; {
-			if line, err = br.ReadString('\n'); err != nil {
-				return err
-			}
+		if err := openTunnel(c, br); err != nil {
+			return err
 		}
 	}
 	fmt.Fprint(c, req("first"))
@@ -350,29 +355,10 @@ func helperChild(kind string) error {
 }
 
 func helperSibling(path, how string) error {
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	fd, uc, err := recvFD(path)
 	if err != nil {
 		return err
 	}
-	ln.SetDeadline(time.Now().Add(30 * time.Second))
-	uc, err := ln.AcceptUnix()
-	if err != nil {
-		return err
-	}
-	oob := make([]byte, unix.CmsgSpace(4))
-	_, oobn, _, _, err := uc.ReadMsgUnix(make([]byte, 1), oob)
-	if err != nil {
-		return err
-	}
-	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
-	if err != nil || len(msgs) != 1 {
-		return fmt.Errorf("control message: %v", err)
-	}
-	fds, err := unix.ParseUnixRights(&msgs[0])
-	if err != nil || len(fds) != 1 {
-		return fmt.Errorf("rights: %v", err)
-	}
-	fd := fds[0]
 	// Both kinds of decided connection take either request line: the
 	// tunnel's upstream reads an origin-form one, the proxy an
 	// absolute-form one.
@@ -451,14 +437,8 @@ func helperDecidedCode(file string) error {
 	}
 	c.SetDeadline(time.Now().Add(60 * time.Second))
 	br := bufio.NewReader(c)
-	fmt.Fprint(c, "CONNECT allowed.test:80 HTTP/1.1\r\nHost: allowed.test:80\r\n\r\n")
-	if line, err := br.ReadString('\n'); err != nil || !strings.Contains(line, " 200 ") {
-		return fmt.Errorf("CONNECT: %q %v", line, err)
-	}
-	for line := ""; line != "\r\n"; {
-		if line, err = br.ReadString('\n'); err != nil {
-			return err
-		}
+	if err := openTunnel(c, br); err != nil {
+		return err
 	}
 	fmt.Fprint(c, tunnelRequest("first"))
 	fmt.Printf("first=%s\n", response(br))
@@ -473,5 +453,24 @@ func helperDecidedCode(file string) error {
 	}
 	_, err = c.Write([]byte(tunnelRequest("after-code")))
 	fmt.Printf("aftercode=%s\n", errnoOf(err))
+	// Until the proxy closed the connection (it names the file from
+	// this process's maps while it lives).
+	io.Copy(io.Discard, br)
+	return nil
+}
+
+// openTunnel asks the proxy on c for a CONNECT tunnel to
+// allowed.test:80 and reads its 200 answer.
+func openTunnel(c net.Conn, br *bufio.Reader) error {
+	fmt.Fprint(c, "CONNECT allowed.test:80 HTTP/1.1\r\nHost: allowed.test:80\r\n\r\n")
+	line, err := br.ReadString('\n')
+	if err != nil || !strings.Contains(line, " 200 ") {
+		return fmt.Errorf("CONNECT: %q %v", line, err)
+	}
+	for line != "\r\n" {
+		if line, err = br.ReadString('\n'); err != nil {
+			return err
+		}
+	}
 	return nil
 }
