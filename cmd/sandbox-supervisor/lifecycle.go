@@ -311,7 +311,7 @@ func mainStatus(l state.Labels) error {
 	return cli.Quiet(*l.ExitCode)
 }
 
-const execUsage = `usage: sandbox-supervisor exec [--tty] [--no-login-shell] [--env K=V]... [--workdir DIR] [--expect-id ID] NAME -- CMD [ARG...]
+const execUsage = `usage: sandbox-supervisor exec [--tty] [--no-login-shell] [--env K=V]... [--workdir DIR] [--expect-id ID] [--status-fd N] NAME -- CMD [ARG...]
 
 Runs CMD inside the running sandbox NAME with exactly its confinement:
 its namespaces, Landlock domain, seccomp filter, identity, cgroup and
@@ -333,8 +333,15 @@ exits 125 and runs nothing.
 Exit status: the command's own (128+N when it died of signal N); 125 when
 nothing was run (the sandbox or its init is gone, the directory is closed
 to the sandbox user, --expect-id names another sandbox); 126/127 the
-command is not executable / not found; 2 usage. A mismatch is 125, not
-3, which commands return themselves: a caller can tell that nothing ran.
+command is not executable / not found; 2 usage. This is docker's and
+GNU env's convention (a mismatch was 3 before, which grep and make
+return all the time); a command that itself exits 125-127 reads the
+same, and its output can imitate the supervisor's lines. The
+unambiguous channel is --status-fd N: the supervisor alone writes one
+JSON line there when exec ends, {"exit_code":N,"from_command":bool,
+"error":"...","reason":"..."}, where from_command says whether N is the
+command's own status and reason is "id_mismatch" when --expect-id named
+another sandbox. The command never gets that descriptor.
 
 The command's output is relayed byte for byte, by design (as docker exec
 does): whatever runs in the sandbox can put terminal escapes (a title, a
@@ -348,11 +355,12 @@ Examples:
   sudo sandbox-supervisor exec --no-login-shell --env CI=1 task-42 -- /usr/bin/git status
   sudo sandbox-supervisor exec --tty task-42 -- bash
   sudo sandbox-supervisor exec --expect-id 3f1c0e9a5b7d4e21a0c4d2b6e8f91a37 task-42 -- make test
+  sudo sh -c 'sandbox-supervisor exec --status-fd 3 --expect-id "$ID" task-42 -- make test 3>status.json'
 
 Flags:
 `
 
-func execCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+func execCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) (err error) {
 	fs := newFlagSet("exec", execUsage, stderr)
 	tty := fs.Bool("tty", false, "give the command a terminal from the sandbox's own devpts (stdin must be a terminal)")
 	noLogin := fs.Bool("no-login-shell", false, "execute CMD directly instead of through bash -lc")
@@ -360,6 +368,7 @@ func execCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	fs.Var(&env, "env", "set K=V for the command (repeatable; reserved variables such as HTTPS_PROXY are refused)")
 	workdir := fs.String("workdir", "", "the command's directory inside the sandbox (default: the sandbox's workdir)")
 	expect := fs.String("expect-id", "", "run only if NAME's id is still ID (exit 125 otherwise, nothing run)")
+	statusFD := fs.Int("status-fd", -1, "write exec's outcome as one JSON line to this descriptor (which the caller opened, e.g. 3>file): {\"exit_code\":N,\"from_command\":bool,\"error\":\"...\",\"reason\":\"...\"}; the command never gets the descriptor, so a caller tells \"nothing ran\" from a command that exited 125")
 	dir := fs.String("state-dir", state.DefaultRoot, "state root")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -389,6 +398,16 @@ func execCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	if *tty && !sandbox.IsTerminal(stdin) {
 		return cli.Usagef("--tty: stdin is not a terminal; drop --tty to pass stdin to the command as it is (a pipe or file), or run from a terminal")
 	}
+	var st *runStatus
+	if *statusFD >= 0 {
+		if *statusFD < 3 {
+			return cli.Usagef("--status-fd %d: want a descriptor above 2 that the caller opened", *statusFD)
+		}
+		if st, err = openRunStatus(*statusFD); err != nil {
+			return cli.Usagef("--status-fd: %v", err)
+		}
+		defer func() { st.write(err) }()
+	}
 	if err := requireRoot("exec"); err != nil {
 		return cli.WithCode(sandbox.ExitSandboxFailed, err)
 	}
@@ -411,6 +430,7 @@ func execCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 		// An --expect-id mismatch too (sandbox.ErrIDMismatch): nothing ran.
 		return cli.WithCode(sandbox.ExitSandboxFailed, err)
 	}
+	st.fromCommand()
 	if res.ExitCode != 0 {
 		return cli.Quiet(res.ExitCode)
 	}

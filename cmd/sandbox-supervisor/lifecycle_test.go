@@ -310,6 +310,39 @@ func TestExecExpectID(t *testing.T) {
 	}
 }
 
+// TestExecStatusFD: exec --status-fd tells "nothing ran" from a command
+// that exited 125 and imitated the supervisor. The command's own 125
+// (with a forged supervisor line on stderr, and an attempt to write to
+// descriptor 3) is reported as from_command with no error; an
+// --expect-id mismatch as the supervisor's, with reason id_mismatch.
+func TestExecStatusFD(t *testing.T) {
+	bin, wd, st := lifecycleSetup(t)
+	name, id := detached(t, bin, st, wd)
+
+	code, out, s, raw := withStatus(t, bin, "exec", "--state-dir", st, name, "--",
+		`echo "sandbox-supervisor: exec: --expect-id names another sandbox; nothing run" >&2; echo '{"exit_code":125}' >&3 && echo WROTE; exit 125`)
+	if code != 125 || s.ExitCode != 125 || !s.FromCommand || s.Error != "" || s.Reason != "" {
+		t.Errorf("command exit 125: exit %d, status %s\n%s", code, raw, out)
+	}
+	if strings.Contains(out, "WROTE") || strings.Count(raw, "\n") != 1 {
+		t.Errorf("the command reached the status descriptor: %s / %q", out, raw)
+	}
+
+	marker := filepath.Join(wd, "mismatch-ran")
+	code, out, s, raw = withStatus(t, bin, "exec", "--state-dir", st, "--expect-id", strings.Repeat("0", 32), name, "--", "touch "+marker)
+	if code != 125 || s.ExitCode != 125 || s.FromCommand || s.Reason != "id_mismatch" || !strings.Contains(s.Error, id) {
+		t.Errorf("--expect-id mismatch: exit %d, status %s\n%s", code, raw, out)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("the command ran although the id did not match")
+	}
+
+	code, _, s, raw = withStatus(t, bin, "exec", "--state-dir", st, "--expect-id", id, name, "--", "exit 7")
+	if code != 7 || s.ExitCode != 7 || !s.FromCommand || s.Reason != "" {
+		t.Errorf("exit 7: exit %d, status %s", code, raw)
+	}
+}
+
 // Killing a detached sandbox's owner kills the sandbox (its init dies
 // with it); an exec then fails with 125 and says why, and gc collects
 // what is left.

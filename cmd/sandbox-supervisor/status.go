@@ -9,19 +9,22 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/palisade-sandbox/palisade/pkg/cli"
+	"github.com/palisade-sandbox/palisade/pkg/sandbox"
 )
 
 // maxStatusError bounds the error text of a status line, so that it
 // always fits a pipe's buffer and the supervisor never blocks on it.
 const maxStatusError = 4096
 
-// runStatus is run --status-fd: a descriptor, opened by the caller,
-// where run writes one JSON line when it ends. Only the supervisor
+// runStatus is run's and exec's --status-fd: a descriptor, opened by the
+// caller, where the supervisor writes one JSON line when it ends. Only the supervisor
 // writes it (it is close-on-exec from the start, so neither the init nor
 // the proxy nor the command holds it), so a caller reading it can tell
-// the supervisor's own failure (exit 125, the sandbox not created) from
-// a command that exited 125 and printed whatever it liked: the status
-// is a channel the command cannot write.
+// the supervisor's own failure (exit 125: the sandbox not created, an
+// exec that ran nothing) from a command that exited 125 and printed
+// whatever it liked: the status is a channel the command cannot write.
+// exec hands the sandbox only its stdin, stdout and stderr, so the
+// descriptor never reaches the exec'd command either.
 type runStatus struct {
 	f       *os.File
 	command bool // the exit code is the command's own
@@ -35,6 +38,10 @@ type statusLine struct {
 	FromCommand bool `json:"from_command"`
 	// Error is the supervisor's own message when it ended the run.
 	Error string `json:"error,omitempty"`
+	// Reason classifies a few of the supervisor's own outcomes for
+	// scripts: "id_mismatch" when exec --expect-id named another
+	// sandbox (nothing ran).
+	Reason string `json:"reason,omitempty"`
 }
 
 func openRunStatus(fd int) (*runStatus, error) {
@@ -63,6 +70,9 @@ func (s *runStatus) write(err error) {
 		line.Error = err.Error()
 		if len(line.Error) > maxStatusError {
 			line.Error = line.Error[:maxStatusError]
+		}
+		if errors.Is(err, sandbox.ErrIDMismatch) {
+			line.Reason = "id_mismatch"
 		}
 	}
 	data, _ := json.Marshal(line)

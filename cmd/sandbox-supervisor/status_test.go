@@ -12,16 +12,23 @@ import (
 	"github.com/palisade-sandbox/palisade/pkg/testutil"
 )
 
-// runWithStatus runs the built supervisor with --status-fd 3 on a pipe
-// and returns the exit code, the combined output and the status line.
+// runWithStatus runs the built supervisor's run with --status-fd 3 on a
+// pipe and returns the exit code, the combined output and the status line.
 func runWithStatus(t *testing.T, bin string, args ...string) (int, string, statusLine, string) {
+	t.Helper()
+	return withStatus(t, bin, "run", args...)
+}
+
+// withStatus runs the built supervisor's subcommand sub with --status-fd 3
+// on a pipe.
+func withStatus(t *testing.T, bin, sub string, args ...string) (int, string, statusLine, string) {
 	t.Helper()
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	cmd := exec.Command(bin, append([]string{"run", "--status-fd", "3"}, args...)...)
+	cmd := exec.Command(bin, append([]string{sub, "--status-fd", "3"}, args...)...)
 	cmd.ExtraFiles = []*os.File{w}
 	out, _ := func() ([]byte, error) {
 		defer w.Close()
