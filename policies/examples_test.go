@@ -1,11 +1,16 @@
 package policies_test
 
 import (
+	"bytes"
+	"encoding/json"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"testing"
 
+	"github.com/palisade-sandbox/palisade/pkg/binaries"
 	"github.com/palisade-sandbox/palisade/pkg/policy"
+	"github.com/palisade-sandbox/palisade/pkg/testutil"
 )
 
 // Every example policy loads, and the package-manager examples grant
@@ -63,6 +68,92 @@ func TestExamplePolicies(t *testing.T) {
 			slices.Sort(want.binaries)
 			if !slices.Equal(hosts, want.hosts) || !slices.Equal(bins, want.binaries) {
 				t.Errorf("%s: %s reaches %q with %q, want %q with %q", file, name, hosts, bins, want.hosts, want.binaries)
+			}
+		}
+	}
+}
+
+// The model-provider and agent examples (docs/agents.md) give one binary,
+// the file that really connects for that agent, inspected inference
+// routes on its provider's API and nothing else: every other request to
+// the host is refused.
+func TestAgentExamplePolicies(t *testing.T) {
+	for file, want := range map[string]struct {
+		host    string
+		binary  string
+		allowed [][2]string // method, path
+	}{
+		"claude-code.yaml": {"api.anthropic.com", "/opt/agents/node_modules/@anthropic-ai/claude-code/bin/claude.exe",
+			[][2]string{{"POST", "/v1/messages"}, {"POST", "/v1/messages/count_tokens"}, {"GET", "/api/claude_code/settings"}, {"GET", "/api/claude_code/policy_limits"}}},
+		"codex.yaml": {"api.openai.com", "/opt/agents/node_modules/@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex",
+			[][2]string{{"GET", "/v1/responses"}, {"POST", "/v1/responses"}, {"GET", "/v1/models"}}},
+		"model-api.yaml": {"api.openai.com", "/opt/agents/bin/agent",
+			[][2]string{{"POST", "/v1/chat/completions"}, {"POST", "/v1/responses"}, {"GET", "/v1/responses"}, {"POST", "/v1/embeddings"}, {"GET", "/v1/models"}}},
+	} {
+		p, err := policy.LoadFile(filepath.Join("examples", file))
+		if err != nil {
+			t.Errorf("%s: %v", file, err)
+			continue
+		}
+		if len(p.NetworkPolicies) != 1 {
+			t.Errorf("%s: %d network entries, want 1", file, len(p.NetworkPolicies))
+		}
+		if !slices.Contains(p.Filesystem.ReadOnly, "/opt/agents") || slices.Contains(p.Filesystem.ReadWrite, "/opt/agents") {
+			t.Errorf("%s: /opt/agents is not read-only", file)
+		}
+		for name, np := range p.NetworkPolicies {
+			if len(np.Binaries) != 1 || np.Binaries[0].Path != want.binary {
+				t.Errorf("%s: %s binaries %v, want only %s", file, name, np.Binaries, want.binary)
+			}
+			if len(np.Endpoints) != 1 {
+				t.Fatalf("%s: %s has %d endpoints, want 1", file, name, len(np.Endpoints))
+			}
+			ep := np.Endpoints[0]
+			if ep.Host != want.host || !slices.Equal(ep.Ports, []int{443}) || ep.Protocol != policy.ProtocolREST || ep.Enforcement != policy.EnforcementEnforce {
+				t.Errorf("%s: endpoint %+v, want an enforced rest rule for %s:443", file, ep, want.host)
+			}
+			for _, r := range want.allowed {
+				if ok, why := ep.CheckReading(r[0], r[1], nil, ""); !ok {
+					t.Errorf("%s: %s %s refused (%s)", file, r[0], r[1], why)
+				}
+			}
+			for _, r := range [][2]string{{"POST", "/v1/files"}, {"DELETE", "/v1/responses/resp_1"}, {"POST", "/v1/fine_tuning/jobs"},
+				{"GET", "/v1/organization/api_keys"}, {"PUT", "/v1/messages"}, {"POST", "/api/event_logging/v2/batch"}} {
+				if ok, _ := ep.CheckReading(r[0], r[1], nil, ""); ok {
+					t.Errorf("%s: %s %s allowed", file, r[0], r[1])
+				}
+			}
+		}
+	}
+}
+
+// policy-sync check, the binary, accepts every example policy, and none
+// lists a binary that never connects (a script, or a symlink, whose real
+// program connects instead): its only notes may be a missing path (an
+// example for several kinds of host, or an agent not installed here) or
+// a general interpreter (node for npm).
+func TestExamplesPassPolicySyncCheck(t *testing.T) {
+	bin := testutil.Binary(t, "policy-sync")
+	files, err := filepath.Glob("examples/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no example policies: %v", err)
+	}
+	for _, f := range files {
+		var stderr bytes.Buffer
+		cmd := exec.Command(bin, "check", "--json", f)
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		var res struct {
+			Valid    bool            `json:"valid"`
+			Warnings []binaries.Note `json:"warnings"`
+		}
+		if err != nil || json.Unmarshal(out, &res) != nil || !res.Valid {
+			t.Errorf("policy-sync check %s: %v\n%s%s", f, err, out, stderr.String())
+			continue
+		}
+		for _, w := range res.Warnings {
+			if w.Kind != binaries.Missing && w.Kind != binaries.Interpreter {
+				t.Errorf("%s: %s", f, w)
 			}
 		}
 	}
