@@ -38,6 +38,7 @@ func main() {
 }
 
 const usage = `Usage: ocsf-collector [flags]
+       ocsf-collector local-hub --agent-id ID --token-file FILE [--assign POLICY]
 
 Follow OCSF JSONL event files (rotation-safe) or stdin, normalise each event
 into a mac.action_event.v1 record, and deliver the records to the hub
@@ -65,6 +66,11 @@ Examples:
   zcat old-events.log.gz | ocsf-collector --input - --hub http://127.0.0.1:8080 \
       --agent-id agent_hub --token-file token
 
+  # a hub on this host for trying policy-sync and the collector end to end
+  # (see ocsf-collector local-hub --help and docs/hub-api.md)
+  ocsf-collector local-hub --agent-id worker-1 --token-file /tmp/palisade-hub/worker-1.token \
+      --assign policies/examples/npm.yaml
+
   # also export OTLP logs and serve Prometheus metrics
   ocsf-collector --hub https://hub.example --agent-id a1 --token-file t \
       --otlp-endpoint http://127.0.0.1:4318 --metrics-listen 127.0.0.1:9464
@@ -88,6 +94,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	if len(args) > 0 && args[0] == "__hubtest" {
 		return runHubtest(ctx, args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "local-hub" {
+		return runLocalHub(ctx, args[1:], stdout, stderr)
 	}
 	fs := flag.NewFlagSet(prog, flag.ContinueOnError)
 	fs.SetOutput(cli.FlagOutput(stderr))

@@ -70,6 +70,24 @@ type Options struct {
 	Addr string
 	// DiscardEvents keeps only event ids, not the records (benchmarks).
 	DiscardEvents bool
+	// Journal, when set, receives one JSON line per request served
+	// (JournalEntry): what a person trying the hub watches.
+	Journal io.Writer
+}
+
+// JournalEntry is one line of Options.Journal: a served request, with the
+// policy version it handed out, the convergence report it recorded, or
+// the events it stored (not the duplicates).
+type JournalEntry struct {
+	Time        time.Time            `json:"time"`
+	Method      string               `json:"method"`
+	Route       string               `json:"route"`
+	Agent       string               `json:"agent,omitempty"`
+	Status      int                  `json:"status"`
+	Version     int64                `json:"policy_version,omitempty"`
+	Convergence *hub.Convergence     `json:"convergence,omitempty"`
+	Stored      []actionevent.Record `json:"stored,omitempty"`
+	Duplicates  int                  `json:"duplicates,omitempty"`
 }
 
 // Server is the reference hub. Its methods are safe for concurrent use.
@@ -95,6 +113,8 @@ type Server struct {
 
 	srv  *http.Server
 	done chan struct{}
+
+	journalMu sync.Mutex // orders Journal lines
 }
 
 // New starts a server.
@@ -414,10 +434,28 @@ func (s *Server) takeFailure(route string) (Failure, bool) {
 
 func (s *Server) log(r *http.Request, route, agent string, status, events int) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if len(s.requests) < 100000 {
 		s.requests = append(s.requests, Request{Time: time.Now(), Method: r.Method, Route: route, Agent: agent, Status: status, Events: events})
 	}
+	s.mu.Unlock()
+	if status != http.StatusOK {
+		s.journal(JournalEntry{Method: r.Method, Route: route, Agent: agent, Status: status})
+	}
+}
+
+// journal writes one line to Options.Journal.
+func (s *Server) journal(e JournalEntry) {
+	if s.opts.Journal == nil {
+		return
+	}
+	e.Time = time.Now().UTC()
+	b, err := json.Marshal(e)
+	if err != nil {
+		return
+	}
+	s.journalMu.Lock()
+	defer s.journalMu.Unlock()
+	s.opts.Journal.Write(append(b, '\n'))
 }
 
 func (s *Server) getPolicy(w http.ResponseWriter, r *http.Request, agent, pathAgent string) {
@@ -440,6 +478,7 @@ func (s *Server) getPolicy(w http.ResponseWriter, r *http.Request, agent, pathAg
 		return
 	}
 	s.log(r, RoutePolicy, agent, http.StatusOK, 0)
+	s.journal(JournalEntry{Method: r.Method, Route: RoutePolicy, Agent: agent, Status: http.StatusOK, Version: p.Version})
 	s.writeOK(w, p)
 }
 
@@ -471,6 +510,7 @@ func (s *Server) postConvergence(w http.ResponseWriter, r *http.Request, agent, 
 	s.convergence[agent] = append(s.convergence[agent], cv)
 	s.mu.Unlock()
 	s.log(r, RouteConvergence, agent, http.StatusOK, 0)
+	s.journal(JournalEntry{Method: r.Method, Route: RouteConvergence, Agent: agent, Status: http.StatusOK, Convergence: &cv})
 	s.writeOK(w, map[string]string{"status": "recorded"})
 }
 
@@ -521,12 +561,16 @@ func (s *Server) postActionEvents(w http.ResponseWriter, r *http.Request, agent 
 		recs[i] = rec
 	}
 	var res hub.BatchResult
+	var stored []actionevent.Record
 	s.mu.Lock()
 	for _, rec := range recs {
 		n := s.ids[rec.EventID]
 		s.ids[rec.EventID] = n + 1
 		if n == 0 {
 			res.Accepted++
+			if s.opts.Journal != nil {
+				stored = append(stored, rec)
+			}
 			s.order = append(s.order, rec.EventID)
 			if !s.opts.DiscardEvents {
 				s.events[rec.EventID] = rec
@@ -540,6 +584,7 @@ func (s *Server) postActionEvents(w http.ResponseWriter, r *http.Request, agent 
 	s.stats.Batches++
 	s.mu.Unlock()
 	s.log(r, RouteActionEvents, agent, http.StatusOK, len(recs))
+	s.journal(JournalEntry{Method: r.Method, Route: RouteActionEvents, Agent: agent, Status: http.StatusOK, Stored: stored, Duplicates: res.Duplicates})
 	s.writeOK(w, res)
 }
 
