@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -19,26 +18,6 @@ import (
 	"github.com/palisade-sandbox/palisade/pkg/policy"
 	"github.com/palisade-sandbox/palisade/pkg/testutil"
 )
-
-// documentedFlow returns the sh block of docs/hub-api.md's "Try the fleet
-// flow locally".
-func documentedFlow(t *testing.T) string {
-	t.Helper()
-	root, err := testutil.ModuleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(filepath.Join(root, "docs", "hub-api.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, sec, ok := strings.Cut(string(b), "\n## Try the fleet flow locally\n")
-	m := regexp.MustCompile("(?s)```sh\n(.*?)```").FindStringSubmatch(sec)
-	if !ok || m == nil {
-		t.Fatal(`docs/hub-api.md has no "## Try the fleet flow locally" section with an sh block`)
-	}
-	return m[1]
-}
 
 // #29 item 8: the local hub's documented flow, run as written (as root,
 // from the repository) with the binaries under test, a port, a directory
@@ -68,7 +47,7 @@ func TestLocalHubFlowAsDocumented(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "palisade-hub")
 	wd := t.TempDir()
 	os.Chown(wd, 10001, 10001)
-	script := documentedFlow(t)
+	script := testutil.DocShBlocks(t, "docs/hub-api.md", "Try the fleet flow locally")[0]
 	for _, r := range [][2]string{{"/tmp/palisade-hub", dir}, {"127.0.0.1:8088", addr}, {"/var/tmp/palisade-work", wd}, {"./bin/", binDir + "/"}} {
 		if !strings.Contains(script, r[0]) {
 			t.Fatalf("the documented flow no longer mentions %s:\n%s", r[0], script)

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"runtime"
 	"slices"
 	"strings"
@@ -16,45 +15,14 @@ import (
 	"github.com/palisade-sandbox/palisade/pkg/testutil"
 )
 
-// readme returns README.md.
-func readme(t *testing.T) string {
-	t.Helper()
-	root, err := testutil.ModuleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(filepath.Join(root, "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
-
 // readmeSection returns the text of README.md's "## heading" section.
 func readmeSection(t *testing.T, heading string) string {
-	t.Helper()
-	text := readme(t)
-	_, rest, ok := strings.Cut(text, "\n## "+heading+"\n")
-	if !ok {
-		t.Fatalf("README.md has no ## %s section", heading)
-	}
-	if i := strings.Index(rest, "\n## "); i >= 0 {
-		rest = rest[:i]
-	}
-	return rest
+	return testutil.DocSection(t, "README.md", heading)
 }
 
-// readmeBlocks returns the ```sh blocks of a README section, in order.
+// readmeBlocks returns the sh blocks of a README section, in order.
 func readmeBlocks(t *testing.T, heading string) []string {
-	t.Helper()
-	var blocks []string
-	for _, m := range regexp.MustCompile("(?s)```sh\n(.*?)```").FindAllStringSubmatch(readmeSection(t, heading), -1) {
-		blocks = append(blocks, m[1])
-	}
-	if len(blocks) == 0 {
-		t.Fatalf("README.md's ## %s has no sh block", heading)
-	}
-	return blocks
+	return testutil.DocShBlocks(t, "README.md", heading)
 }
 
 // copyTree copies the module's tracked and untracked, not ignored, files
