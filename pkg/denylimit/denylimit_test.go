@@ -102,3 +102,61 @@ func TestConcurrent(t *testing.T) {
 		t.Fatalf("counts add up to %d, want 8000", total)
 	}
 }
+
+// A detailed limiter names the first denial of each distinct detail in
+// full (up to maxDetail per window), and its count reports list the
+// suppressed details with their counts; a burst of distinct details
+// stays a bounded number of reports and no occurrence is lost.
+func TestDetailed(t *testing.T) {
+	l := NewDetailed[string, string, int](10*time.Second, 64, "overflow", 3)
+	t0 := time.Unix(1000, 0)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	var reported []string
+	for i, d := range []string{"GET /a", "GET /a", "DELETE /b", "PUT /c", "DELETE /b", "POST /d", "POST /d", "GET /a", "TRACE /e"} {
+		if r := l.Admit("host", d, i, at(i), at(i)); r.Report {
+			if r.Count != 1 {
+				t.Fatalf("%s reported with count %d", d, r.Count)
+			}
+			reported = append(reported, d)
+		}
+	}
+	if fmt.Sprint(reported) != "[GET /a DELETE /b PUT /c]" {
+		t.Fatalf("named in full: %v, want the first of each of three details", reported)
+	}
+	// Suppressed: GET /a twice, DELETE /b, POST /d twice, TRACE /e (no room: counted only).
+	r := l.Admit("host", "GET /a", 99, at(12), at(12))
+	if !r.Report || r.Count != 7 || !r.First.Equal(at(1)) {
+		t.Fatalf("report after the window: %+v", r)
+	}
+	if fmt.Sprint(r.Tallies) != "[{GET /a 3} {DELETE /b 1} {POST /d 2}]" {
+		t.Fatalf("tallies %v", r.Tallies)
+	}
+	// A new window names afresh; Flush lists what it folded.
+	if r := l.Admit("host", "DELETE /b", 1, at(13), at(13)); !r.Report || r.Count != 1 {
+		t.Fatalf("a detail of the new window: %+v", r)
+	}
+	l.Admit("host", "DELETE /b", 2, at(14), at(14))
+	f := l.Flush(at(30), false)
+	if len(f) != 1 || f[0].Count != 1 || fmt.Sprint(f[0].Tallies) != "[{DELETE /b 1}]" {
+		t.Fatalf("flush %+v", f)
+	}
+	// A burst of distinct details: bounded reports, every one counted.
+	l = NewDetailed[string, string, int](10*time.Second, 64, "overflow", 16)
+	reports, total := 0, 0
+	for i := range 1500 {
+		if r := l.Admit("sandbox", fmt.Sprint("name", i), i, t0, t0); r.Report {
+			reports++
+			total += r.Count
+		}
+	}
+	for _, f := range l.Flush(t0, true) {
+		reports++
+		total += f.Count
+		if len(f.Tallies) != 16 {
+			t.Errorf("the count report lists %d details, want 16", len(f.Tallies))
+		}
+	}
+	if reports != 17 || total != 1500 {
+		t.Fatalf("%d reports counting %d denials, want 17 counting 1500", reports, total)
+	}
+}

@@ -22,8 +22,9 @@ var methodOverrideFields = []string{"X-Http-Method-Override", "X-Http-Method", "
 
 // Check decides a request against the endpoint's L7 constraints.
 //
-// It decides the request under each reading of its path (Path) and,
-// within each, under its own method and every method an override field
+// It decides the request under each reading of its path (Path) and of
+// its query's parameter names (QueryAlternates) and, within each, under
+// its own method and every method an override field
 // or the "_method" query parameter (Symfony, Laravel) names: an upstream
 // that honours them acts on that method, so a GET carrying
 // "X-HTTP-Method-Override: DELETE" is a DELETE to it. A "_method" in a
@@ -44,19 +45,34 @@ func Check(ep *policy.Endpoint, r *Request) (bool, string) {
 	}
 	methods = appendMethods(methods, r.Query["_method"])
 	ctype := singleValue(r.Field("Content-Type"))
-	decide := func(path string) (bool, string) {
+	queries := QueryAlternates(r.Query)
+	decide := func(path string, q url.Values) (bool, string) {
 		for _, m := range methods {
-			if ok, why := ep.CheckReading(m, path, r.Query, ctype); !ok {
+			if ok, why := ep.CheckReading(m, path, q, ctype); !ok {
 				return false, why
 			}
 		}
 		return true, ""
 	}
-	ok, why := decide(r.Path.Decoded)
-	for _, alt := range r.Path.Alternates {
-		if aok, _ := decide(alt); aok != ok {
-			return false, policy.L7AmbiguousPath
+	ok, why := decide(r.Path.Decoded, r.Query)
+	differ := false
+	r.Path.Readings(func(path string) bool {
+		if path != r.Path.Decoded {
+			if aok, _ := decide(path, r.Query); aok != ok {
+				differ = true
+				return false
+			}
 		}
+		for _, q := range queries {
+			if aok, _ := decide(path, q); aok != ok {
+				differ = true
+				return false
+			}
+		}
+		return true
+	})
+	if differ {
+		return false, policy.L7AmbiguousPath
 	}
 	if ok && r.Path.NonASCII {
 		for _, m := range methods {

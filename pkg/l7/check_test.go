@@ -25,7 +25,7 @@ func checkPath(t *testing.T, ep *policy.Endpoint, method, target string, fields 
 	if fields == nil {
 		fields = http.Header{}
 	}
-	return Check(ep, &Request{Method: method, Path: &p, Query: q, Field: fields.Values})
+	return Check(ep, &Request{Method: method, Path: &p, Query: q, Field: FieldValues(fields)})
 }
 
 // Refuse ambiguity only when it changes the decision: a path that
@@ -116,6 +116,48 @@ func TestCheckMethodOverride(t *testing.T) {
 	} {
 		if ok, _ := checkPath(t, ro, "GET", c.target, c.fields); ok != c.ok {
 			t.Errorf("GET %s %v: %v, want %v", c.target, c.fields, ok, c.ok)
+		}
+	}
+}
+
+// Query parameter names servers read in other spellings: PHP's "_" for
+// ".", " " and an unmatched "[", and trimmed names; decided under each,
+// ambiguous when they disagree. Deny rules compare values in any case.
+func TestCheckQueryReadings(t *testing.T) {
+	q := func(m map[string]string) map[string]policy.QueryMatch {
+		out := map[string]policy.QueryMatch{}
+		for k, v := range m {
+			out[k] = policy.QueryMatch{Any: []string{v}}
+		}
+		return out
+	}
+	denyPHP := &policy.Endpoint{Access: policy.AccessReadOnly, DenyRules: []policy.RequestMatch{{Method: "GET", Path: "/**", Query: q(map[string]string{"debug_": "true"})}}}
+	denyDebug := &policy.Endpoint{Access: policy.AccessReadOnly, DenyRules: []policy.RequestMatch{{Method: "GET", Path: "/**", Query: q(map[string]string{"debug": "true"})}}}
+	allowQ := &policy.Endpoint{Rules: []policy.Rule{{Allow: policy.RequestMatch{Method: "GET", Path: "/search", Query: q(map[string]string{"q": "palisade*"})}}}}
+	ro := &policy.Endpoint{Access: policy.AccessReadOnly}
+	for _, c := range []struct {
+		name   string
+		ep     *policy.Endpoint
+		target string
+		ok     bool
+		reason string
+	}{
+		{"PHP reads debug. as debug_", denyPHP, "/x?debug.=true", false, policy.L7AmbiguousPath},
+		{"PHP reads debug+ as debug_", denyPHP, "/x?debug+=true", false, policy.L7AmbiguousPath},
+		{"PHP reads debug[ as debug_", denyPHP, "/x?debug%5B=true", false, policy.L7AmbiguousPath},
+		{"the name itself", denyPHP, "/x?debug_=true", false, policy.L7DeniedByRule},
+		{"trimmed debug+", denyDebug, "/x?debug+=true", false, policy.L7AmbiguousPath},
+		{"trimmed debug.", denyDebug, "/x?debug.=true", false, policy.L7AmbiguousPath},
+		{"deny value in another case", denyDebug, "/x?debug=TRUE", false, policy.L7DeniedByRule},
+		{"other value", denyDebug, "/x?debug.=false", true, ""},
+		{"allow rule values merged by a trimming server", allowQ, "/search?q=palisade&q.=secret", false, policy.L7AmbiguousPath},
+		{"allow rule value case", allowQ, "/search?q=Palisade", false, policy.L7NoRuleMatched},
+		{"allow rule", allowQ, "/search?q=palisade-sandbox&a.b=1", true, ""},
+		{"no query rule", ro, "/x?a.b=1&c+=2", true, ""},
+	} {
+		ok, why := checkPath(t, c.ep, "GET", c.target, nil)
+		if ok != c.ok || why != c.reason {
+			t.Errorf("%s: GET %s = %v %q, want %v %q", c.name, c.target, ok, why, c.ok, c.reason)
 		}
 	}
 }

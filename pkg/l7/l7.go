@@ -1,10 +1,14 @@
 // Package l7 holds the request checks the egress proxy applies to every
 // inspected HTTP request: the path parser (percent-decoding, dot
 // segments, repeated slashes, and every reading an upstream may take of
-// the spellings servers disagree on), the decision of a request under
-// each of those readings and each method it may be read as (Check), and
-// the authority check that keeps a request inside the tunnel it came
-// through. The parsers take untrusted input and have fuzz targets.
+// the spellings servers disagree on), the readings of query parameter
+// names (QueryAlternates), header names read folded as CGI and WSGI
+// servers fold them (FieldValues, CheckFieldName), the decision of a
+// request under each of those readings and each method it may be read
+// as (Check), and the authority check that keeps a request inside the
+// tunnel it came through. Package l7/websocket checks the framing of an
+// upgraded connection. The parsers take untrusted input and have fuzz
+// targets.
 package l7
 
 import (

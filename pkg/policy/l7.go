@@ -106,7 +106,10 @@ func (e *Endpoint) PathMatters(method string) bool {
 // or clone posts to ".../git-upload-pack" but only reads, so read-only
 // allows it; a push starts with "GET .../info/refs?service=git-receive-pack"
 // and then posts to ".../git-receive-pack", so read-only refuses both
-// (the first refusal is what git shows its user). Everything else is
+// (the first refusal is what git shows its user); the push's path and
+// "service" parameter are read in any case and spelling a server may
+// route the same way (as a deny rule reads them), since reading more
+// requests as a push only refuses more. Everything else is
 // AccessAllows(access, method).
 //
 // A POST is read as a fetch only when it is shaped like git's: no query
@@ -118,15 +121,17 @@ func AccessAllowsRequest(access, method, path string, query url.Values, contentT
 	case method == "POST" && strings.HasSuffix(path, "/git-upload-pack") && len(query) == 0 &&
 		strings.EqualFold(strings.TrimSpace(contentType), GitUploadPackRequestType):
 		return AccessAllows(access, "GET")
-	case strings.HasSuffix(path, "/info/refs") && slicesContains(query["service"], "git-receive-pack"):
+	case len(path) >= len("/info/refs") && strings.EqualFold(path[len(path)-len("/info/refs"):], "/info/refs") &&
+		containsFold(denyQueryValues(query, "service"), "git-receive-pack"):
 		return AccessAllows(access, "POST") && AccessAllows(access, method)
 	}
 	return AccessAllows(access, method)
 }
 
-func slicesContains(vs []string, v string) bool {
+// containsFold reports whether vs holds v in any case.
+func containsFold(vs []string, v string) bool {
 	for _, x := range vs {
-		if x == v {
+		if strings.EqualFold(x, v) {
 			return true
 		}
 	}
@@ -143,9 +148,11 @@ const GitUploadPackRequestType = "application/x-git-upload-pack-request"
 // query names compare case-insensitively (Express, ASP.NET), a trailing
 // slash is optional ("/admin/" and, for "/admin/**", "/admin" itself:
 // Express, older Spring), a query name "a[]" or "a[k]" is "a" (PHP,
-// Rails), and a query matcher holds when any value of a repeated
-// parameter matches (servers read the first, the last or all); an allow
-// rule's needs every value to match.
+// Rails), a query value compares case-insensitively (a server that
+// lower-cases or compares "TRUE" to "true" without regard to case acts
+// on the denied value), and a query matcher holds when any value of a
+// repeated parameter matches (servers read the first, the last or all);
+// an allow rule's needs every value to match, case and all.
 func (m RequestMatch) matches(method, path string, query url.Values, deny bool) bool {
 	if m.Method != "*" && !strings.EqualFold(m.Method, method) {
 		return false
@@ -167,7 +174,13 @@ func (m RequestMatch) matches(method, path string, query url.Values, deny bool) 
 		}
 		matched := 0
 		for _, v := range vals {
+			if deny {
+				v = asciiLower(v)
+			}
 			for _, g := range qm.Any {
+				if deny {
+					g = asciiLower(g)
+				}
 				if pathGlob(g, v) {
 					matched++
 					break

@@ -72,6 +72,10 @@ func TestCheckRequest(t *testing.T) {
 		{"deny query name array", denyQuery, "GET", "/api/x", "action[]=delete", false, L7DeniedByRule},
 		{"deny query name keyed array", denyQuery, "GET", "/api/x", "action[0]=delete", false, L7DeniedByRule},
 		{"deny query other name", denyQuery, "GET", "/api/x", "actions=delete", true, ""},
+		// Deny rules compare query values in any case, allow rules as written.
+		{"deny query value case", denyQuery, "GET", "/api/x", "action=DELETE", false, L7DeniedByRule},
+		{"deny query value mixed case", denyQuery, "GET", "/api/x", "action=Delete&action=list", false, L7DeniedByRule},
+		{"allow query value case", query, "GET", "/search", "q=Palisade-sandbox", false, L7NoRuleMatched},
 		{"deny path case", readOnly, "GET", "/Admin/users", "", false, L7DeniedByRule},
 		{"deny bare prefix", readOnly, "GET", "/admin", "", false, L7DeniedByRule},
 		{"deny trailing slash", denyExact, "DELETE", "/api/users/1/", "", false, L7DeniedByRule},
@@ -124,6 +128,11 @@ func TestAccessAllowsRequestGit(t *testing.T) {
 		{AccessReadOnly, "POST", "/r.git/git-upload-pack", "", git, true},
 		{AccessReadOnly, "POST", "/r.git/git-upload-pack", "", "Application/X-Git-Upload-Pack-Request ", true},
 		{AccessReadOnly, "GET", "/r.git/info/refs", "service=git-receive-pack", "", false},
+		// Spellings a server may route as the push advertisement.
+		{AccessReadOnly, "GET", "/r.git/info/refs", "Service=git-receive-pack", "", false},
+		{AccessReadOnly, "GET", "/r.git/info/refs", "service=GIT-Receive-Pack", "", false},
+		{AccessReadOnly, "GET", "/r.git/info/refs", "service%5B%5D=git-receive-pack", "", false},
+		{AccessReadOnly, "GET", "/r.git/INFO/Refs", "service=git-receive-pack", "", false},
 		{AccessReadOnly, "POST", "/r.git/git-receive-pack", "", "application/x-git-receive-pack-request", false},
 		{AccessReadOnly, "POST", "/r.git/other", "", git, false},
 		{AccessReadOnly, "POST", "/git-upload-pack-not", "", git, false},

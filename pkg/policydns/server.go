@@ -11,6 +11,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/palisade-sandbox/palisade/pkg/denylimit"
 	"github.com/palisade-sandbox/palisade/pkg/ocsf"
 )
 
@@ -29,15 +30,41 @@ type Config struct {
 	Eligible Eligibility
 	Resolve  Resolver
 	// Source and Events receive one Network Activity (4001) event per
-	// query answered or refused. Events nil: none.
+	// query answered, and the refusals through the denial limiter (see
+	// DenyWindow). Events nil: none.
 	Source *ocsf.Source
 	Events ocsf.Emitter
+	// DenyWindow folds refusals as the egress proxy folds denials
+	// (package denylimit): per refusal reason, the first refusal of each
+	// distinct name is an event (up to MaxRefusalDetails names a window),
+	// the rest are counted, and a count event per window lists up to
+	// MaxRefusalDetails names with their counts, so a flood of refused
+	// names (an exfiltration attempt, a scan) writes a bounded number of
+	// events. 0 means DefaultDenyWindow; negative, no folding.
+	DenyWindow time.Duration
+	// Now is the clock (tests); nil is time.Now.
+	Now func() time.Time
 }
+
+// DefaultDenyWindow is the refusal folding window by default (the egress
+// proxy's).
+const DefaultDenyWindow = 10 * time.Second
+
+// MaxRefusalDetails bounds the names named in full, and listed in a
+// count event, per refusal reason and window.
+const MaxRefusalDetails = 16
 
 // Server answers DNS queries from the sandbox. It implements dns.Handler.
 type Server struct {
-	cfg Config
-	sem chan struct{}
+	cfg     Config
+	sem     chan struct{}
+	limiter *denylimit.Detailed[string, string, refusal]
+}
+
+// refusal is one refused query as its event needs it.
+type refusal struct {
+	client, local net.Addr
+	ans           Answer
 }
 
 // NewServer checks cfg. Errors name the missing field.
@@ -52,7 +79,14 @@ func NewServer(cfg Config) (*Server, error) {
 	case cfg.Events != nil && cfg.Source == nil:
 		return nil, errors.New("policydns: Config.Source: required with Events")
 	}
-	return &Server{cfg: cfg, sem: make(chan struct{}, MaxConcurrent)}, nil
+	if cfg.DenyWindow == 0 {
+		cfg.DenyWindow = DefaultDenyWindow
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Server{cfg: cfg, sem: make(chan struct{}, MaxConcurrent),
+		limiter: denylimit.NewDetailed[string, string, refusal](cfg.DenyWindow, 1024, "overflow", MaxRefusalDetails)}, nil
 }
 
 // Serve answers on pc (UDP) and ln (TCP) until ctx ends; either may be
@@ -71,15 +105,42 @@ func (s *Server) Serve(ctx context.Context, pc net.PacketConn, ln net.Listener) 
 	for _, srv := range servers {
 		go func() { errc <- srv.ActivateAndServe() }()
 	}
+	var tick <-chan time.Time
+	if s.cfg.DenyWindow > 0 {
+		t := time.NewTicker(s.cfg.DenyWindow)
+		defer t.Stop()
+		tick = t.C
+	}
 	var err error
-	select {
-	case <-ctx.Done():
-	case err = <-errc:
+wait:
+	for {
+		select {
+		case <-ctx.Done():
+			break wait
+		case err = <-errc:
+			break wait
+		case <-tick:
+			s.FlushRefusals(false)
+		}
 	}
 	for _, srv := range servers {
 		srv.Shutdown()
 	}
+	s.FlushRefusals(true)
 	return err
+}
+
+// FlushRefusals emits the count events of folded refusals that are due
+// (all of them when all is set). Serve calls it every DenyWindow and
+// when it returns.
+func (s *Server) FlushRefusals(all bool) {
+	now := s.cfg.Now()
+	if all {
+		now = now.Add(s.cfg.DenyWindow)
+	}
+	for _, f := range s.limiter.Flush(now, all) {
+		s.emitEvent(f.Value.client, f.Value.local, f.Value.ans, f.Count, f.First, f.Tallies)
+	}
 }
 
 // Answer describes one query's outcome (the event's fields).
@@ -165,11 +226,31 @@ func (s *Server) answer(req *dns.Msg) (*dns.Msg, Answer) {
 }
 
 // emit reports one answer as a Network Activity (4001) event: query name
-// in dst_endpoint.domain, the mapping under unmapped.policy_dns.
+// in dst_endpoint.domain, the mapping under unmapped.policy_dns. A
+// refusal goes through the limiter first (Config.DenyWindow).
 func (s *Server) emit(client, local net.Addr, a Answer) {
 	if s.cfg.Events == nil {
 		return
 	}
+	if !answered(a) {
+		now := s.cfg.Now()
+		r := s.limiter.Admit(a.Reason, a.Name, refusal{client, local, a}, now, now)
+		if !r.Report {
+			return
+		}
+		s.emitEvent(client, local, a, r.Count, r.First, r.Tallies)
+		return
+	}
+	s.emitEvent(client, local, a, 1, time.Time{}, nil)
+}
+
+// answered reports whether an answer is one (a mapping, or NODATA for a
+// name that exists) rather than a refusal.
+func answered(a Answer) bool { return a.Mapping != nil || a.Reason == "no_data" }
+
+// emitEvent writes one answer's event; count, first and tallies are a
+// folded refusal's (count 1 otherwise).
+func (s *Server) emitEvent(client, local net.Addr, a Answer, count int, first time.Time, tallies []denylimit.Tally[string]) {
 	c := ocsf.Conn{Protocol: "udp", Dst: &ocsf.NetworkEndpoint{Domain: a.Name}}
 	if _, ok := local.(*net.TCPAddr); ok {
 		c.Protocol = "tcp"
@@ -180,7 +261,7 @@ func (s *Server) emit(client, local net.Addr, a Answer) {
 	if ap, err := netip.ParseAddrPort(client.String()); err == nil {
 		c.Src = &ocsf.NetworkEndpoint{IP: ap.Addr().Unmap().String(), Port: int(ap.Port())}
 	}
-	allowed := a.Mapping != nil || a.Reason == "no_data"
+	allowed := answered(a)
 	code := "dns_answered"
 	if !allowed {
 		code = "dns_refused"
@@ -199,6 +280,20 @@ func (s *Server) emit(client, local net.Addr, a Answer) {
 			real[i] = r.String()
 		}
 		u["mapping_id"], u["synthetic"], u["real"], u["generation"], u["ttl"] = m.ID, m.Synthetic.String(), real, m.Generation, int(s.cfg.Table.TTL()/time.Second)
+	}
+	if count > 1 {
+		e.Count = count
+		e.Message = fmt.Sprintf("policy DNS refused %d queries (%s), last %s %s", count, reason, a.Type, a.Name)
+		if !first.IsZero() {
+			e.StartTime, e.EndTime = first.UnixMilli(), s.cfg.Now().UnixMilli()
+		}
+	}
+	if len(tallies) > 0 {
+		names := make([]map[string]any, len(tallies))
+		for i, t := range tallies {
+			names[i] = map[string]any{"name": t.Detail, "count": t.Count}
+		}
+		u["names"] = names
 	}
 	e.Unmapped = map[string]any{"policy_dns": u}
 	s.cfg.Events.Emit(e)

@@ -3,6 +3,7 @@ package policydns
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"sync/atomic"
@@ -21,6 +22,7 @@ type testServer struct {
 	resolved atomic.Int64 // names the upstream resolver was asked for
 	rec      *ocsftest.Recorder
 	table    *Table
+	srv      *Server
 }
 
 func startServer(t *testing.T) *testServer {
@@ -52,6 +54,7 @@ func startServer(t *testing.T) *testServer {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ts.srv = s
 	pc, ln := listenPair(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -207,4 +210,40 @@ func FuzzAnswer(f *testing.F) {
 			t.Fatalf("answered %q with %v", ans.Name, resp.Answer)
 		}
 	})
+}
+
+// Refused names go through the denial limiter: a flood of distinct names
+// (an exfiltration attempt through DNS) writes the first 16 in full and
+// one count event listing 16 with their counts, every refusal counted.
+func TestRefusalFloodIsFolded(t *testing.T) {
+	ts := startServer(t)
+	const n = 300
+	for i := range n {
+		if r := ts.query(t, "udp", fmt.Sprintf("chunk%03d.exfil.test", i), dns.TypeA); r.Rcode != dns.RcodeRefused {
+			t.Fatalf("query %d: %v", i, r)
+		}
+	}
+	refused := func() []map[string]any {
+		var out []map[string]any
+		for _, ev := range ts.rec.ByClass(ocsf.ClassNetworkActivity) {
+			if ev["status_code"] == "dns_refused" {
+				out = append(out, ev)
+			}
+		}
+		return out
+	}
+	if got := len(refused()); got != MaxRefusalDetails {
+		t.Fatalf("%d refusal events before the window ends, want %d", got, MaxRefusalDetails)
+	}
+	ts.srv.FlushRefusals(true)
+	evs := refused()
+	if len(evs) != MaxRefusalDetails+1 {
+		t.Fatalf("%d refusal events after the flush, want %d", len(evs), MaxRefusalDetails+1)
+	}
+	last := evs[len(evs)-1]
+	u := last["unmapped"].(map[string]any)["policy_dns"].(map[string]any)
+	names, _ := u["names"].([]any)
+	if last["count"] != float64(n-MaxRefusalDetails) || len(names) != MaxRefusalDetails {
+		t.Fatalf("count event: count %v, %d names", last["count"], len(names))
+	}
 }

@@ -188,7 +188,7 @@ func TestH2ClientLegOneWritePerFrame(t *testing.T) {
 		serveH2(tc, bc, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Length", strconv.Itoa(size))
 			w.Write(make([]byte, size))
-		}), time.Minute)
+		}), time.Minute, newH2Watch(func(string, string, string) {}))
 	})
 	cc, err := (&http2.Transport{}).NewClientConn(tc)
 	if err != nil {

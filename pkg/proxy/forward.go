@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/palisade-sandbox/palisade/pkg/l7"
 )
 
 // framing is how a forwarded request's body is delimited.
@@ -24,14 +26,19 @@ type framing struct {
 // requestFraming reads the body framing of a request head the way RFC
 // 9112 §6 prescribes, refusing the ambiguous cases request smuggling
 // lives on: Transfer-Encoding together with Content-Length, any transfer
-// coding but a single "chunked", Transfer-Encoding on HTTP/1.0, and
-// Content-Length values that disagree or do not parse.
+// coding but a single "chunked", Transfer-Encoding on HTTP/1.0,
+// Content-Length values that disagree or do not parse, and a field the
+// proxy reads spelt with "_" for "-" ("Transfer_Encoding": an upstream
+// that folds it would frame the request differently).
 func requestFraming(h *Head) (framing, error) {
 	var fr framing
 	var te []string
 	cl := ""
 	seenCL := false
 	for _, f := range h.Fields {
+		if l7.CheckFieldName(f.Name) != nil {
+			return fr, headErrorf("header %s spells a field the proxy reads, with '_' for '-'", f.Name)
+		}
 		switch {
 		case strings.EqualFold(f.Name, "Transfer-Encoding"):
 			for _, t := range strings.Split(f.Value, ",") {
@@ -299,10 +306,12 @@ func (p *Proxy) forward(c *net.TCPConn, br *bufio.Reader, up net.Conn, rec *Reco
 	return true
 }
 
+// headerValues returns the values of every field named name, "_" and
+// case folded (l7.FoldedEqual).
 func headerValues(h *Head, name string) []string {
 	var out []string
 	for _, f := range h.Fields {
-		if strings.EqualFold(f.Name, name) {
+		if l7.FoldedEqual(f.Name, name) {
 			out = append(out, f.Value)
 		}
 	}

@@ -9,11 +9,14 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/textproto"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/palisade-sandbox/palisade/pkg/l7"
 )
 
 func jsonLine(v any) ([]byte, error) {
@@ -49,19 +52,19 @@ func (p *Proxy) serveH1(c net.Conn, br *bufio.Reader, ix *inspector, out io.Writ
 		buf = raw[:0]
 		if err != nil {
 			if len(raw) > 0 {
-				ix.headFailure(c, err)
+				ix.headFailure(c, err, raw)
 			}
 			return
 		}
 		h, err := ParseHead(raw)
 		if err != nil {
-			ix.headFailure(c, err)
+			ix.headFailure(c, err, raw)
 			return
 		}
 		c.SetReadDeadline(time.Time{})
 		req, fr, err := ix.buildRequest(h, br)
 		if err != nil {
-			ix.headFailure(c, err)
+			ix.headFailure(c, err, raw)
 			return
 		}
 		clear(hdr)
@@ -91,9 +94,12 @@ func (p *Proxy) serveH1(c net.Conn, br *bufio.Reader, ix *inspector, out io.Writ
 }
 
 // headFailure answers a malformed head with 400 (431/408 for size and
-// time) and records it as one request.
-func (ix *inspector) headFailure(c net.Conn, err error) {
-	rr := ix.requestRecord(&http.Request{})
+// time) and records it as one request, naming the method and path it
+// could read of raw (partialRequestLine).
+func (ix *inspector) headFailure(c net.Conn, err error, raw []byte) {
+	method, target := partialRequestLine(raw)
+	rr := ix.requestRecord(&http.Request{Method: method})
+	rr.URL = ix.partialURL(target)
 	defer ix.p.finish(rr)
 	status, reason := http.StatusBadRequest, ReasonMalformed
 	switch {
@@ -112,6 +118,25 @@ func (ix *inspector) headFailure(c net.Conn, err error) {
 	if tc, ok := c.(*net.TCPConn); ok {
 		lingerClose(tc, 500*time.Millisecond)
 	}
+}
+
+// partialURL is the URL of a malformed request's target, for its
+// event: its path when it reads as one (origin or absolute form), nil
+// otherwise.
+func (ix *inspector) partialURL(target string) *url.URL {
+	if hasPrefixFold(target, "http://") || hasPrefixFold(target, "https://") {
+		rest := target[strings.Index(target, "//")+2:]
+		if i := strings.IndexByte(rest, '/'); i >= 0 {
+			target = rest[i:]
+		} else {
+			target = "/"
+		}
+	}
+	p, err := l7.ParsePath(target)
+	if err != nil {
+		return nil
+	}
+	return &url.URL{Scheme: ix.scheme, Host: ix.host, Path: p.Decoded, RawPath: p.Escaped}
 }
 
 // buildRequest turns a strictly parsed head into an *http.Request whose

@@ -92,6 +92,9 @@ func (p *Proxy) serveRequest(c *net.TCPConn, br *bufio.Reader, rec *Record, rele
 	if err == nil {
 		h, err = ParseHead(raw)
 	}
+	if err != nil {
+		p.partialRecord(rec, raw) // before raw goes back to the pool
+	}
 	*hb = raw[:0]
 	headPool.Put(hb) // the parsed head holds copies; a tunnel keeps no buffer
 	if err != nil {
@@ -127,6 +130,9 @@ func (p *Proxy) serveRequest(c *net.TCPConn, br *bufio.Reader, rec *Record, rele
 		}
 	}
 	if err != nil {
+		if canon, cerr := p.cfg.Canonicalize(host); cerr == nil {
+			rec.Host = canon
+		}
 		p.badRequest(c, rec, http.StatusBadRequest, ReasonMalformed, err)
 		return false
 	}
@@ -225,6 +231,37 @@ func (p *Proxy) serveRequest(c *net.TCPConn, br *bufio.Reader, rec *Record, rele
 		return false
 	}
 	return p.forward(c, br, up, rec, req)
+}
+
+// partialRecord fills a malformed head's record with what can be read of
+// it (partialRequestLine): the method, and the CONNECT authority or the
+// forwarded URL when they parse, so its event names them.
+func (p *Proxy) partialRecord(rec *Record, raw []byte) {
+	method, target := partialRequestLine(raw)
+	rec.Method = method
+	var host string
+	var err error
+	switch {
+	case method == "":
+		return
+	case method == http.MethodConnect:
+		rec.Kind = KindConnect
+		host, rec.Port, err = ParseAuthority(target)
+	default:
+		rec.Kind = KindHTTP
+		var u *url.URL
+		if u, host, rec.Port, err = ParseForwardTarget(target); err == nil {
+			if path, perr := l7.ParsePath(targetPath(target)); perr == nil {
+				u.Path, u.RawPath = path.Decoded, path.Escaped
+			}
+			rec.URL = u
+		}
+	}
+	if err == nil {
+		if canon, cerr := p.cfg.Canonicalize(host); cerr == nil {
+			rec.Host = canon
+		}
+	}
 }
 
 // decideRequest is what the engine decides for the record's host, port

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"strconv"
@@ -267,4 +268,38 @@ func parsePort(s string) (int, error) {
 		return 0, headErrorf("port %q is not in 1..65535", s)
 	}
 	return n, nil
+}
+
+// maxPartialTarget bounds the request target a malformed head's record
+// keeps.
+const maxPartialTarget = 1024
+
+// partialRequestLine is what can be read of a head that did not parse:
+// its method, when the first line starts with a token and a space, and
+// its target up to the query (events never carry one), when it is
+// printable ASCII of bounded length. Either may be "".
+func partialRequestLine(raw []byte) (method, target string) {
+	line := raw
+	if i := bytes.IndexByte(line, '\n'); i >= 0 {
+		line = line[:i]
+	}
+	line = bytes.TrimSuffix(line, []byte("\r"))
+	m, rest, ok := bytes.Cut(line, []byte(" "))
+	if !ok || len(m) > 24 || !isToken(string(m)) {
+		return "", ""
+	}
+	method = string(m)
+	t, _, _ := bytes.Cut(rest, []byte(" "))
+	if i := bytes.IndexAny(t, "?#"); i >= 0 {
+		t = t[:i]
+	}
+	if len(t) == 0 || len(t) > maxPartialTarget {
+		return method, ""
+	}
+	for _, c := range t {
+		if c <= ' ' || c >= 0x7f {
+			return method, ""
+		}
+	}
+	return method, string(t)
 }

@@ -21,23 +21,31 @@ import (
 	"golang.org/x/net/http2"
 
 	"github.com/palisade-sandbox/palisade/pkg/l7"
+	"github.com/palisade-sandbox/palisade/pkg/l7/websocket"
 	"github.com/palisade-sandbox/palisade/pkg/policy"
 )
 
 // Reasons of the inspection path.
 const (
-	ReasonSNIMismatch        = "sni_mismatch"             // ClientHello names another host than CONNECT
-	ReasonBadClientHello     = "client_hello_unreadable"  // a TLS record began that is no readable ClientHello
-	ReasonNotHTTP            = "l7_protocol_unrecognized" // an inspected tunnel carried neither TLS nor HTTP
-	ReasonTLSUnavailable     = "tls_inspection_unavailable"
-	ReasonClientTLS          = "client_tls_failed" // the client's handshake with the proxy failed
-	ReasonUpstreamTLS        = "upstream_tls"      // the upstream certificate or handshake failed
-	ReasonAuthorityMismatch  = "authority_mismatch"
-	ReasonInvalidPath        = "invalid_path"
-	ReasonInvalidQuery       = "invalid_query"
-	ReasonH2CUpgrade         = "h2c_upgrade"
-	ReasonUnsupportedUpgrade = "unsupported_upgrade"
-	ReasonDuplicateHost      = "duplicate_host"
+	ReasonSNIMismatch         = "sni_mismatch"             // ClientHello names another host than CONNECT
+	ReasonBadClientHello      = "client_hello_unreadable"  // a TLS record began that is no readable ClientHello
+	ReasonClientHelloNotFirst = "client_hello_not_first"   // a TLS record other than a handshake came before the ClientHello
+	ReasonNotHTTP             = "l7_protocol_unrecognized" // an inspected tunnel carried neither TLS nor HTTP
+	ReasonTLSUnavailable      = "tls_inspection_unavailable"
+	ReasonClientTLS           = "client_tls_failed" // the client's handshake with the proxy failed
+	ReasonUpstreamTLS         = "upstream_tls"      // the upstream certificate or handshake failed
+	ReasonAuthorityMismatch   = "authority_mismatch"
+	ReasonInvalidPath         = "invalid_path"
+	ReasonInvalidQuery        = "invalid_query"
+	ReasonH2CUpgrade          = "h2c_upgrade"
+	ReasonUnsupportedUpgrade  = "unsupported_upgrade"
+	ReasonDuplicateHost       = "duplicate_host"
+	// ReasonWebSocketHandshake: the upstream's 101 is no WebSocket
+	// handshake answering the client's key (502, nothing relayed).
+	ReasonWebSocketHandshake = "websocket_handshake_invalid"
+	// ReasonWebSocketFrame: after the 101 the client sent bytes that are
+	// not a well-formed masked WebSocket frame (both sides closed).
+	ReasonWebSocketFrame = "websocket_frame_invalid"
 )
 
 // ErrorUpstreamTLS is the "error" of the 502 answered when the upstream's
@@ -99,7 +107,11 @@ func sameHost(serverName, host string) bool {
 
 // checkSNI runs before a passthrough tunnel relays the client's first
 // bytes: a ClientHello naming another host than the CONNECT target is
-// domain fronting and ends the tunnel. It returns the bytes read, to be
+// domain fronting and ends the tunnel, and so does a TLS record other
+// than a handshake before the ClientHello, or a handshake record that
+// is not a readable ClientHello (crypto/tls's parser reads one spread
+// over several records). Bytes that do not begin a TLS record are not
+// TLS and go through (SSH, a server-first protocol). It returns the bytes read, to be
 // sent upstream first. A PostgreSQL SSLRequest is sent upstream at once
 // and the check applies to the ClientHello that follows the server's
 // answer.
@@ -121,7 +133,23 @@ func (p *Proxy) checkSNI(c *net.TCPConn, br *bufio.Reader, up net.Conn, rec *Rec
 		}
 		first, err = br.Peek(1) // (after the server's answer) Peek(8) may have moved the buffer
 	}
-	if err != nil || first[0] != 0x16 {
+	if err == nil && first[0] != tlsRecordHandshake && tlsRecordType(first[0]) {
+		// A TLS record that is not a handshake before the ClientHello (a
+		// warning alert, change-cipher-spec, application data): a Go
+		// crypto/tls server ignores a warning alert and completes the
+		// handshake for the ClientHello after it, which this check would
+		// never have read. Refused when the bytes are a record header,
+		// or stop before saying (the tunnel began like one).
+		c.SetReadDeadline(time.Now().Add(p.cfg.Limits.HeadTimeout))
+		hdr, perr := br.Peek(3)
+		c.SetReadDeadline(time.Time{})
+		if perr != nil || hdr[1] == 3 {
+			rec.Outcome, rec.Reason = OutcomePolicyDenied, ReasonClientHelloNotFirst
+			rec.Cause = "TLS " + tlsRecordName(first[0]) + " record before the ClientHello"
+			return nil, false
+		}
+	}
+	if err != nil || first[0] != tlsRecordHandshake {
 		n := br.Buffered()
 		b, _ := br.Peek(n)
 		return append([]byte(nil), b...), err == nil || n > 0
@@ -147,6 +175,31 @@ func (p *Proxy) checkSNI(c *net.TCPConn, br *bufio.Reader, up net.Conn, rec *Rec
 	return append(raw, rest...), true
 }
 
+// TLS record content types (RFC 8446 §5.1; heartbeat RFC 6520).
+const (
+	tlsRecordCCS       = 0x14
+	tlsRecordAlert     = 0x15
+	tlsRecordHandshake = 0x16
+	tlsRecordAppData   = 0x17
+	tlsRecordHeartbeat = 0x18
+)
+
+func tlsRecordType(b byte) bool { return tlsRecordCCS <= b && b <= tlsRecordHeartbeat }
+
+func tlsRecordName(b byte) string {
+	switch b {
+	case tlsRecordCCS:
+		return "change-cipher-spec"
+	case tlsRecordAlert:
+		return "alert"
+	case tlsRecordAppData:
+		return "application-data"
+	case tlsRecordHeartbeat:
+		return "heartbeat"
+	}
+	return "handshake"
+}
+
 // inspect serves an allowed CONNECT to an inspected endpoint: after the
 // 200 it looks at the client's first bytes — a TLS ClientHello is
 // terminated with a leaf from the sandbox CA, plaintext HTTP is read as
@@ -170,7 +223,7 @@ func (p *Proxy) inspect(c *net.TCPConn, br *bufio.Reader, up net.Conn, rec *Reco
 	ix := &inspector{p: p, conn: rec, host: rec.Host, port: rec.Port, events: rec.sharedEvents(p.src.Sandbox)}
 	ix.verdict.Store(&genVerdict{gen: rec.Generation, sha: rec.PolicySHA, v: v})
 	switch b := first[0]; {
-	case b == 0x16:
+	case b == tlsRecordHandshake:
 		ix.serveTLS(c, br, up)
 	case b >= 'A' && b <= 'Z':
 		c.SetReadDeadline(time.Time{})
@@ -198,6 +251,7 @@ type inspector struct {
 	rt      http.RoundTripper
 	upErr   error            // upstream handshake failure: every request gets 502
 	events  *sharedEventConn // what every request's event shares
+	h2      *h2Watch         // an h2 client leg's frame watch (nil on HTTP/1.1)
 }
 
 func (ix *inspector) serveTLS(c *net.TCPConn, br *bufio.Reader, up net.Conn) {
@@ -267,7 +321,11 @@ func (ix *inspector) serveTLS(c *net.TCPConn, br *bufio.Reader, up net.Conn) {
 	}
 	if alpn == "h2" {
 		ix.proto = "HTTP/2.0"
-		serveH2(tc, bc, ix, p.cfg.Limits.IdleTimeout)
+		ix.h2 = newH2Watch(func(method, path, cause string) { p.finish(ix.h2RefusedRecord(method, path, cause)) })
+		serveH2(tc, bc, ix, p.cfg.Limits.IdleTimeout, ix.h2)
+		if code := ix.h2.goAwayCode(); code != http2.ErrCodeNo {
+			rec.Outcome, rec.Reason, rec.Cause = OutcomeBadRequest, ReasonH2Refused, "GOAWAY "+code.String()
+		}
 		return
 	}
 	p.serveH1(tc, bufio.NewReaderSize(tc, 4096), ix, tlsBatchWriter{tc: tc, bc: bc})
@@ -280,19 +338,34 @@ func (ix *inspector) serveTLS(c *net.TCPConn, br *bufio.Reader, up net.Conn) {
 // header are two records; crypto/tls starts a connection with small
 // records). Gathering everything up to the server's flush would need a
 // hook golang.org/x/net/http2 does not have.
-func serveH2(tc *tls.Conn, bc *batchConn, h http.Handler, idle time.Duration) {
+func serveH2(tc *tls.Conn, bc *batchConn, h http.Handler, idle time.Duration, watch *h2Watch) {
 	srv := &http2.Server{IdleTimeout: idle, MaxConcurrentStreams: 250}
-	srv.ServeConn(&batchedTLSConn{Conn: tc, w: tlsBatchWriter{tc: tc, bc: bc}}, &http2.ServeConnOpts{Handler: h, BaseConfig: &http.Server{ErrorLog: log.New(io.Discard, "", 0)}})
+	srv.ServeConn(&batchedTLSConn{Conn: tc, w: tlsBatchWriter{tc: tc, bc: bc}, watch: watch}, &http2.ServeConnOpts{Handler: h, BaseConfig: &http.Server{ErrorLog: log.New(io.Discard, "", 0)}})
 }
 
 // batchedTLSConn is a tls.Conn (ConnectionState included: the HTTP/2
-// server checks the TLS version and cipher) whose writes are batched.
+// server checks the TLS version and cipher) whose writes are batched,
+// and whose bytes both ways an h2Watch follows.
 type batchedTLSConn struct {
 	*tls.Conn
-	w tlsBatchWriter
+	w     tlsBatchWriter
+	watch *h2Watch
 }
 
-func (c *batchedTLSConn) Write(p []byte) (int, error) { return c.w.Write(p) }
+func (c *batchedTLSConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if c.watch != nil && n > 0 {
+		c.watch.clientBytes(p[:n])
+	}
+	return n, err
+}
+
+func (c *batchedTLSConn) Write(p []byte) (int, error) {
+	if c.watch != nil {
+		c.watch.serverBytes(p)
+	}
+	return c.w.Write(p)
+}
 
 // maxUpstreamConns bounds the extra upstream connections one inspected
 // tunnel opens for overlapping requests (an h2 client's streams to an
@@ -397,6 +470,9 @@ func (ix *inspector) requestRecord(r *http.Request) *Record {
 // does that after the last byte is flushed, so the event costs the
 // client no latency.
 func (ix *inspector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if ix.h2 != nil {
+		ix.h2.seen(r.Method, r.RequestURI)
+	}
 	rr := ix.requestRecord(r)
 	ix.serve(w, r, rr)
 	if hw, ok := w.(*h1Writer); ok {
@@ -438,7 +514,7 @@ func (ix *inspector) serve(w http.ResponseWriter, r *http.Request, rr *Record) {
 	if ep == nil {
 		ep = &policy.Endpoint{} // a decider without endpoints: no L7 constraints
 	}
-	if ok, why := l7.Check(ep, &l7.Request{Method: r.Method, Path: &path, Query: q, Field: r.Header.Values}); !ok {
+	if ok, why := l7.Check(ep, &l7.Request{Method: r.Method, Path: &path, Query: q, Field: l7.FieldValues(r.Header)}); !ok {
 		if !gv.v.Audit {
 			ix.deny(w, r, rr, why, path.Escaped)
 			return
@@ -450,11 +526,19 @@ func (ix *inspector) serve(w http.ResponseWriter, r *http.Request, rr *Record) {
 }
 
 // checkHead refuses requests a server could read differently from the
-// proxy: an authority other than the tunnel's, h2c and other upgrades.
+// proxy: a field the proxy reads spelt with "_" (an upstream that folds
+// it would read what the proxy did not), an authority other than the
+// tunnel's, h2c and other upgrades.
 func (ix *inspector) checkHead(w http.ResponseWriter, r *http.Request, rr *Record) bool {
 	if len(r.Header.Values("Host")) > 1 {
 		ix.bad(w, rr, ReasonDuplicateHost, "more than one Host field")
 		return false
+	}
+	for k := range r.Header {
+		if l7.CheckFieldName(k) != nil {
+			ix.bad(w, rr, ReasonMalformed, "header "+k+" spells a field the proxy reads, with '_' for '-'")
+			return false
+		}
 	}
 	if err := l7.CheckAuthority(r.Host, ix.host, ix.port, ix.defPort); err != nil {
 		ix.bad(w, rr, ReasonAuthorityMismatch, "request authority differs from the CONNECT host")
@@ -469,6 +553,10 @@ func (ix *inspector) checkHead(w http.ResponseWriter, r *http.Request, rr *Recor
 		}
 		if !isWebSocket(r) {
 			ix.bad(w, rr, ReasonUnsupportedUpgrade, "only WebSocket upgrades of GET requests are proxied")
+			return false
+		}
+		if keys := r.Header.Values("Sec-WebSocket-Key"); len(keys) != 1 || !websocket.ValidKey(keys[0]) {
+			ix.bad(w, rr, ReasonUnsupportedUpgrade, "a WebSocket upgrade needs one Sec-WebSocket-Key (base64 of 16 bytes)")
 			return false
 		}
 	}
@@ -587,7 +675,9 @@ func (ix *inspector) relay(w http.ResponseWriter, r *http.Request, rr *Record, p
 		Host:          hostport,
 		ContentLength: r.ContentLength,
 		Body:          r.Body,
-		Trailer:       r.Trailer,
+		// Request trailers are dropped (HTTP/1.1 chunked ones when the
+		// body is read, h2 ones here): a trailer is a header the upstream
+		// may read after the decision, and no rule admits one.
 	}
 	if r.ContentLength == 0 {
 		out.Body = http.NoBody
@@ -613,7 +703,7 @@ func (ix *inspector) relay(w http.ResponseWriter, r *http.Request, rr *Record, p
 	defer resp.Body.Close()
 	rr.Outcome, rr.Status = OutcomeAllowed, resp.StatusCode
 	if resp.StatusCode == http.StatusSwitchingProtocols {
-		ix.switchProtocols(w, rr, resp, ws)
+		ix.switchProtocols(w, rr, resp, ws, r.Header.Get("Sec-WebSocket-Key"))
 		return
 	}
 	stripResponseHeader(resp.Header)
@@ -631,14 +721,26 @@ func (ix *inspector) relay(w http.ResponseWriter, r *http.Request, rr *Record, p
 	}
 }
 
-// switchProtocols completes an allowed WebSocket upgrade: the 101 goes to
-// the client and the bytes are relayed both ways until either side ends.
-func (ix *inspector) switchProtocols(w http.ResponseWriter, rr *Record, resp *http.Response, ws bool) {
+// switchProtocols completes an allowed WebSocket upgrade. The 101 is
+// relayed only when it is one: Upgrade: websocket, and a
+// Sec-WebSocket-Accept that answers the client's key (an upstream that
+// answers 101 without switching, still speaking HTTP, gets a 502).
+// Then the client's bytes go upstream only as well-formed masked
+// WebSocket frames (websocket.Relay): the first that is not one (raw
+// HTTP to an upstream that never switched) closes both sides and the
+// request's event says why. The upstream's bytes are relayed as they
+// come.
+func (ix *inspector) switchProtocols(w http.ResponseWriter, rr *Record, resp *http.Response, ws bool, key string) {
 	rwc, ok := resp.Body.(io.ReadWriteCloser)
 	hj, hok := w.(http.Hijacker)
 	if !ws || !ok || !hok {
-		rr.Outcome, rr.Reason = OutcomeUpstreamFailed, ReasonUpstreamError
+		rr.Outcome, rr.Reason, rr.Status = OutcomeUpstreamFailed, ReasonUpstreamError, http.StatusBadGateway
 		writeHTTPJSON(w, http.StatusBadGateway, errorBody{Error: OutcomeUpstreamFailed, Reason: ReasonUpstreamError, Detail: "unexpected 101 Switching Protocols"})
+		return
+	}
+	if detail := checkWebSocketAccept(resp.Header, key); detail != "" {
+		rr.Outcome, rr.Reason, rr.Status, rr.Cause = OutcomeUpstreamFailed, ReasonWebSocketHandshake, http.StatusBadGateway, detail
+		writeHTTPJSON(w, http.StatusBadGateway, errorBody{Error: OutcomeUpstreamFailed, Reason: ReasonWebSocketHandshake, Detail: detail})
 		return
 	}
 	c, brw, err := hj.Hijack()
@@ -647,6 +749,7 @@ func (ix *inspector) switchProtocols(w http.ResponseWriter, rr *Record, resp *ht
 	}
 	defer c.Close()
 	brw.WriteString("HTTP/1.1 101 Switching Protocols\r\n")
+	chk := &websocket.Checker{Client: true, RSV1: hasToken(resp.Header.Values("Sec-WebSocket-Extensions"), "permessage-deflate")}
 	stripResponseHeader(resp.Header)
 	resp.Header.Set("Connection", "Upgrade")
 	resp.Header.Set("Upgrade", "websocket")
@@ -655,15 +758,51 @@ func (ix *inspector) switchProtocols(w http.ResponseWriter, rr *Record, resp *ht
 	if err := brw.Flush(); err != nil {
 		return
 	}
-	done := make(chan int64, 1)
+	type result struct {
+		n   int64
+		err error
+	}
+	done := make(chan result, 1)
 	go func() {
-		n, _ := io.Copy(rwc, brw)
+		n, err := websocket.Relay(rwc, brw.Reader, chk)
 		rwc.Close()
-		done <- n
+		if err != nil {
+			c.Close()
+		}
+		done <- result{n, err}
 	}()
 	rr.BytesDown, _ = io.Copy(c, rwc)
 	c.Close()
-	rr.BytesUp += <-done
+	up := <-done
+	rr.BytesUp += up.n
+	if errors.Is(up.err, websocket.ErrFrame) {
+		rr.Outcome, rr.Reason, rr.Cause = OutcomeBadRequest, ReasonWebSocketFrame, up.err.Error()
+	}
+}
+
+// checkWebSocketAccept says what is wrong with an upstream's 101 to a
+// WebSocket upgrade ("" when nothing is).
+func checkWebSocketAccept(h http.Header, key string) string {
+	switch {
+	case !strings.EqualFold(strings.TrimSpace(h.Get("Upgrade")), "websocket"):
+		return "101 without Upgrade: websocket"
+	case !hasToken(h.Values("Connection"), "upgrade"):
+		return "101 without Connection: upgrade"
+	case len(h.Values("Sec-WebSocket-Accept")) != 1 || strings.TrimSpace(h.Get("Sec-WebSocket-Accept")) != websocket.AcceptKey(key):
+		return "101 whose Sec-WebSocket-Accept does not answer the client's key"
+	}
+	return ""
+}
+
+// hasToken reports whether a comma-separated field holds token (in any
+// case; parameters after ";" ignored).
+func hasToken(values []string, token string) bool {
+	for _, t := range connectionTokens(values) {
+		if name, _, _ := strings.Cut(t, ";"); strings.EqualFold(strings.TrimSpace(name), token) {
+			return true
+		}
+	}
+	return false
 }
 
 // requestHeader is the header sent upstream: the client's fields minus

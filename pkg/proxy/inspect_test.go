@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -19,7 +20,9 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 
+	"github.com/palisade-sandbox/palisade/pkg/l7/websocket"
 	"github.com/palisade-sandbox/palisade/pkg/ocsf"
 	"github.com/palisade-sandbox/palisade/pkg/policy"
 	"github.com/palisade-sandbox/palisade/pkg/tlsca"
@@ -98,7 +101,7 @@ func newUpstreamTLS(t testing.TB, h2 bool) *upstreamTLS {
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(map[string]any{"method": r.Method, "path": r.URL.Path, "proto": r.Proto, "host": r.Host, "body": len(body), "te": r.Header.Get("Te")})
+		json.NewEncoder(w).Encode(map[string]any{"method": r.Method, "path": r.URL.Path, "proto": r.Proto, "host": r.Host, "body": len(body), "te": r.Header.Get("Te"), "trailer": len(r.Trailer)})
 	}))
 	leaf, err := ca.Leaf("allowed.test")
 	if err != nil {
@@ -150,21 +153,21 @@ type inspectEnv struct {
 	ca *tlsca.Authority
 }
 
-func newInspectEnv(t testing.TB, h2 bool, yaml func(port int) string, trustUpstream bool) *inspectEnv {
+func newInspectEnv(t testing.TB, h2 bool, yaml func(port int) string, trustUpstream bool, opts ...envOpt) *inspectEnv {
 	t.Helper()
 	up := newUpstreamTLS(t, h2)
 	ca, err := tlsca.New(tlsca.Options{Name: "proxytest"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := newEnv(t, yaml(up.port), func(c *Config) {
+	env := newEnv(t, yaml(up.port), append([]envOpt{func(c *Config) {
 		c.CA = ca
 		if trustUpstream {
 			c.UpstreamRoots = up.pool()
 		} else {
 			c.UpstreamRoots = x509.NewCertPool()
 		}
-	})
+	}}, opts...)...)
 	return &inspectEnv{testEnv: env, up: up, ca: ca}
 }
 
@@ -347,6 +350,13 @@ func TestInspectedTunnelSmugglingCorpus(t *testing.T) {
 		{"method override field", "GET /x HTTP/1.1\r\nHost: {H}\r\nX-HTTP-Method-Override: DELETE\r\n\r\n", 403, policy.L7AccessDenied},
 		{"method override variant", "GET /x HTTP/1.1\r\nHost: {H}\r\nX-Method-Override: put\r\n\r\n", 403, policy.L7AccessDenied},
 		{"method override parameter", "GET /x?_method=DELETE HTTP/1.1\r\nHost: {H}\r\n\r\n", 403, policy.L7AccessDenied},
+		// WSGI and CGI read "_" as "-": an override spelt so is read
+		// too, and a field the proxy frames by is refused in that spelling.
+		{"method override with underscores", "GET /x HTTP/1.1\r\nHost: {H}\r\nX_HTTP_Method_Override: DELETE\r\n\r\n", 403, policy.L7AccessDenied},
+		{"Transfer-Encoding with an underscore", "POST /x HTTP/1.1\r\nHost: {H}\r\nTransfer_Encoding: chunked\r\nContent-Length: 0\r\n\r\n", 400, ReasonMalformed},
+		// Query names PHP reads as debug_, deny values in any case.
+		{"query name PHP reads as the denied one", "GET /api/x?action.=delete HTTP/1.1\r\nHost: {H}\r\n\r\n", 403, policy.L7AmbiguousPath},
+		{"deny rule query value case", "GET /api/x?action=DELETE HTTP/1.1\r\nHost: {H}\r\n\r\n", 403, policy.L7DeniedByRule},
 		// Held in the red-team pass (regression guards).
 		{"tab in the request line", "GET\t/x HTTP/1.1\r\nHost: {H}\r\n\r\n", 400, ReasonMalformed},
 		{"OPTIONS *", "OPTIONS * HTTP/1.1\r\nHost: {H}\r\n\r\n", 400, ReasonMalformed},
@@ -361,7 +371,8 @@ func TestInspectedTunnelSmugglingCorpus(t *testing.T) {
 		{"TE xchunked", "POST /x HTTP/1.1\r\nHost: {H}\r\nTransfer-Encoding: xchunked\r\n\r\n0\r\n\r\n", 400, ReasonMalformed},
 		{"space before colon", "POST /x HTTP/1.1\r\nHost: {H}\r\nTransfer-Encoding : chunked\r\n\r\n0\r\n\r\n", 400, ReasonMalformed},
 		{"upper-case h2c", "GET /x HTTP/1.1\r\nHost: {H}\r\nConnection: Upgrade\r\nUpgrade: websocket, H2C\r\n\r\n", 400, ReasonH2CUpgrade},
-		{"websocket on a denied path", "GET /admin/x HTTP/1.1\r\nHost: {H}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n", 403, policy.L7DeniedByRule},
+		{"websocket on a denied path", "GET /admin/x HTTP/1.1\r\nHost: {H}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n", 403, policy.L7DeniedByRule},
+		{"websocket without a key", "GET /x HTTP/1.1\r\nHost: {H}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n", 400, ReasonUnsupportedUpgrade},
 		{"unicode path", "GET /\xc3\xa0dmin/x HTTP/1.1\r\nHost: {H}\r\n\r\n", 400, ReasonInvalidPath},
 		{"trailing-dot authority other port", "GET /x HTTP/1.1\r\nHost: allowed.test.:1\r\n\r\n", 400, ReasonAuthorityMismatch},
 		{"websocket on POST", "POST /ws HTTP/1.1\r\nHost: {H}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nContent-Length: 0\r\n\r\n", 400, ReasonUnsupportedUpgrade},
@@ -459,6 +470,28 @@ func TestInspectedH2Trailers(t *testing.T) {
 	}
 }
 
+// Request trailers never reach the upstream (h2 and HTTP/1.1 chunked):
+// a trailer is a header an upstream may read after the decision
+// ("x-http-method-override: DELETE" after an allowed POST's body).
+func TestInspectedRequestTrailersDropped(t *testing.T) {
+	e := newInspectEnv(t, true, func(port int) string { return restPolicy(port, "read-write", "") }, true)
+	for _, h2 := range []bool{true, false} {
+		req, _ := http.NewRequest("POST", e.url("/x"), io.NopCloser(strings.NewReader("body")))
+		req.ContentLength = -1 // chunked on HTTP/1.1: trailers need it
+		req.Trailer = http.Header{"X-Http-Method-Override": {"DELETE"}}
+		resp, err := e.client(h2).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var body map[string]any
+		json.NewDecoder(resp.Body).Decode(&body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || body["body"] != float64(4) || body["trailer"] != float64(0) {
+			t.Errorf("h2 %v: %d %v, want 200 and no trailer upstream", h2, resp.StatusCode, body)
+		}
+	}
+}
+
 // An upstream certificate that does not verify is a 502 upstream_tls
 // with an event, never a downgrade.
 func TestInspectedUpstreamCertificateRefused(t *testing.T) {
@@ -520,6 +553,47 @@ func TestSNIMismatchRefused(t *testing.T) {
 		t.Fatalf("passthrough handshake: %v", err)
 	}
 	tc.Close()
+}
+
+// On a passthrough tunnel the SNI check reads TLS records, not a first
+// byte: a record other than a handshake before the ClientHello is
+// refused with an event, whatever the upstream would make of it (a Go
+// crypto/tls server ignores a warning alert and completes the handshake
+// for the ClientHello that follows, here one for another host).
+func TestSNIRecordBeforeClientHelloRefused(t *testing.T) {
+	for name, prefix := range map[string][]byte{
+		"warning alert":      {0x15, 3, 3, 0, 2, 1, 90},
+		"two warning alerts": {0x15, 3, 1, 0, 2, 1, 90, 0x15, 3, 3, 0, 2, 1, 90},
+		"change-cipher-spec": {0x14, 3, 3, 0, 1, 1},
+		"application data":   {0x17, 3, 3, 0, 1, 0},
+		"alert header alone": {0x15, 3},
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := newInspectEnv(t, false, func(port int) string { return policyYAML(port, "") }, true)
+			c, resp, br := e.connect(fmt.Sprintf("allowed.test:%d", e.up.port))
+			if resp.StatusCode != 200 {
+				t.Fatalf("CONNECT: %d", resp.StatusCode)
+			}
+			c.Write(prefix)
+			c.SetDeadline(time.Now().Add(10 * time.Second))
+			tc := tls.Client(&bufConn{Conn: c, r: br}, &tls.Config{ServerName: "fronted.example", InsecureSkipVerify: true})
+			if err := tc.Handshake(); err == nil {
+				t.Fatal("handshake after a record before the ClientHello succeeded")
+			}
+			evs := e.waitEvents(ocsf.ClassNetworkActivity, 1)
+			if len(evs) != 1 || evs[0]["status_code"] != OutcomePolicyDenied || get(evs[0], "unmapped", "egress_proxy", "reason") != ReasonClientHelloNotFirst {
+				t.Fatalf("events %v", evs)
+			}
+		})
+	}
+	// Bytes that do not begin a TLS record are not TLS: they pass.
+	e := newInspectEnv(t, false, func(port int) string { return policyYAML(port, "") }, true)
+	c, _, br := e.connect(fmt.Sprintf("allowed.test:%d", e.up.port))
+	fmt.Fprintf(c, "GET /plain HTTP/1.1\r\nHost: allowed.test\r\n\r\n")
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != 400 {
+		t.Fatalf("plaintext to a TLS upstream: %v %v, want the upstream's own 400", resp, err)
+	}
 }
 
 // Plaintext HTTP inside a tunnel to a rest endpoint is inspected as it
@@ -714,10 +788,14 @@ func TestForwardKeepAliveDecidesEachRequest(t *testing.T) {
 	}
 }
 
-// A WebSocket upgrade goes through only when its GET path is allowed;
-// after the 101 the bytes are relayed both ways.
+// A WebSocket upgrade goes through only when its GET path is allowed
+// and the upstream's 101 answers the client's key; after it the
+// client's bytes go upstream only as masked WebSocket frames, the
+// upstream's come back as they are.
 func TestInspectedWebSocketUpgrade(t *testing.T) {
 	upCA, _ := tlsca.New(tlsca.Options{})
+	var mu sync.Mutex
+	var afterSwitch []string // requests an upstream that never switched read
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Upgrade") != "websocket" {
 			http.Error(w, "want an upgrade", 400)
@@ -728,8 +806,25 @@ func TestInspectedWebSocketUpgrade(t *testing.T) {
 			return
 		}
 		defer c.Close()
-		brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: x\r\n\r\n")
+		accept := websocket.AcceptKey(r.Header.Get("Sec-WebSocket-Key"))
+		if r.URL.Path == "/ws/liar" {
+			accept = "x"
+		}
+		brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: " + accept + "\r\n\r\n")
 		brw.Flush()
+		if r.URL.Path == "/ws/http" {
+			// 101, then HTTP as before: every request it reads counts.
+			for {
+				req, err := http.ReadRequest(brw.Reader)
+				if err != nil {
+					return
+				}
+				mu.Lock()
+				afterSwitch = append(afterSwitch, req.Method+" "+req.URL.Path)
+				mu.Unlock()
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+			}
+		}
 		io.Copy(c, brw) // echo
 	}))
 	leaf, _ := upCA.Leaf("allowed.test")
@@ -755,19 +850,57 @@ func TestInspectedWebSocketUpgrade(t *testing.T) {
 		return resp, tc, br
 	}
 	resp, tc, br := upgrade("/ws/chat")
-	if resp.StatusCode != 101 || resp.Header.Get("Upgrade") != "websocket" {
+	if resp.StatusCode != 101 || resp.Header.Get("Upgrade") != "websocket" || resp.Header.Get("Sec-WebSocket-Accept") != "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=" {
 		t.Fatalf("allowed upgrade: %d %v", resp.StatusCode, resp.Header)
 	}
-	io.WriteString(tc, "frame-bytes")
-	got := make([]byte, len("frame-bytes"))
-	if _, err := io.ReadFull(br, got); err != nil || string(got) != "frame-bytes" {
+	frame := []byte{0x81, 0x85, 1, 2, 3, 4, 'h' ^ 1, 'e' ^ 2, 'l' ^ 3, 'l' ^ 4, 'o' ^ 1} // masked "hello"
+	tc.Write(frame)
+	got := make([]byte, len(frame))
+	if _, err := io.ReadFull(br, got); err != nil || !bytes.Equal(got, frame) {
 		t.Fatalf("relay after 101: %q %v", got, err)
 	}
 	tc.Close()
 	resp, tc, _ = upgrade("/admin/socket")
-	defer tc.Close()
+	tc.Close()
 	if resp.StatusCode != 403 {
 		t.Fatalf("upgrade on a path the rules do not allow: %d", resp.StatusCode)
+	}
+	// A 101 whose accept does not answer the key is not relayed.
+	resp, tc, _ = upgrade("/ws/liar")
+	tc.Close()
+	if resp.StatusCode != 502 {
+		t.Fatalf("101 with a wrong accept: %d, want 502", resp.StatusCode)
+	}
+	// An upstream that answered 101 and kept reading HTTP never gets the
+	// raw requests sent after it: the first non-frame closes the tunnel.
+	resp, tc, br = upgrade("/ws/http")
+	if resp.StatusCode != 101 {
+		t.Fatalf("upgrade: %d", resp.StatusCode)
+	}
+	fmt.Fprintf(tc, "DELETE /ws/item HTTP/1.1\r\nHost: allowed.test\r\n\r\nGET /admin HTTP/1.1\r\nHost: allowed.test\r\n\r\n")
+	if n, _ := io.Copy(io.Discard, br); n != 0 {
+		t.Errorf("%d bytes came back after raw HTTP on an upgraded connection", n)
+	}
+	tc.Close()
+	waitFor(t, "the frame refusal's event", func() bool {
+		for _, ev := range e.rec.ByClass(ocsf.ClassHTTPActivity) {
+			if get(ev, "unmapped", "egress_proxy", "reason") == ReasonWebSocketFrame {
+				return true
+			}
+		}
+		return false
+	})
+	var handshake bool
+	for _, ev := range e.rec.ByClass(ocsf.ClassHTTPActivity) {
+		handshake = handshake || get(ev, "unmapped", "egress_proxy", "reason") == ReasonWebSocketHandshake
+	}
+	if !handshake {
+		t.Error("no event for the 101 with a wrong accept")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(afterSwitch) != 0 {
+		t.Errorf("the upstream read %q after its 101", afterSwitch)
 	}
 }
 
@@ -881,5 +1014,173 @@ func TestInspectedH2FullDuplexStream(t *testing.T) {
 	io.Copy(io.Discard, resp.Body)
 	if resp.Trailer.Get("Grpc-Status") != "0" {
 		t.Fatalf("trailer %v", resp.Trailer)
+	}
+}
+
+// Different denials to one host within the rate limiter's window keep
+// their detail: the first of each distinct (method, path, reason) is an
+// event of its own, and the count event lists the folded ones with their
+// counts (before, PROPFIND, TRACE, GET /admin and DELETE folded into one
+// "DELETE count=5").
+func TestDenialBurstKeepsDetail(t *testing.T) {
+	var mu sync.Mutex
+	now := time.Unix(1_800_000_000, 0)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	e := newInspectEnv(t, false, func(port int) string {
+		return restPolicy(port, "read-only", "        deny_rules:\n          - method: GET\n            path: /admin/**\n")
+	}, true, func(c *Config) { c.Now = clock; c.Limits.DenyWindow = time.Hour })
+	tc := e.rawTLS("http/1.1")
+	defer tc.Close()
+	tc.SetDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(tc)
+	host := fmt.Sprintf("allowed.test:%d", e.up.port)
+	for _, rq := range []string{"PROPFIND /x", "TRACE /x", "GET /admin/a", "DELETE /public/ok", "DELETE /public/ok", "GET /admin/a", "DELETE /public/ok", "DELETE /public/ok"} {
+		fmt.Fprintf(tc, "%s HTTP/1.1\r\nHost: %s\r\n\r\n", rq, host)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil || resp.StatusCode != 403 {
+			t.Fatalf("%s: %v %v", rq, resp, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+	}
+	named := func() []string {
+		var out []string
+		for _, ev := range e.rec.ByClass(ocsf.ClassHTTPActivity) {
+			m := get(ev, "http_request", "http_method")
+			if m == nil {
+				m = ev["activity_name"] // a method OCSF does not list
+			}
+			out = append(out, fmt.Sprintf("%v %v %v", m, get(ev, "http_request", "url", "path"), get(ev, "count")))
+		}
+		return out
+	}
+	waitFor(t, "four events and four folded", func() bool { return len(named()) >= 4 && e.p.Counters().EventsSuppressed == 4 })
+	if got := fmt.Sprint(named()); got != "[PROPFIND /x <nil> TRACE /x <nil> GET /admin/a <nil> DELETE /public/ok <nil>]" {
+		t.Fatalf("events %s, want the first of each distinct denial", got)
+	}
+	mu.Lock()
+	now = now.Add(time.Hour)
+	mu.Unlock()
+	e.p.flushDenials(clock())
+	evs := e.rec.ByClass(ocsf.ClassHTTPActivity)
+	if len(evs) != 5 || num(get(evs[4], "count")) != 4 {
+		t.Fatalf("count event: %v", named())
+	}
+	b, _ := json.Marshal(get(evs[4], "unmapped", "egress_proxy", "denials"))
+	if want := `[{"count":3,"method":"DELETE","path":"/public/ok","reason":"l7_access_denied"},{"count":1,"method":"GET","path":"/admin/a","reason":"l7_deny_rule"}]`; string(b) != want {
+		t.Fatalf("count event lists %s, want %s", b, want)
+	}
+}
+
+// A malformed request's event names what could be read of it: the
+// method and path of an in-tunnel head and of a forwarded one (an HTTP
+// Activity, as every forwarded request is), the CONNECT authority.
+func TestMalformedRequestNamesWhatParsed(t *testing.T) {
+	e := newInspectEnv(t, false, func(port int) string { return restPolicy(port, "read-only", "") }, true)
+	tc := e.rawTLS("http/1.1")
+	tc.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(tc, "DELETE /items/7?token=querysecret HTTP/1.1\r\nHost: allowed.test:%d\r\nX-A: a\r\n b\r\n\r\n", e.up.port)
+	if resp, err := http.ReadResponse(bufio.NewReader(tc), nil); err != nil || resp.StatusCode != 400 {
+		t.Fatalf("obs-fold in a tunnel: %v %v", resp, err)
+	}
+	tc.Close()
+	c := e.dial()
+	fmt.Fprintf(c, "PUT http://allowed.test:%d/upload/x?sig=querysecret HTTP/1.1\r\nHost: allowed.test\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", e.up.port)
+	if resp, err := http.ReadResponse(bufio.NewReader(c), nil); err != nil || resp.StatusCode != 400 {
+		t.Fatalf("forwarded with two lengths: %v %v", resp, err)
+	}
+	c = e.dial()
+	fmt.Fprintf(c, "CONNECT allowed.test:%d HTTP/1.1\r\nX-B: a\x01b\r\n\r\n", e.up.port)
+	if resp, err := http.ReadResponse(bufio.NewReader(c), nil); err != nil || resp.StatusCode != 400 {
+		t.Fatalf("CONNECT with a control character: %v %v", resp, err)
+	}
+	var got []string
+	waitFor(t, "three malformed_request events", func() bool {
+		got = nil
+		for _, ev := range append(e.rec.ByClass(ocsf.ClassHTTPActivity), e.rec.ByClass(ocsf.ClassNetworkActivity)...) {
+			if get(ev, "unmapped", "egress_proxy", "reason") == ReasonMalformed {
+				got = append(got, fmt.Sprintf("%v %v %v %v:%v", ev["class_uid"], get(ev, "http_request", "http_method"), get(ev, "http_request", "url", "path"), get(ev, "dst_endpoint", "hostname"), get(ev, "dst_endpoint", "port")))
+			}
+		}
+		return len(got) == 3
+	})
+	want := []string{
+		fmt.Sprintf("4002 DELETE /items/7 allowed.test:%d", e.up.port),
+		fmt.Sprintf("4002 PUT /upload/x allowed.test:%d", e.up.port),
+		fmt.Sprintf("4001 <nil> <nil> allowed.test:%d", e.up.port),
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("events %q, want %q", got, want)
+	}
+	for _, ev := range e.rec.Events() {
+		if b, _ := json.Marshal(ev); strings.Contains(string(b), "querysecret") {
+			t.Fatalf("an event carries a query: %s", b)
+		}
+	}
+}
+
+// A stream the HTTP/2 server refuses before the handler sees it (here an
+// upper-case field name, a protocol error in h2) gets an HTTP Activity
+// event naming its method and path; the connection carries on.
+func TestH2RefusedStreamHasEvent(t *testing.T) {
+	e := newInspectEnv(t, true, func(port int) string { return restPolicy(port, "read-only", "") }, true)
+	tc := e.rawTLS("h2")
+	defer tc.Close()
+	tc.SetDeadline(time.Now().Add(10 * time.Second))
+	io.WriteString(tc, http2.ClientPreface)
+	fr := http2.NewFramer(tc, tc)
+	fr.WriteSettings()
+	var hb bytes.Buffer
+	enc := hpack.NewEncoder(&hb)
+	headers := func(id uint32, method, path string, extra ...string) {
+		hb.Reset()
+		fields := append([]string{":method", method, ":path", path, ":scheme", "https", ":authority", fmt.Sprintf("allowed.test:%d", e.up.port)}, extra...)
+		for i := 0; i < len(fields); i += 2 {
+			enc.WriteField(hpack.HeaderField{Name: fields[i], Value: fields[i+1]})
+		}
+		fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: hb.Bytes(), EndStream: true, EndHeaders: true})
+	}
+	headers(1, "DELETE", "/items/9?x=querysecret", "X-Bad", "1")
+	headers(3, "GET", "/a")
+	dec := hpack.NewDecoder(4096, nil)
+	var rst bool
+	status := ""
+	for status == "" {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("reading frames: %v (rst %v)", err, rst)
+		}
+		switch f := f.(type) {
+		case *http2.RSTStreamFrame:
+			rst = rst || f.StreamID == 1 && f.ErrCode == http2.ErrCodeProtocol
+		case *http2.HeadersFrame:
+			fields, _ := dec.DecodeFull(f.HeaderBlockFragment())
+			if f.StreamID == 3 {
+				status = fields[0].Value
+			}
+		}
+	}
+	if !rst || status != "200" {
+		t.Fatalf("stream 1 reset %v, stream 3 status %q", rst, status)
+	}
+	var ev map[string]any
+	waitFor(t, "the refused stream's event", func() bool {
+		for _, x := range e.rec.ByClass(ocsf.ClassHTTPActivity) {
+			if get(x, "unmapped", "egress_proxy", "reason") == ReasonH2Refused {
+				ev = x
+				return true
+			}
+		}
+		return false
+	})
+	if get(ev, "http_request", "http_method") != "DELETE" || get(ev, "http_request", "url", "path") != "/items/9" || get(ev, "http_request", "version") != "HTTP/2.0" {
+		t.Fatalf("event %v", ev)
+	}
+	if b, _ := json.Marshal(ev); strings.Contains(string(b), "querysecret") {
+		t.Fatalf("the event carries the query: %s", b)
+	}
+	if n := len(e.up.requests()); n != 1 {
+		t.Fatalf("upstream saw %d requests, want the GET only", n)
 	}
 }

@@ -135,9 +135,12 @@ type Record struct {
 	// connection, built once per connection (nil: built per event).
 	shared *sharedEventConn
 	// Count and First are set by the denial rate limiter: the record
-	// stands for Count occurrences since First.
-	Count int
-	First time.Time
+	// stands for Count occurrences since First. Tallies, on a report
+	// that stands for folded denials, lists up to 16 of their distinct
+	// (method, path, reason) with counts.
+	Count   int
+	First   time.Time
+	Tallies []DenialTally
 }
 
 // Allowed reports whether the request was let through (even if the
@@ -282,6 +285,7 @@ func (r *Record) unmapped() map[string]any {
 		Listener:    r.Listener,
 		Reason:      r.Reason,
 		Transparent: r.Mapping,
+		Denials:     r.Tallies,
 	}
 	if id := r.Identity; id != nil {
 		u.Attribution = id.Backend
@@ -310,8 +314,11 @@ type proxyUnmapped struct {
 	BytesDown   int64  `json:"bytes_down"`
 	BytesUp     int64  `json:"bytes_up"`
 	// Connector is a handed-on socket's recorded connector.
-	Connector   *connectorUnmapped `json:"connector,omitempty"`
-	Enforcement string             `json:"enforcement"`
+	Connector *connectorUnmapped `json:"connector,omitempty"`
+	// Denials lists the folded denials of a count report by (method,
+	// path, reason), with counts.
+	Denials     []DenialTally `json:"denials,omitempty"`
+	Enforcement string        `json:"enforcement"`
 	// ForeignCode is the caller, ancestor or connector that lost its
 	// binary's identity, when one did.
 	ForeignCode *foreignUnmapped `json:"foreign_code,omitempty"`
@@ -360,6 +367,24 @@ func (u proxyUnmapped) AppendJSON(b []byte) []byte {
 		b = append(b, `,"pid":`...)
 		b = strconv.AppendInt(b, int64(c.PID), 10)
 		b = append(b, '}')
+	}
+	if len(u.Denials) > 0 {
+		b = append(b, `,"denials":[`...)
+		for i, d := range u.Denials {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, `{"method":`...)
+			b = ocsf.AppendJSONString(b, d.Method)
+			b = append(b, `,"path":`...)
+			b = ocsf.AppendJSONString(b, d.Path)
+			b = append(b, `,"reason":`...)
+			b = ocsf.AppendJSONString(b, d.Reason)
+			b = append(b, `,"count":`...)
+			b = strconv.AppendInt(b, int64(d.Count), 10)
+			b = append(b, '}')
+		}
+		b = append(b, ']')
 	}
 	b = append(b, `,"enforcement":`...)
 	b = ocsf.AppendJSONString(b, u.Enforcement)
@@ -454,10 +479,11 @@ func (r *Record) events(src *ocsf.Source) []ocsf.Event {
 	case r.Outcome == OutcomeClientGone:
 		e := src.NetworkAbandoned(c, r.Outcome, r.Reason)
 		sum, base, ci = e, &e.Base, &e.ConnectionInfo
-	case r.Kind == KindHTTP && (r.Outcome == OutcomeAllowed || r.L7Checked && r.URL != nil):
-		// An allowed forwarded request, or one refused by the endpoint's
-		// L7 rules: the request was read, so its event names its method
-		// and path (what `policy-sync propose` turns into a rule).
+	case r.Kind == KindHTTP:
+		// A forwarded request, allowed, refused (by the endpoint's L7
+		// rules or its host, port or binary) or malformed: the proxy read
+		// it, so its event names its method and path (what `policy-sync
+		// propose` turns into a rule).
 		e := src.HTTPRequest(c, ocsf.Request{Method: r.Method, URL: r.URL, Version: "HTTP/1.1", Status: r.Status}, d)
 		sum, base, ci = e, &e.Base, &e.ConnectionInfo
 	default:
