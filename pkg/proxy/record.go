@@ -479,11 +479,12 @@ func (r *Record) events(src *ocsf.Source) []ocsf.Event {
 	case r.Outcome == OutcomeClientGone:
 		e := src.NetworkAbandoned(c, r.Outcome, r.Reason)
 		sum, base, ci = e, &e.Base, &e.ConnectionInfo
-	case r.Kind == KindHTTP:
-		// A forwarded request, allowed, refused (by the endpoint's L7
-		// rules or its host, port or binary) or malformed: the proxy read
-		// it, so its event names its method and path (what `policy-sync
-		// propose` turns into a rule).
+	case r.Kind == KindHTTP && (r.Outcome == OutcomeAllowed || r.URL != nil && (r.L7Checked || r.Outcome == OutcomeBadRequest)):
+		// An allowed forwarded request, one refused by the endpoint's L7
+		// rules, or a malformed one whose target parsed: the request was
+		// read, so its event names its method and path (what `policy-sync
+		// propose` turns into a rule). A refusal of its host, port or
+		// binary stays a Network Activity, like a refused CONNECT.
 		e := src.HTTPRequest(c, ocsf.Request{Method: r.Method, URL: r.URL, Version: "HTTP/1.1", Status: r.Status}, d)
 		sum, base, ci = e, &e.Base, &e.ConnectionInfo
 	default:

@@ -93,8 +93,8 @@ func (l *registryLab) run(script string, env ...string) map[string]string {
 }
 
 // httpEvent is what the tests read of one HTTP Activity (4002) or
-// Network Activity (4001) event: a forwarded http:// request refused by
-// its L7 rule is a 4001 naming the host, without method or path.
+// Network Activity (4001) event (a refusal of a host, port or binary,
+// which names the host without method or path).
 type httpEvent struct {
 	class                              int
 	status, method, host, path, reason string
