@@ -37,6 +37,7 @@ import (
 	"github.com/palisade-sandbox/palisade/pkg/runtimetune"
 	"github.com/palisade-sandbox/palisade/pkg/ssrf"
 	"github.com/palisade-sandbox/palisade/pkg/tlsca"
+	"github.com/palisade-sandbox/palisade/pkg/upstreamproxy"
 )
 
 const usage = `Usage:
@@ -46,7 +47,8 @@ const usage = `Usage:
                [--control PATH] [--events FILE|-|/dev/fd/N] [--hosts-file FILE]
                [--sandbox NAME --cgroup NAME --init-pid PID] [--pins FILE]
                [--ready-fd N] [--ca-out FILE] [--upstream-ca-bundle FILE]
-               [--ceiling FILE] [limits] [--log-format text|json] [--log-level L]
+               [--ceiling FILE] [--upstream-proxy URL [upstream proxy flags]]
+               [limits] [--log-format text|json] [--log-level L]
 
 Serves an explicit HTTP proxy (CONNECT host:port, absolute-form http://)
 that allows exactly what the policy's network_policies allow, for exactly
@@ -141,6 +143,42 @@ Flags:
                          also trust these PEM roots for upstream servers of
                          inspected tunnels (an unreadable or certificate-free
                          file is an error)
+
+Upstream (corporate) proxy, for networks where nothing leaves but through
+one. Only CONNECT tunnels (passthrough and inspected) are chained, once
+policy and the SSRF guard have passed them, with the checked address as
+the CONNECT target; forwarded http:// requests always go direct. These
+flags are the only way to set it: HTTPS_PROXY, HTTP_PROXY and NO_PROXY are
+never read. A flag that is given but wrong stops the start:
+  --upstream-proxy URL   http://host:port or https://host:port (scheme and
+                         port required; no user:pass@, path or query). For
+                         https://, TLS to the proxy, verified against the
+                         system roots plus --upstream-proxy-ca-bundle
+  --upstream-proxy-auth-file FILE
+                         root-only (mode 0600) file holding user:pass, sent
+                         as Proxy-Authorization: Basic; only its path is
+                         ever on a command line
+  --upstream-proxy-allow-insecure
+                         required with --upstream-proxy-auth-file for an
+                         http:// proxy: the credential then crosses the
+                         network in cleartext
+  --upstream-proxy-ca-bundle FILE
+                         PEM CA certificates trusted for the https:// proxy
+                         and for upstream servers of inspected tunnels (a
+                         TLS-intercepting proxy re-signs them)
+  --upstream-proxy-no-proxy LIST
+                         comma-separated destinations dialled directly:
+                         example.com (and subdomains), .example.com
+                         (subdomains only), 198.51.100.7, 10.0.0.0/8, each
+                         optionally :PORT (that port only); an address or
+                         prefix also matches a name through the addresses
+                         it resolved to, and only those addresses go
+                         direct. Loopback is always direct
+  --upstream-proxy-connect-by-hostname
+                         send the host name as the CONNECT target, for
+                         proxies whose ACLs refuse addresses: the proxy
+                         then resolves it, and its ACLs become the
+                         effective control of chained tunnels
   --max-conns N          concurrent client connections (default 4096; the
                          descriptor limit is raised to fit when root, else
                          the default shrinks to fit it)
@@ -195,6 +233,13 @@ Examples:
   egress-proxy --policy policy.yaml --ca-out /run/egress-proxy-ca.pem &
   curl -x http://127.0.0.1:3128 --cacert /run/egress-proxy-ca.pem https://pypi.org/simple/
 
+  # Behind a corporate proxy: tunnels go through it, the intranet directly.
+  egress-proxy --policy policy.yaml \
+      --upstream-proxy https://proxy.corp.example:3128 \
+      --upstream-proxy-auth-file /etc/palisade/proxy-auth \
+      --upstream-proxy-ca-bundle /etc/palisade/corp-ca.pem \
+      --upstream-proxy-no-proxy .corp.example,10.0.0.0/8
+
   # Inspect and reload a running proxy.
   curl --unix-socket /run/egress-proxy.sock http://proxy/status
   curl --unix-socket /run/egress-proxy.sock -X POST http://proxy/reload
@@ -226,6 +271,7 @@ type flags struct {
 	initPID, readyFD, maxConns, maxHeadBytes, procs         int
 	maxConnsSet                                             bool
 	headTimeout, connectTimeout, idleTimeout, denyWindow    time.Duration
+	upstream                                                upstreamproxy.Settings
 }
 
 func parseFlags(args []string, stdout io.Writer) (*flags, bool, error) {
@@ -263,6 +309,7 @@ func parseFlags(args []string, stdout io.Writer) (*flags, bool, error) {
 	fs.StringVar(&f.caOut, "ca-out", "", "write the inspection CA certificate here")
 	fs.StringVar(&f.upstreamCA, "upstream-ca-bundle", "", "extra PEM roots for upstream servers")
 	fs.StringVar(&f.ceiling, "ceiling", "", "policy ceiling file")
+	f.upstream.Register(fs)
 	if err := cli.ParseFlags(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, usage)
@@ -421,6 +468,18 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if err != nil {
 		return cli.Failf("--upstream-ca-bundle: %v", err)
 	}
+	chain, err := f.upstream.Load()
+	if errors.Is(err, upstreamproxy.ErrUsage) {
+		return cli.Usagef("%v", err)
+	} else if err != nil {
+		return cli.Failf("%v", err)
+	}
+	if chain != nil {
+		// A TLS-intercepting corporate proxy re-signs the upstream
+		// servers' certificates of the tunnels the proxy inspects.
+		roots.AppendCertsFromPEM(chain.CAPEM())
+		logUpstreamProxy(log, chain)
+	}
 	if f.caOut != "" {
 		if err := ca.WriteCert(f.caOut); err != nil {
 			return cli.Failf("--ca-out: %v", err)
@@ -492,7 +551,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		Admit:         ceiling.Checker(ceiling.Locate(f.ceiling, os.Getenv)),
 		Compile:       proxy.CompileDecision,
 		Canonicalize:  proxy.CanonicalHost,
-		Dialer:        proxy.SSRFDialer{Dialer: dialer},
+		Dialer:        proxy.SSRFDialer{Dialer: dialer, Chain: chain},
 		Attributor:    proxy.AttributionBackend{Backend: attr},
 		Guard:         guard,
 		Pinner:        proxy.AttributionPinner{Pinner: pinner},
@@ -589,6 +648,17 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			}
 		}
 	}
+}
+
+// logUpstreamProxy says how tunnels leave: the proxy's URL, whether a
+// credential goes with them (never the credential), the NO_PROXY list.
+func logUpstreamProxy(log *slog.Logger, c *upstreamproxy.Chain) {
+	target := "checked address"
+	if c.ConnectByHostname {
+		target = "host name"
+	}
+	log.Info("CONNECT tunnels chained through an upstream proxy", "proxy", c.String(), "credential", c.HasCredential(),
+		"connect_target", target, "no_proxy", strings.Join(c.NoProxy.Entries(), ","), "ca_bundle", c.CABundle)
 }
 
 func mode(f *flags) string {

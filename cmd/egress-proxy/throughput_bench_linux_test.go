@@ -337,6 +337,11 @@ func (sb *benchSandbox) start(b *testing.B, stdout io.Writer, argv ...string) *e
 // veth, allowing host:port for binary, and returns its address once the
 // client namespace can reach it. extra flags are appended.
 func (sb *benchSandbox) startProxy(b *testing.B, host string, port int, binary string, extra ...string) string {
+	return sb.startProxyAt(b, benchHostAddr+":3128", host, port, binary, extra...)
+}
+
+// startProxyAt is startProxy listening on addr.
+func (sb *benchSandbox) startProxyAt(b *testing.B, addr, host string, port int, binary string, extra ...string) string {
 	bin := testutil.Binary(b, "egress-proxy")
 	hosts := sb.inet.HostsFile(map[string]string{host: sb.inet.V4[0].String()})
 	pol := filepath.Join(b.TempDir(), "policy.yaml")
@@ -349,7 +354,6 @@ network_policies:
     binaries:
       - path: %s
 `, host, port, binary)), 0o600)
-	addr := benchHostAddr + ":3128"
 	args := append([]string{"--policy", pol, "--listen", addr, "--hosts-file", hosts, "--log-format", "json",
 		"--sandbox", "bench", "--cgroup", sb.cg.Name(), "--init-pid", strconv.Itoa(sb.anchor.Process.Pid)}, extra...)
 	// PALISADE_BENCH_PROXY_ARGS adds flags (say --send-guard off, to

@@ -27,6 +27,7 @@ import (
 	"github.com/palisade-sandbox/palisade/pkg/sandboxnet"
 	"github.com/palisade-sandbox/palisade/pkg/state"
 	"github.com/palisade-sandbox/palisade/pkg/tlsca"
+	"github.com/palisade-sandbox/palisade/pkg/upstreamproxy"
 )
 
 // proxyAttribution is the proxy's --attribution. The eBPF fast path
@@ -94,6 +95,9 @@ Examples:
   sudo sandbox-supervisor run --profile bounded-tmpfs --kind verify -- ./scripts/run-tests.sh
   sudo sandbox-supervisor run --policy p.yaml --upstream-ca-bundle /etc/palisade/corp-ca.pem -- pip download x
   sudo sandbox-supervisor run --policy p.yaml --attribution proc -- npm ci
+  sudo sandbox-supervisor run --policy p.yaml --upstream-proxy http://proxy.corp.example:3128 \
+      --upstream-proxy-auth-file /etc/palisade/proxy-auth --upstream-proxy-allow-insecure \
+      --upstream-proxy-no-proxy .corp.example,10.0.0.0/8 -- npm ci   # behind a corporate proxy
   sudo sandbox-supervisor run --policy db.yaml --dns-ttl 15s -- psql -h db.internal   # db.yaml: a protocol: tcp endpoint
   sudo sandbox-supervisor run --policy p.yaml --proxy-procs 2 -- pip download -r requirements.txt
   sudo sandbox-supervisor spec -- /bin/true | jq .linux.namespaces
@@ -117,6 +121,8 @@ type runFlags struct {
 	// statusFD is --status-fd: a descriptor the caller passed, where run
 	// writes its outcome (-1: none).
 	statusFD int
+	// upstream are the egress proxy's --upstream-proxy flags.
+	upstream upstreamproxy.Settings
 }
 
 func parseRunFlags(args []string, stderr io.Writer, specOnly bool) (*runFlags, []string, error) {
@@ -160,6 +166,7 @@ func parseRunFlags(args []string, stderr io.Writer, specOnly bool) (*runFlags, [
 	fs.StringVar(&f.attribution, "attribution", "auto", "how the egress proxy attributes connections to sandbox processes: bpf (eBPF on the sandbox's cgroup), proc (/proc fd tables) or auto (bpf when it loads, else proc, with an event)")
 	fs.StringVar(&f.upstreamCA, "upstream-ca-bundle", "", "extra PEM roots the egress proxy trusts for upstream servers of inspected (TLS-terminated) tunnels")
 	fs.DurationVar(&f.dnsTTL, "dns-ttl", 0, "the egress proxy's --dns-ttl: lifetime of a policy DNS mapping and TTL of its answer, 1s..30s (default: the proxy's, 5s). Only meaningful when the policy has protocol: tcp endpoints (the policy DNS runs only then); ignored with a warning otherwise")
+	f.upstream.Register(fs)
 	fs.IntVar(&f.proxyProcs, "proxy-procs", 0, "the egress proxy's --procs: CPUs that run proxy code at once, 0 for all (default: the proxy's, 1 per sandbox)")
 	fs.StringVar(&f.taskMetadata, "task-metadata", "", "task document whose metadata.egress_contract.hosts are granted (with MAC_OPENSHELL_TASK_EGRESS=1, --kind task)")
 	fs.StringVar(&f.trustedRegistries, "trusted-registries", "", "file replacing the built-in trusted registry list for per-task egress")
@@ -209,6 +216,9 @@ func parseRunFlags(args []string, stderr io.Writer, specOnly bool) (*runFlags, [
 	}
 	if f.proxyProcs < 0 {
 		return nil, nil, cli.Usagef("--proxy-procs %d: want 0 (all CPUs) or more", f.proxyProcs)
+	}
+	if err := f.upstream.Check(); err != nil {
+		return nil, nil, cli.Usagef("%v", err)
 	}
 	if _, err := state.ParseKind(f.kind); err != nil {
 		return nil, nil, cli.Usagef("--kind: %v", err)
@@ -353,7 +363,14 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	}
 	var pre *sandbox.Prestarted
 	var sigs *sandbox.Signals
+	var chain *upstreamproxy.Chain
 	if !specOnly {
+		// The upstream proxy's files (credential, CA bundle), read
+		// before anything is created: a setting that is given but broken
+		// stops the run, whether or not the policy then starts a proxy.
+		if chain, err = f.upstream.Load(); err != nil {
+			return sandboxFailed(err)
+		}
 		// Signals to forward are caught before anything is created, so
 		// one that arrives while the sandbox is being made is forwarded
 		// rather than killing the supervisor half-way.
@@ -464,6 +481,7 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 			logger.Warn("--dns-ttl ignored: the policy has no protocol: tcp endpoint, so no policy DNS runs", "policy", resolved.Path)
 		}
 		cfg := proxyConfig(f)
+		cfg.UpstreamProxyCA = chain.CAPEM()
 		cfg.PolicyPath = resolved.Path
 		if pinfo.HardRequirement || cli.Truthy(os.Getenv("MAC_OPENSHELL_REQUIRED")) {
 			// Fail closed: no sandbox whose decided connections could be
@@ -542,7 +560,7 @@ func warnBinaries(logger *slog.Logger, r *policy.Resolved, env []string) {
 // caller adds the policy and where its output goes).
 func proxyConfig(f *runFlags) sandboxnet.Config {
 	c := sandboxnet.Config{
-		ProxyBin: f.proxyBin, HostsFile: f.hostsFile, UpstreamCABundle: f.upstreamCA,
+		ProxyBin: f.proxyBin, HostsFile: f.hostsFile, UpstreamCABundle: f.upstreamCA, UpstreamProxy: f.upstream,
 		Attribution: proxyAttribution(f),
 		Events:      f.events, StateRoot: f.stateDir, LogFormat: f.logFormat, LogLevel: f.logLevel,
 	}
@@ -570,7 +588,7 @@ func proxyFlagsGiven(f *runFlags) []string {
 			given = append(given, g.name)
 		}
 	}
-	return given
+	return append(given, f.upstream.GivenFlags()...)
 }
 
 func compat(p sandbox.PolicyInfo) string {
@@ -687,6 +705,19 @@ func outOfReach(r *policy.Resolved, f *runFlags, p sandbox.PolicyInfo, workdir s
 		}
 		if _, err := tlsca.LoadPool(f.upstreamCA); err != nil {
 			return fmt.Errorf("--upstream-ca-bundle: %w", err)
+		}
+	}
+	// The upstream proxy's credential and CA bundle: an agent that could
+	// replace either could read the credential or make the sandbox trust
+	// its own CA.
+	for _, o := range []struct {
+		flag string
+		v    upstreamproxy.Optional
+	}{{upstreamproxy.FlagAuthFile, f.upstream.AuthFile}, {upstreamproxy.FlagCABundle, f.upstream.CABundle}} {
+		if o.v.Given {
+			if err := check(o.flag, o.v.Value); err != nil {
+				return err
+			}
 		}
 	}
 	if _, isFD := ocsf.FDDest(f.events); f.events != "" && f.events != "-" && !isFD {

@@ -3,13 +3,16 @@ package proxy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"net/http"
 	"net/netip"
 
 	"github.com/palisade-sandbox/palisade/pkg/attribution"
 	"github.com/palisade-sandbox/palisade/pkg/decision"
 	"github.com/palisade-sandbox/palisade/pkg/policy"
 	"github.com/palisade-sandbox/palisade/pkg/ssrf"
+	"github.com/palisade-sandbox/palisade/pkg/upstreamproxy"
 )
 
 // The adapters below connect the proxy's small interfaces to the real
@@ -54,17 +57,133 @@ func (d decisionEngine) Decide(r DecideRequest) Verdict {
 func CanonicalHost(h string) (string, error) { return decision.CanonicalHost(h) }
 
 // SSRFDialer adapts an *ssrf.Dialer, turning its *ssrf.DenyError into a
-// *DenyError carrying the guard's reason.
-type SSRFDialer struct{ Dialer *ssrf.Dialer }
+// *DenyError carrying the guard's reason. With Chain set it is a
+// TunnelDialer: CONNECT tunnels go through the operator's upstream proxy
+// (except the Chain's NO_PROXY destinations and loopback), to the address
+// the guard checked.
+type SSRFDialer struct {
+	Dialer *ssrf.Dialer
+	Chain  *upstreamproxy.Chain
+}
 
 // DialContext implements Dialer.
 func (s SSRFDialer) DialContext(ctx context.Context, host string, port int, sc Scope) (net.Conn, netip.AddrPort, error) {
-	c, ap, err := s.Dialer.DialScope(ctx, host, port, ssrf.Scope{ExactHost: sc.ExactHost, AllowedIPs: sc.AllowedIPs, OnlyAllowedIPs: sc.OnlyAllowedIPs})
+	c, ap, err := s.Dialer.DialScope(ctx, host, port, ssrfScope(sc))
+	return c, ap, denyError(err)
+}
+
+func ssrfScope(sc Scope) ssrf.Scope {
+	return ssrf.Scope{ExactHost: sc.ExactHost, AllowedIPs: sc.AllowedIPs, OnlyAllowedIPs: sc.OnlyAllowedIPs}
+}
+
+func denyError(err error) error {
 	var de *ssrf.DenyError
 	if errors.As(err, &de) {
-		return nil, netip.AddrPort{}, &DenyError{Reason: de.Reason.String()}
+		return &DenyError{Reason: de.Reason.String()}
 	}
-	return c, ap, err
+	return err
+}
+
+// DialTunnel implements TunnelDialer. Without a Chain it is DialContext.
+// With one, the name is resolved and every answer checked first; the
+// NO_PROXY list then picks the addresses dialled directly, and otherwise
+// the checked addresses are tried in order through the upstream proxy,
+// each as the CONNECT target (the name instead with
+// ConnectByHostname, once): a 502, 503 or 504 from the proxy moves on to
+// the next address, any other refusal ends the attempt.
+func (s SSRFDialer) DialTunnel(ctx context.Context, host string, port int, sc Scope) (net.Conn, Route, error) {
+	if s.Chain == nil {
+		c, ap, err := s.DialContext(ctx, host, port, sc)
+		return c, Route{Addr: ap}, err
+	}
+	addrs, err := s.Dialer.Resolve(ctx, host, port, ssrfScope(sc))
+	if err != nil {
+		return nil, Route{}, denyError(err)
+	}
+	r := Route{Proxy: s.Chain.String()}
+	if direct, entry := s.Chain.Route(host, addrs); direct != nil {
+		c, ap, err := s.Dialer.DialResolved(ctx, host, port, direct)
+		r.Addr, r.NoProxy = ap, entry
+		return c, r, err
+	}
+	if s.Chain.ConnectByHostname {
+		addrs = addrs[:1]
+	}
+	for i, ap := range addrs {
+		r.Addr, r.Target = ap, s.Chain.Target(host, ap)
+		c, err := s.chained(ctx, r.Target)
+		var ue *upstreamproxy.Error
+		if err == nil || i == len(addrs)-1 || ctx.Err() != nil ||
+			!errors.As(err, &ue) || ue.Kind != upstreamproxy.KindRefused || ue.Status < 502 || ue.Status > 504 {
+			return c, r, upstreamError(err)
+		}
+	}
+	return nil, r, errors.New("proxy: no address to dial") // unreachable: Resolve returns at least one
+}
+
+// Redial implements TunnelDialer.
+func (s SSRFDialer) Redial(ctx context.Context, host string, r Route) (net.Conn, error) {
+	if !r.Chained() || s.Chain == nil {
+		c, _, err := s.Dialer.DialResolved(ctx, host, int(r.Addr.Port()), []netip.AddrPort{r.Addr})
+		return c, err
+	}
+	c, err := s.chained(ctx, r.Target)
+	return c, upstreamError(err)
+}
+
+// chained connects to the upstream proxy (resolved afresh each time,
+// without the SSRF guard: the operator named it) and opens a tunnel to
+// target through it.
+func (s SSRFDialer) chained(ctx context.Context, target string) (net.Conn, error) {
+	ch := s.Chain
+	var addrs []netip.AddrPort
+	if a, ok := ssrf.ParseHostLiteral(ch.Host); ok {
+		addrs = []netip.AddrPort{netip.AddrPortFrom(a, uint16(ch.Port))}
+	} else {
+		found, err := s.Dialer.Resolver.LookupNetIP(ctx, ch.Host)
+		if err != nil {
+			return nil, &upstreamproxy.Error{Proxy: ch.String(), Target: target, Err: fmt.Errorf("resolve %s: %w", ch.Host, err)}
+		}
+		for _, a := range found {
+			addrs = append(addrs, netip.AddrPortFrom(a.Unmap(), uint16(ch.Port)))
+		}
+	}
+	raw, _, err := s.Dialer.DialResolved(ctx, ch.Host, ch.Port, addrs)
+	if err != nil {
+		return nil, &upstreamproxy.Error{Proxy: ch.String(), Target: target, Err: err}
+	}
+	return ch.Connect(ctx, raw, target)
+}
+
+// upstreamError turns an *upstreamproxy.Error into an
+// *UpstreamProxyError with the proxy's reason.
+func upstreamError(err error) error {
+	var ue *upstreamproxy.Error
+	if err == nil || !errors.As(err, &ue) {
+		return err
+	}
+	out := &UpstreamProxyError{Err: err, Status: ue.Status}
+	switch ue.Kind {
+	case upstreamproxy.KindRefused:
+		out.Reason = ReasonUpstreamProxyRefused
+		switch ue.Status {
+		case http.StatusProxyAuthRequired:
+			out.Reason = ReasonUpstreamProxyAuth
+		case http.StatusForbidden:
+			out.Reason = ReasonUpstreamProxyDenied
+		}
+		out.Detail = fmt.Sprintf("the upstream proxy answered %d %s", ue.Status, http.StatusText(ue.Status))
+	case upstreamproxy.KindTLS:
+		out.Reason, out.Detail = ReasonUpstreamProxyTLS, "the TLS handshake with the upstream proxy failed"
+	case upstreamproxy.KindTimeout:
+		out.Reason, out.Timeout, out.Detail = ReasonUpstreamProxyTimeout, true, "the upstream proxy did not answer in time"
+	case upstreamproxy.KindProtocol:
+		out.Reason, out.Detail = ReasonUpstreamProxyProtocol, "the upstream proxy's answer was not an HTTP response"
+	default:
+		out.Reason, out.Detail = ReasonUpstreamProxyUnreachable, "the upstream proxy could not be reached"
+		out.Timeout = isTimeout(err) || errors.Is(err, context.DeadlineExceeded)
+	}
+	return out
 }
 
 // AttributionBackend adapts an attribution.Backend.

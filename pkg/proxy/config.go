@@ -71,6 +71,56 @@ type Dialer interface {
 	DialContext(ctx context.Context, host string, port int, scope Scope) (net.Conn, netip.AddrPort, error)
 }
 
+// TunnelDialer is implemented by a Dialer that can chain CONNECT tunnels
+// through an operator's upstream (corporate) proxy. The proxy dials every
+// CONNECT tunnel through DialTunnel when its Dialer has it; plain-HTTP
+// forwarding and transparent TCP always use DialContext (direct).
+type TunnelDialer interface {
+	// DialTunnel resolves and checks host as DialContext does, then
+	// connects directly or through the upstream proxy, and says which in
+	// the Route. An SSRF refusal is a *DenyError, a failure of the
+	// upstream proxy an *UpstreamProxyError.
+	DialTunnel(ctx context.Context, host string, port int, scope Scope) (net.Conn, Route, error)
+	// Redial opens another connection along a Route DialTunnel returned
+	// for host (the same checked address, the same way): an inspected
+	// tunnel's extra upstream connections.
+	Redial(ctx context.Context, host string, r Route) (net.Conn, error)
+}
+
+// Route is how a tunnel's upstream connection was made.
+type Route struct {
+	// Addr is the checked address the tunnel reaches.
+	Addr netip.AddrPort
+	// Proxy is the upstream proxy's URL (never with a credential); ""
+	// when no upstream proxy is configured.
+	Proxy string
+	// Target is the CONNECT target sent to the upstream proxy; "" when
+	// the connection is direct.
+	Target string
+	// NoProxy is the NO_PROXY entry that made the connection direct
+	// although an upstream proxy is configured ("" otherwise).
+	NoProxy string
+}
+
+// Chained reports whether the connection goes through the upstream proxy.
+func (r Route) Chained() bool { return r.Target != "" }
+
+// UpstreamProxyError is a tunnel the upstream proxy did not open: not
+// reachable, its TLS handshake failed, it refused the CONNECT (Status) or
+// did not answer in time. Reason is the proxy's machine-readable reason,
+// Detail a sentence for the client (no address of the proxy, no
+// credential), Err the cause for events.
+type UpstreamProxyError struct {
+	Reason  string
+	Status  int // the upstream proxy's answer; 0 when it gave none
+	Timeout bool
+	Detail  string
+	Err     error
+}
+
+func (e *UpstreamProxyError) Error() string { return e.Err.Error() }
+func (e *UpstreamProxyError) Unwrap() error { return e.Err }
+
 // DenyError is an SSRF refusal: the destination resolved (or was a
 // literal) in a range the guard never allows. Reason is the guard's
 // machine-readable reason.

@@ -199,23 +199,11 @@ func (p *Proxy) serveRequest(c *net.TCPConn, br *bufio.Reader, rec *Record, rele
 	}
 
 	// Only now may the name be resolved: policy allowed it.
-	ctx, cancel := context.WithTimeout(context.Background(), lim.ConnectTimeout)
-	up, addr, err := p.cfg.Dialer.DialContext(ctx, canon, rec.Port, v.Scope)
-	cancel()
+	up, err := p.dialUpstream(rec, v.Scope)
 	if err != nil {
-		var de *DenyError
-		switch {
-		case errors.As(err, &de):
-			rec.Reason = de.Reason
-			p.deny(c, rec, OutcomeSSRFDenied)
-		case errors.Is(err, context.DeadlineExceeded) || isTimeout(err):
-			p.upstreamFailed(c, rec, http.StatusGatewayTimeout, ReasonConnectTimeout, err)
-		default:
-			p.upstreamFailed(c, rec, http.StatusBadGateway, ReasonConnectFailed, err)
-		}
+		p.dialFailed(c, rec, err)
 		return false
 	}
-	rec.Upstream = netip.AddrPortFrom(addr.Addr().Unmap(), addr.Port())
 	untrack := p.trackUpstream(up)
 	defer func() {
 		untrack()
@@ -262,6 +250,68 @@ func (p *Proxy) partialRecord(rec *Record, raw []byte) {
 			rec.Host = canon
 		}
 	}
+}
+
+// dialUpstream connects to the record's host and port for the matched
+// scope and records the address reached. A CONNECT tunnel goes through
+// the Dialer's TunnelDialer when it has one (an upstream proxy may chain
+// it; rec.Route says how); a forwarded http:// request always dials
+// directly.
+func (p *Proxy) dialUpstream(rec *Record, scope Scope) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.Limits.ConnectTimeout)
+	defer cancel()
+	var up net.Conn
+	var addr netip.AddrPort
+	var err error
+	if td, ok := p.cfg.Dialer.(TunnelDialer); ok && rec.Kind == KindConnect {
+		var r Route
+		up, r, err = td.DialTunnel(ctx, rec.Host, rec.Port, scope)
+		if r.Proxy != "" {
+			rec.Route = &r
+		}
+		addr = r.Addr
+	} else {
+		up, addr, err = p.cfg.Dialer.DialContext(ctx, rec.Host, rec.Port, scope)
+	}
+	if addr.IsValid() && (err == nil || rec.Route != nil) {
+		rec.Upstream = netip.AddrPortFrom(addr.Addr().Unmap(), addr.Port())
+	}
+	return up, err
+}
+
+// dialFailed answers a failed dial: 403 for an SSRF refusal, 502 or 504
+// for an upstream (or upstream proxy) that could not be reached.
+func (p *Proxy) dialFailed(c *net.TCPConn, rec *Record, err error) {
+	var de *DenyError
+	var ue *UpstreamProxyError
+	switch {
+	case errors.As(err, &de):
+		rec.Reason = de.Reason
+		p.deny(c, rec, OutcomeSSRFDenied)
+	case errors.As(err, &ue):
+		status := http.StatusBadGateway
+		if ue.Timeout {
+			status = http.StatusGatewayTimeout
+		}
+		p.upstreamFailedDetail(c, rec, status, ue.Reason, ue.Detail, err)
+	case errors.Is(err, context.DeadlineExceeded) || isTimeout(err):
+		p.upstreamFailed(c, rec, http.StatusGatewayTimeout, ReasonConnectTimeout, err)
+	default:
+		p.upstreamFailed(c, rec, http.StatusBadGateway, ReasonConnectFailed, err)
+	}
+}
+
+// redial opens another upstream connection for the record's tunnel (an
+// inspected tunnel's overlapping requests): along the same route when an
+// upstream proxy chained it, else directly to the checked address.
+func (p *Proxy) redial(ctx context.Context, rec *Record) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.Limits.ConnectTimeout)
+	defer cancel()
+	if td, ok := p.cfg.Dialer.(TunnelDialer); ok && rec.Route != nil {
+		return td.Redial(ctx, rec.Host, *rec.Route)
+	}
+	var d net.Dialer
+	return d.DialContext(ctx, "tcp", rec.Upstream.String())
 }
 
 // decideRequest is what the engine decides for the record's host, port
@@ -427,11 +477,17 @@ func (p *Proxy) badRequest(c *net.TCPConn, rec *Record, status int, reason strin
 }
 
 func (p *Proxy) upstreamFailed(c *net.TCPConn, rec *Record, status int, reason string, err error) {
+	p.upstreamFailedDetail(c, rec, status, reason, "", err)
+}
+
+// upstreamFailedDetail is upstreamFailed with a sentence for the client
+// (which must hold nothing the client may not know).
+func (p *Proxy) upstreamFailedDetail(c *net.TCPConn, rec *Record, status int, reason, detail string, err error) {
 	rec.Outcome, rec.Reason, rec.Status = OutcomeUpstreamFailed, reason, status
 	if err != nil {
 		rec.Cause = err.Error()
 	}
-	writeJSONResponse(c, status, errorBody{Error: OutcomeUpstreamFailed, Reason: reason})
+	writeJSONResponse(c, status, errorBody{Error: OutcomeUpstreamFailed, Reason: reason, Detail: detail})
 	lingerClose(c, 500*time.Millisecond)
 }
 

@@ -377,13 +377,7 @@ const maxUpstreamConns = 32
 // requests that overlap (an h2 client's streams to an HTTP/1.1 upstream)
 // or after the first connection closed. tcfg is nil for plaintext.
 func (ix *inspector) h1Transport(tcfg *tls.Config) *http.Transport {
-	addr := ix.conn.Upstream.String()
-	dialRaw := func(ctx context.Context) (net.Conn, error) {
-		var d net.Dialer
-		ctx, cancel := context.WithTimeout(ctx, ix.p.cfg.Limits.ConnectTimeout)
-		defer cancel()
-		return d.DialContext(ctx, "tcp", addr)
-	}
+	dialRaw := func(ctx context.Context) (net.Conn, error) { return ix.p.redial(ctx, ix.conn) }
 	t := &http.Transport{
 		Proxy:                  nil,
 		DisableCompression:     true,
@@ -458,7 +452,7 @@ func (ix *inspector) requestRecord(r *http.Request) *Record {
 	c := ix.conn
 	return &Record{
 		ConnID: c.ConnID, Listener: c.Listener, Kind: KindHTTP, Start: ix.p.now(),
-		Client: c.Client, Local: c.Local, Host: c.Host, Port: c.Port, Upstream: c.Upstream,
+		Client: c.Client, Local: c.Local, Host: c.Host, Port: c.Port, Upstream: c.Upstream, Route: c.Route,
 		Identity: c.Identity, Generation: c.Generation, PolicySHA: c.PolicySHA,
 		Entry: c.Entry, Audit: c.Audit, L7Rules: true, L7Checked: true,
 		Method: r.Method, Proto: ix.proto, PerRequest: true, shared: ix.events,

@@ -242,7 +242,7 @@ var upstreamKeepAliveAfter = 2 * time.Second
 // both.
 func (p *Proxy) trackUpstream(up net.Conn) (done func()) {
 	p.track(up)
-	tc, ok := up.(*net.TCPConn)
+	tc, ok := underlying(up).(*net.TCPConn)
 	if !ok {
 		return func() { p.untrack(up) }
 	}
@@ -251,6 +251,20 @@ func (p *Proxy) trackUpstream(up net.Conn) (done func()) {
 		t.Stop()
 		p.untrack(up)
 	}
+}
+
+// underlying is the connection beneath wrappers that expose it (a TLS
+// connection to an upstream proxy, a tunnel with early bytes): the TCP
+// connection whose keep-alive and idle time matter.
+func underlying(c net.Conn) net.Conn {
+	for range 4 {
+		w, ok := c.(interface{ NetConn() net.Conn })
+		if !ok {
+			break
+		}
+		c = w.NetConn()
+	}
+	return c
 }
 
 func (p *Proxy) serveConn(c *net.TCPConn, listener string) {

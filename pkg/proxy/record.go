@@ -58,6 +58,17 @@ const (
 	ReasonConnectFailed    = "connect_failed"
 	ReasonUpstreamError    = "upstream_error"
 	ReasonDirectConnection = "direct_connection"
+	// The operator's upstream (corporate) proxy did not open a chained
+	// tunnel: not reachable, TLS with it failed, it answered 407, 403 or
+	// another refusal, its answer was not HTTP, or it did not answer in
+	// time. The client gets 502 (504 for the timeouts).
+	ReasonUpstreamProxyUnreachable = "upstream_proxy_unreachable"
+	ReasonUpstreamProxyTLS         = "upstream_proxy_tls"
+	ReasonUpstreamProxyAuth        = "upstream_proxy_auth_required"
+	ReasonUpstreamProxyDenied      = "upstream_proxy_denied"
+	ReasonUpstreamProxyRefused     = "upstream_proxy_refused"
+	ReasonUpstreamProxyProtocol    = "upstream_proxy_protocol"
+	ReasonUpstreamProxyTimeout     = "upstream_proxy_timeout"
 )
 
 // Listener names.
@@ -127,6 +138,9 @@ type Record struct {
 	// Mapping is the policy DNS mapping of a transparent connection (nil
 	// for the other listeners).
 	Mapping *MappingInfo
+	// Route is how a CONNECT tunnel's upstream connection was made when
+	// an upstream proxy is configured (nil otherwise, and before a dial).
+	Route *Route
 
 	// silent marks a connection that closed without sending a byte: no
 	// request, no event.
@@ -287,6 +301,12 @@ func (r *Record) unmapped() map[string]any {
 		Transparent: r.Mapping,
 		Denials:     r.Tallies,
 	}
+	if rt := r.Route; rt != nil {
+		u.UpstreamProxy = &upstreamProxyUnmapped{ConnectTarget: rt.Target, NoProxy: rt.NoProxy, Proxy: rt.Proxy, Route: "direct"}
+		if rt.Chained() {
+			u.UpstreamProxy.Route = "chained"
+		}
+	}
 	if id := r.Identity; id != nil {
 		u.Attribution = id.Backend
 		if c := id.Connector; c != nil {
@@ -329,6 +349,20 @@ type proxyUnmapped struct {
 	Reason      string           `json:"reason"`
 	// Transparent is the mapping of a transparent TCP connection.
 	Transparent *MappingInfo `json:"transparent,omitempty"`
+	// UpstreamProxy says how a CONNECT tunnel went when an upstream
+	// proxy is configured.
+	UpstreamProxy *upstreamProxyUnmapped `json:"upstream_proxy,omitempty"`
+}
+
+// upstreamProxyUnmapped is unmapped.egress_proxy.upstream_proxy: the
+// upstream proxy's URL (never a credential), whether the tunnel was
+// chained through it or dialled directly, the CONNECT target sent to it,
+// and the NO_PROXY entry that made a tunnel direct.
+type upstreamProxyUnmapped struct {
+	ConnectTarget string `json:"connect_target,omitempty"`
+	NoProxy       string `json:"no_proxy,omitempty"`
+	Proxy         string `json:"proxy"`
+	Route         string `json:"route"`
 }
 
 // foreignUnmapped is unmapped.egress_proxy.foreign_code.
@@ -441,6 +475,24 @@ func (u proxyUnmapped) AppendJSON(b []byte) []byte {
 		}
 		b = append(b, `,"synthetic":`...)
 		b = ocsf.AppendJSONString(b, m.Synthetic)
+		b = append(b, '}')
+	}
+	if up := u.UpstreamProxy; up != nil {
+		b = append(b, `,"upstream_proxy":{`...)
+		if up.ConnectTarget != "" {
+			b = append(b, `"connect_target":`...)
+			b = ocsf.AppendJSONString(b, up.ConnectTarget)
+			b = append(b, ',')
+		}
+		if up.NoProxy != "" {
+			b = append(b, `"no_proxy":`...)
+			b = ocsf.AppendJSONString(b, up.NoProxy)
+			b = append(b, ',')
+		}
+		b = append(b, `"proxy":`...)
+		b = ocsf.AppendJSONString(b, up.Proxy)
+		b = append(b, `,"route":`...)
+		b = ocsf.AppendJSONString(b, up.Route)
 		b = append(b, '}')
 	}
 	return append(b, '}')

@@ -33,7 +33,7 @@ type DenialBody struct {
 type errorBody struct {
 	Error  string `json:"error"`
 	Reason string `json:"reason"`
-	Detail string `json:"detail,omitempty"` // what to fix, for a malformed request
+	Detail string `json:"detail,omitempty"` // what to fix, for a malformed request; what the upstream proxy did, for its failures
 }
 
 // ProxyStatusName is the proxy's name in the Proxy-Status field (RFC 9209)

@@ -13,7 +13,7 @@ import (
 // tcpIdle reports how long ago c last sent or received data, from
 // TCP_INFO.
 func tcpIdle(c net.Conn) (time.Duration, bool) {
-	sc, ok := c.(syscall.Conn)
+	sc, ok := underlying(c).(syscall.Conn)
 	if !ok {
 		return 0, false
 	}

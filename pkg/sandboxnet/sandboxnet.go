@@ -3,7 +3,8 @@
 // on the host) and starts the sandbox's egress-proxy on the host side of
 // the veth. It implements sandbox.NetworkAttacher and sandbox.TrustSource:
 // the proxy writes its inspection CA's certificate, and the attacher
-// combines it with the system roots into the bundle the sandbox trusts.
+// combines it with the system roots (and an upstream corporate proxy's
+// CA bundle, when one is configured) into the bundle the sandbox trusts.
 //
 // When the starting policy has a `protocol: tcp` endpoint, the proxy
 // also serves the policy DNS and the transparent TCP listener, the fence
@@ -28,6 +29,7 @@ import (
 	"time"
 
 	"github.com/palisade-sandbox/palisade/pkg/sandbox"
+	"github.com/palisade-sandbox/palisade/pkg/upstreamproxy"
 )
 
 // Defaults.
@@ -77,6 +79,15 @@ type Config struct {
 	// starting policy and every reload must lie within ("" leaves the
 	// proxy's default, /etc/palisade/ceiling.yaml when it exists).
 	Ceiling string
+	// UpstreamProxy are the proxy's --upstream-proxy flags, passed as
+	// given (validated by the caller; the proxy validates them again and
+	// refuses to start on any error). Only the credential file's path is
+	// passed, never the credential.
+	UpstreamProxy upstreamproxy.Settings
+	// UpstreamProxyCA is the PEM of --upstream-proxy-ca-bundle: a
+	// TLS-intercepting corporate proxy re-signs the certificates of the
+	// tunnels it carries, so it joins the sandbox's trust bundle.
+	UpstreamProxyCA []byte
 	// Attribution is the proxy's --attribution (bpf, proc or auto; ""
 	// leaves the proxy's default, auto).
 	Attribution string

@@ -230,6 +230,7 @@ func (p *proxyProc) args() []string {
 	if c.Procs != nil {
 		a = append(a, "--procs", strconv.Itoa(*c.Procs))
 	}
+	a = append(a, c.UpstreamProxy.Args()...)
 	if p.tcp {
 		a = append(a, "--dns-listen", netip.AddrPortFrom(host, DefaultDNSPort).String(),
 			"--transparent-listen", netip.AddrPortFrom(host, DefaultTransparentPort).String())
@@ -275,8 +276,9 @@ func (p *proxyProc) removeTrustDir() {
 }
 
 // writeBundle combines the system roots with the certificate the proxy
-// just wrote. It rewrites the bundle in place: the sandbox's read-only
-// bind mounts of it show a restarted proxy's new CA to new processes.
+// just wrote and the upstream proxy's CA bundle. It rewrites the bundle
+// in place: the sandbox's read-only bind mounts of it show a restarted
+// proxy's new CA to new processes.
 func (p *proxyProc) writeBundle() error {
 	caPEM, err := os.ReadFile(filepath.Join(p.dir, CACertName))
 	if err != nil {
@@ -286,7 +288,7 @@ func (p *proxyProc) writeBundle() error {
 		return fmt.Errorf("egress-proxy CA certificate %s: want exactly one PEM certificate", filepath.Join(p.dir, CACertName))
 	}
 	_, sys := tlsca.SystemRootsPEM()
-	return tlsca.WriteInPlace(p.bundle, tlsca.Bundle(sys, caPEM))
+	return tlsca.WriteInPlace(p.bundle, tlsca.Bundle(sys, p.cfg.UpstreamProxyCA, caPEM))
 }
 
 // start launches the proxy and waits for "ready" on its pipe.

@@ -57,6 +57,25 @@ func (d *Dialer) DialScope(ctx context.Context, host string, port int, s Scope) 
 	if err != nil {
 		return nil, netip.AddrPort{}, err
 	}
+	return d.dial(ctx, host, port, addrs)
+}
+
+// DialResolved connects to the first of addrs that answers, in order,
+// sharing the Dialer's timeout among them as DialScope does; host and
+// port only label the error. addrs must be what Resolve returned for
+// the destination (or a subset of it), or an address the Guard does not
+// govern because the operator named it (an upstream proxy's): this
+// method checks nothing itself.
+func (d *Dialer) DialResolved(ctx context.Context, host string, port int, addrs []netip.AddrPort) (net.Conn, netip.AddrPort, error) {
+	ctx, cancel := d.withTimeout(ctx)
+	defer cancel()
+	if len(addrs) == 0 {
+		return nil, netip.AddrPort{}, fmt.Errorf("ssrf: connect %s port %d: no address", host, port)
+	}
+	return d.dial(ctx, host, port, addrs)
+}
+
+func (d *Dialer) dial(ctx context.Context, host string, port int, addrs []netip.AddrPort) (net.Conn, netip.AddrPort, error) {
 	var errs []error
 	for i, ap := range addrs {
 		actx, acancel := attemptContext(ctx, len(addrs)-i)
