@@ -90,10 +90,11 @@ func (c *Chain) Connect(ctx context.Context, conn net.Conn, target string) (net.
 		}
 		return nil, &Error{Kind: kind, Proxy: c.String(), Target: target, Status: status, Err: err}
 	}
+	raw := conn
 	if d, ok := ctx.Deadline(); ok {
-		conn.SetDeadline(d)
+		raw.SetDeadline(d)
 	}
-	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
+	stop := context.AfterFunc(ctx, func() { raw.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 	if c.tls != nil {
 		tc := tls.Client(conn, c.tls)
@@ -127,7 +128,7 @@ func (c *Chain) Connect(ctx context.Context, conn net.Conn, target string) (net.
 		// deadline is in the past.
 		return fail(KindTimeout, 0, context.DeadlineExceeded)
 	}
-	conn.SetDeadline(time.Time{})
+	raw.SetDeadline(time.Time{})
 	if n := br.Buffered(); n > 0 {
 		// Bytes of the tunnel that came with the answer (a server that
 		// speaks first): they are read before the connection's own.
