@@ -665,6 +665,37 @@ func serial() *big.Int {
 	return n
 }
 
+// ServerPEM issues a server certificate from the internet's CA (which
+// CAPEM holds) for addresses outside the internet, such as a test's own
+// TLS server on loopback, and returns it and its private key in PEM.
+func (in *Internet) ServerPEM(addrs ...netip.Addr) (certPEM, keyPEM []byte, err error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      pkix.Name{CommonName: "nettest server"},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.Add(24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	for _, a := range addrs {
+		tmpl.IPAddresses = append(tmpl.IPAddresses, a.AsSlice())
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, in.caCert, &key.PublicKey, in.caKey)
+	if err != nil {
+		return nil, nil, err
+	}
+	kb, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return nil, nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kb}), nil
+}
+
 // certificate issues (once per name and address) a leaf for the TLS
 // server name the client asked for, or for the address it dialled.
 func (in *Internet) certificate(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {

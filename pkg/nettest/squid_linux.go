@@ -46,6 +46,8 @@ type Squid struct {
 	Addr netip.AddrPort
 	// User and Password are the credential it accepts.
 	User, Password string
+	// Secure is true for an https:// proxy (SquidOptions.TLSCert).
+	Secure bool
 
 	dir    string
 	cmd    *exec.Cmd
@@ -63,6 +65,10 @@ type SquidOptions struct {
 	// Start starts the command (default cmd.Start): a test whose host is
 	// another namespace starts it there.
 	Start func(*exec.Cmd) error
+	// TLSCert and TLSKey (PEM), when set, make it an https:// proxy:
+	// clients speak TLS to it before the CONNECT (Internet.ServerPEM
+	// issues a pair).
+	TLSCert, TLSKey []byte
 }
 
 // SquidLine is one access log line.
@@ -97,7 +103,7 @@ func StartSquid(t testing.TB, o SquidOptions) *Squid {
 	if o.Start == nil {
 		o.Start = (*exec.Cmd).Start
 	}
-	s := &Squid{User: o.User, Password: o.Password}
+	s := &Squid{User: o.User, Password: o.Password, Secure: o.TLSCert != nil}
 	if s.dir, err = os.MkdirTemp("", "palisade-squid-"); err != nil {
 		t.Fatal(err)
 	}
@@ -112,6 +118,11 @@ func StartSquid(t testing.TB, o SquidOptions) *Squid {
 	}
 	if err := s.writeHtpasswd(); err != nil {
 		t.Fatalf("squid: %v", err)
+	}
+	if s.Secure {
+		// Read by squid's unprivileged user: a throwaway test key.
+		os.WriteFile(filepath.Join(s.dir, "tls-cert.pem"), o.TLSCert, 0o644)
+		os.WriteFile(filepath.Join(s.dir, "tls-key.pem"), o.TLSKey, 0o644)
 	}
 	for attempt := 0; ; attempt++ {
 		err := s.start(o)
@@ -152,7 +163,7 @@ func (s *Squid) start(o SquidOptions) error {
 	for {
 		log, _ := os.ReadFile(filepath.Join(s.dir, "cache.log"))
 		switch {
-		case bytes.Contains(log, []byte("Accepting HTTP Socket connections")):
+		case bytes.Contains(log, []byte("Accepting HTTP Socket connections")), bytes.Contains(log, []byte("Accepting HTTPS Socket connections")):
 			return nil
 		case bytes.Contains(log, []byte("Address already in use")):
 			s.cmd.Process.Kill()
@@ -204,7 +215,11 @@ func (s *Squid) writeHtpasswd() error {
 
 func (s *Squid) config(deny []netip.Prefix) []byte {
 	var b strings.Builder
-	fmt.Fprintf(&b, `http_port %s
+	port := "http_port " + s.Addr.String()
+	if s.Secure {
+		port = fmt.Sprintf("https_port %s tls-cert=%s/tls-cert.pem tls-key=%[2]s/tls-key.pem", s.Addr, s.dir)
+	}
+	fmt.Fprintf(&b, `%s
 pid_filename %[2]s/squid.pid
 cache_log %[2]s/cache.log
 logformat chain %%rm %%ru %%>Hs %%un
@@ -221,7 +236,7 @@ auth_param basic realm palisade-test
 acl authed proxy_auth REQUIRED
 acl CONNECT method CONNECT
 http_access deny !authed
-`, s.Addr, s.dir, SquidNCSA)
+`, port, s.dir, SquidNCSA)
 	for _, p := range deny {
 		fmt.Fprintf(&b, "acl refused dst %s\n", p)
 	}
@@ -240,8 +255,13 @@ func (s *Squid) PID() int {
 	return s.cmd.Process.Pid
 }
 
-// URL is the proxy's http:// URL.
-func (s *Squid) URL() string { return "http://" + s.Addr.String() }
+// URL is the proxy's URL, http:// or https://.
+func (s *Squid) URL() string {
+	if s.Secure {
+		return "https://" + s.Addr.String()
+	}
+	return "http://" + s.Addr.String()
+}
 
 // Log reads the access log so far.
 func (s *Squid) Log() []SquidLine {

@@ -66,7 +66,8 @@ type chainLab struct {
 	a, b, c netip.Addr
 }
 
-func newChainLab(t *testing.T) *chainLab {
+// newChainLab is the lab with its squid, an https:// one with secure.
+func newChainLab(t *testing.T, secure bool) *chainLab {
 	l := &chainLab{lab: newLab(t, chainPolicy)}
 	l.a, l.b, l.c = l.inet.V4[0], l.inet.V4[1], l.inet.V4[2]
 	l.hosts = l.inet.HostsFile(map[string]string{
@@ -76,7 +77,14 @@ func newChainLab(t *testing.T) *chainLab {
 	})
 	// squid refuses CONNECTs to b: direct.test reaches it only because
 	// NO_PROXY names it (refused.test, the same address, is chained).
-	l.squid = nettest.StartSquid(t, nettest.SquidOptions{Deny: []netip.Prefix{netip.PrefixFrom(l.b, 32)}})
+	o := nettest.SquidOptions{Deny: []netip.Prefix{netip.PrefixFrom(l.b, 32)}}
+	if secure {
+		var err error
+		if o.TLSCert, o.TLSKey, err = l.inet.ServerPEM(netip.MustParseAddr("127.0.0.1")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l.squid = nettest.StartSquid(t, o)
 	l.auth = l.writeAuth("auth", l.squid.User+":"+l.squid.Password)
 	return l
 }
@@ -89,19 +97,25 @@ func (l *chainLab) writeAuth(name, cred string) string {
 	return p
 }
 
+// flags are the upstream proxy flags of the main run: squid with the
+// credential in auth, the nettest CA as the corporate CA, and NO_PROXY.
+func (l *chainLab) flags(auth string) []string {
+	return []string{"--upstream-proxy", l.squid.URL(),
+		"--upstream-proxy-auth-file", auth, "--upstream-proxy-allow-insecure",
+		"--upstream-proxy-ca-bundle", l.inet.CAFile(),
+		"--upstream-proxy-no-proxy", fmt.Sprintf("allowed.test:8443, direct.test, %s/32:443", l.c)}
+}
+
 // run starts the supervisor with the upstream proxy flags, reads the
 // script's results up to "done", calls during(proxy pid) while the
 // sandbox still runs, then lets it finish. It returns the results and
 // everything the supervisor wrote to stderr and the proxy to its log.
-func (l *chainLab) run(auth string, during func(proxyPID int)) (map[string]string, string) {
+func (l *chainLab) run(script string, flags []string, during func(proxyPID int)) (map[string]string, string) {
 	t := l.t
-	cmd := exec.Command(l.sup, "run", "--policy", l.policy, "--hosts-file", l.hosts, "--events", l.events,
-		"--state-dir", l.state, "--workdir", l.wd, "--log-level", "debug",
-		"--upstream-proxy", l.squid.URL(),
-		"--upstream-proxy-auth-file", auth, "--upstream-proxy-allow-insecure",
-		"--upstream-proxy-ca-bundle", l.inet.CAFile(),
-		"--upstream-proxy-no-proxy", fmt.Sprintf("allowed.test:8443, direct.test, %s/32:443", l.c),
-		"--", "/bin/sh", "-c", chainScript)
+	args := []string{"run", "--policy", l.policy, "--hosts-file", l.hosts, "--events", l.events,
+		"--state-dir", l.state, "--workdir", l.wd, "--log-level", "debug"}
+	args = append(append(append(args, flags...), "--", "/bin/sh", "-c"), script)
+	cmd := exec.Command(l.sup, args...)
 	// The supervisor's own proxy variables are nobody's business: the
 	// proxy never reads them (and is started with an environment of PATH
 	// alone).
@@ -190,9 +204,9 @@ func (l *chainLab) upstreamRoute(class float64, host string) map[string]any {
 //
 // A wrong credential is then squid's 407: a 502 naming it.
 func TestChainedEgressThroughSquid(t *testing.T) {
-	l := newChainLab(t)
+	l := newChainLab(t, false)
 	var argv string
-	r, stderr := l.run(l.auth, func(pid int) {
+	r, stderr := l.run(chainScript, l.flags(l.auth), func(pid int) {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 		if err != nil {
 			t.Fatal(err)
@@ -286,7 +300,7 @@ func TestChainedEgressThroughSquid(t *testing.T) {
 
 	// A wrong password: squid answers 407.
 	bad := l.writeAuth("bad-auth", l.squid.User+":not-"+l.squid.Password)
-	r, stderr = l.run(bad, nil)
+	r, stderr = l.run(chainScript, l.flags(bad), nil)
 	if strings.Contains(stderr, l.squid.Password) || strings.Contains(stderr, "not-"+l.squid.Password) {
 		t.Errorf("a credential is in stderr or the proxy's log of the wrong-credential run")
 	}
@@ -307,5 +321,64 @@ func TestChainedEgressThroughSquid(t *testing.T) {
 	}
 	if !failed {
 		t.Errorf("no upstream_failed event with reason upstream_proxy_auth_required")
+	}
+}
+
+// httpsScript makes one passthrough request through the proxy, then
+// waits (at most 30 s) for "stop".
+const httpsScript = `
+code() { printf '%s=' "$1"; shift; "$@" -s -o /tmp/body -w '%{http_code} %{http_connect}' --max-time 15; printf ' %s\n' "$(head -c 300 /tmp/body 2>/dev/null | tr -d '\n')"; rm -f /tmp/body; }
+code chained curl --cacert ./ca.pem https://allowed.test/
+echo done
+i=0; while [ ! -e stop ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done
+`
+
+// TestChainedEgressThroughHTTPSSquid: with an https:// squid the proxy
+// speaks TLS to it before the CONNECT, verified against
+// --upstream-proxy-ca-bundle (and the credential, inside that TLS, needs
+// no insecure acknowledgement). Without the bundle squid's certificate
+// does not verify: the tunnel is a 502 upstream_proxy_tls and no CONNECT
+// reaches squid.
+func TestChainedEgressThroughHTTPSSquid(t *testing.T) {
+	l := newChainLab(t, true)
+	url := l.squid.URL()
+	if !strings.HasPrefix(url, "https://") {
+		t.Fatalf("squid at %s; want https://", url)
+	}
+	r, _ := l.run(httpsScript, []string{"--upstream-proxy", url, "--upstream-proxy-auth-file", l.auth,
+		"--upstream-proxy-ca-bundle", l.inet.CAFile()}, nil)
+	if !strings.HasPrefix(r["chained"], "200 ") || !strings.Contains(r["chained"], `"sni":"allowed.test"`) {
+		t.Errorf("through the https:// squid: %q; want 200", r["chained"])
+	}
+	lines := l.squid.Log()
+	if len(lines) != 1 || lines[0].Method != "CONNECT" || lines[0].Target != l.a.String()+":443" || lines[0].Status != 200 || lines[0].User != l.squid.User {
+		t.Errorf("squid saw %+v; want one authenticated CONNECT %s:443", lines, l.a)
+	}
+	if got := l.upstreamRoute(4001, "allowed.test"); got["route"] != "chained" || got["proxy"] != url {
+		t.Errorf("upstream_proxy %v; want chained through %s", got, url)
+	}
+
+	r, _ = l.run(httpsScript, []string{"--upstream-proxy", url, "--upstream-proxy-auth-file", l.auth}, nil)
+	if f := strings.Fields(r["chained"]); len(f) < 2 || f[1] != "502" {
+		t.Errorf("without the CA bundle: %q; want the CONNECT answered 502", r["chained"])
+	}
+	// (squid logs the handshake the proxy broke off as a transaction
+	// without a request: "NONE error:...")
+	var connects []nettest.SquidLine
+	for _, ln := range l.squid.Log() {
+		if ln.Method == "CONNECT" {
+			connects = append(connects, ln)
+		}
+	}
+	if len(connects) != 1 {
+		t.Errorf("squid saw CONNECTs %+v; the one of the first run only, since a proxy whose certificate did not verify must get none", connects)
+	}
+	var tlsFail bool
+	for _, e := range l.eventLines() {
+		detail, _ := e["status_detail"].(string)
+		tlsFail = tlsFail || e["status_code"] == "upstream_failed" && strings.HasPrefix(detail, "upstream_proxy_tls")
+	}
+	if !tlsFail {
+		t.Errorf("no upstream_failed event with reason upstream_proxy_tls")
 	}
 }
