@@ -183,9 +183,12 @@ func (l *proxyLog) line(b []byte) {
 	}
 }
 
+// The expressions for slog's text lines are compiled on first use: at
+// package initialisation every start of the supervisor, and of the
+// sandbox's init (the same binary), paid for them.
 var (
-	textLevel = regexp.MustCompile(`(?:^| )level=([A-Z]+)(?: |$)`)
-	textMsg   = regexp.MustCompile(`(?:^| )msg=`)
+	textLevel = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`(?:^| )level=([A-Z]+)(?: |$)`) })
+	textMsg   = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`(?:^| )msg=`) })
 )
 
 // needsAction classifies one line of the proxy's stderr: a WARN or ERROR
@@ -203,9 +206,9 @@ func needsAction(line string) (level, msg string, relay bool) {
 			return r.Level, r.Msg, r.Level == "WARN" || r.Level == "ERROR"
 		}
 	}
-	if m := textLevel.FindStringSubmatch(line); m != nil {
+	if m := textLevel().FindStringSubmatch(line); m != nil {
 		level = m[1]
-		if loc := textMsg.FindStringIndex(line); loc != nil {
+		if loc := textMsg().FindStringIndex(line); loc != nil {
 			rest := line[loc[1]:]
 			if q, err := strconv.QuotedPrefix(rest); err == nil {
 				msg, _ = strconv.Unquote(q)
