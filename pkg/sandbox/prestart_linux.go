@@ -33,9 +33,11 @@ type initProc struct {
 	err      error // the start's result, once joined
 }
 
-// startInit starts the init in cg without waiting for the exec to finish:
-// the caller joins it once it has the configuration ready.
-func startInit(cg *cgroup.Group, exe string, tty bool, stdin io.Reader, stdout, stderr io.Writer) (*initProc, error) {
+// startInit starts the init in cg. With background set it does not wait
+// for the fork and exec to finish (the caller joins it once it has the
+// configuration ready); otherwise the init has been started when it
+// returns.
+func startInit(cg *cgroup.Group, exe string, tty bool, stdin io.Reader, stdout, stderr io.Writer, background bool) (*initProc, error) {
 	ctl, initEnd, err := socketPair()
 	if err != nil {
 		return nil, err
@@ -66,6 +68,10 @@ func startInit(cg *cgroup.Group, exe string, tty bool, stdin io.Reader, stdout, 
 	}
 	p := &initProc{cmd: cmd, ctl: ctl, initEnd: initEnd, startErr: make(chan error, 1)}
 	// The init starts inside the sandbox cgroup (no migration afterwards).
+	if !background {
+		p.startErr <- cg.StartIn(cmd)
+		return p, nil
+	}
 	go func() { p.startErr <- cg.StartIn(cmd) }()
 	return p, nil
 }
@@ -138,7 +144,12 @@ func Prestart(o PrestartOptions) *Prestarted {
 		p.store.Remove(p.name)
 		return p
 	}
-	if p.init, p.err = startInit(p.cg, o.InitExe, o.TTY, o.Stdin, o.Stdout, o.Stderr); p.err != nil {
+	// The init is forked here, on the calling goroutine, before anything
+	// else: its start is the longest step of a sandbox start, and from a
+	// new goroutine the fork waited 0.5-1 ms for a scheduler P (the
+	// other one was held by the pidfd check's vfork, or by the policy
+	// load this returns to).
+	if p.init, p.err = startInit(p.cg, o.InitExe, o.TTY, o.Stdin, o.Stdout, o.Stderr, false); p.err != nil {
 		p.cg.Destroy()
 		p.cg = nil
 		p.store.Remove(p.name)

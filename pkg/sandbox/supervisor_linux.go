@@ -218,7 +218,7 @@ func Create(ctx context.Context, o Options) (*Sandbox, error) {
 
 	if s.ip == nil {
 		// The init boots while its configuration is put together here.
-		if s.ip, err = startInit(s.cg, o.InitExe, o.TTY, o.Stdin, o.Stdout, o.Stderr); err != nil {
+		if s.ip, err = startInit(s.cg, o.InitExe, o.TTY, o.Stdin, o.Stdout, o.Stderr, true); err != nil {
 			return s, s.failf("init", err)
 		}
 	}
