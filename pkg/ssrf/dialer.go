@@ -120,10 +120,16 @@ func (d *Dialer) Resolve(ctx context.Context, host string, port int, s Scope) ([
 	return d.resolve(ctx, host, port, s)
 }
 
+// withTimeout bounds ctx by the Dialer's timeout. A ctx that already
+// ends no later is returned as it is (with a no-op cancel): the bound is
+// the same, without a timer and a context per connection.
 func (d *Dialer) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
 	t := d.Timeout
 	if t <= 0 {
 		t = DefaultDialTimeout
+	}
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= t {
+		return ctx, func() {}
 	}
 	return context.WithTimeout(ctx, t)
 }
@@ -181,10 +187,16 @@ func containsAddrPort(list []netip.AddrPort, ap netip.AddrPort) bool {
 }
 
 // attemptContext gives one of left remaining attempts its share of the
-// time left, at least minAttempt when that much remains.
+// time left, at least minAttempt when that much remains. The last
+// attempt (the only one, for a name with one address) gets ctx itself,
+// with a no-op cancel: its whole time, without another context to make
+// and cancel per connection.
 func attemptContext(ctx context.Context, left int) (context.Context, context.CancelFunc) {
 	deadline, ok := ctx.Deadline()
-	if !ok || left <= 1 {
+	if left <= 1 {
+		return ctx, func() {}
+	}
+	if !ok {
 		return context.WithCancel(ctx)
 	}
 	remaining := time.Until(deadline)

@@ -187,6 +187,32 @@ func TestAttemptContext(t *testing.T) {
 	}
 }
 
+// withTimeout keeps the earlier of the caller's deadline and the
+// Dialer's timeout.
+func TestWithTimeoutKeepsEarlierDeadline(t *testing.T) {
+	d := &Dialer{Timeout: 10 * time.Second}
+	short, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	ctx, c1 := d.withTimeout(short)
+	defer c1()
+	want, _ := short.Deadline()
+	if got, _ := ctx.Deadline(); !got.Equal(want) {
+		t.Errorf("caller's 1s under a 10s Dialer: deadline %v; want the caller's %v", got, want)
+	}
+	long, cancel2 := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel2()
+	ctx, c2 := d.withTimeout(long)
+	defer c2()
+	if got, _ := ctx.Deadline(); time.Until(got) > 10*time.Second {
+		t.Errorf("caller's minute under a 10s Dialer: %v left; want at most 10s", time.Until(got))
+	}
+	ctx, c3 := d.withTimeout(context.Background())
+	defer c3()
+	if got, ok := ctx.Deadline(); !ok || time.Until(got) > 10*time.Second {
+		t.Errorf("no caller deadline under a 10s Dialer: %v %v; want at most 10s", got, ok)
+	}
+}
+
 func ExampleDialer() {
 	hosts, _ := ParseHosts(strings.NewReader("127.0.0.1 sneaky.example.test\n"))
 	d := &Dialer{Resolver: hosts, Timeout: time.Second}
