@@ -40,6 +40,7 @@ type Proxy struct {
 	notesSaid     map[string]bool // BinaryNotes already logged; guarded by reloadMu
 
 	sem       chan struct{} // concurrent connection slots
+	work      *workers      // goroutines that serve connections and relay directions
 	rejectSem chan struct{} // slots for writing 503s when over the cap
 	m         metrics
 	limiter   *denyLimiter
@@ -78,6 +79,7 @@ func New(cfg Config) (*Proxy, error) {
 		listeners: map[net.Listener]struct{}{},
 		done:      make(chan struct{}),
 	}
+	p.work = newWorkers(p.done)
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
 	}
@@ -181,7 +183,7 @@ func (p *Proxy) acceptLoop(ln net.Listener, listener string) error {
 			continue
 		}
 		p.wg.Add(1)
-		go p.serveConn(tc, listener)
+		p.work.run(func() { p.serveConn(tc, listener) })
 	}
 }
 

@@ -24,7 +24,7 @@ func (p *Proxy) relay(client, up net.Conn, pre func() bool) (upN, downN int64) {
 	w := p.watchIdle(client, up)
 	defer w.stop()
 	done := make(chan struct{})
-	go func() {
+	p.work.run(func() {
 		defer close(done)
 		if pre != nil && !pre() {
 			client.Close()
@@ -34,7 +34,7 @@ func (p *Proxy) relay(client, up net.Conn, pre func() bool) (upN, downN int64) {
 		var err error
 		upN, err = io.Copy(up, client)
 		finishDirection(err, up, client)
-	}()
+	})
 	var err error
 	downN, err = io.Copy(client, up)
 	finishDirection(err, client, up)
