@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"sync"
+	"syscall"
 	"unsafe"
 
 	"github.com/cilium/ebpf"
@@ -126,9 +128,35 @@ func (b *BPFBackend) Guard(id *Identity, onViolation func(SendViolation)) (func(
 	}
 	cookie := id.cookie
 	return func() {
-		b.objs.Decided.Delete(cookie)
+		forgetDecided(b.objs.Decided, cookie)
 		b.dropGuard(cookie)
 	}, nil
+}
+
+// mapElemAttr is the kernel's union bpf_attr for the BPF_MAP_*_ELEM
+// commands (include/uapi/linux/bpf.h).
+type mapElemAttr struct {
+	mapFD uint32
+	_     uint32
+	key   unsafe.Pointer
+	value unsafe.Pointer
+	flags uint64
+}
+
+// forgetDecided deletes cookie's entry from the decided map, whether or
+// not it is still there. It usually is not: sock_ops deletes it when the
+// socket closes (bpf/attr.c), before the proxy releases the connection,
+// and cilium/ebpf's Map.Delete answers a missing key with an error it
+// formats (fmt.Errorf and errors.Is: about 2 µs of the proxy's CPU per
+// connection in perf profiles of BenchmarkSandboxConnectRate). The
+// system call alone, BenchmarkForgetDecided's "raw" against "cilium"
+// (Map.Delete), per missing key: 0.84 µs against 3.3 µs (medians of 5,
+// load average 15), 0.25x.
+func forgetDecided(m *ebpf.Map, cookie uint64) {
+	attr := mapElemAttr{mapFD: uint32(m.FD()), key: unsafe.Pointer(&cookie)}
+	syscall.Syscall(unix.SYS_BPF, unix.BPF_MAP_DELETE_ELEM, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr))
+	runtime.KeepAlive(&attr)
+	runtime.KeepAlive(&cookie)
 }
 
 func (b *BPFBackend) dropGuard(cookie uint64) {

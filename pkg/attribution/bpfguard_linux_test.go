@@ -4,6 +4,7 @@ package attribution
 
 import (
 	"context"
+	"errors"
 	"io"
 	"slices"
 	"strconv"
@@ -11,6 +12,12 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+
+	palisadebpf "github.com/palisade-sandbox/palisade/bpf"
+	"github.com/palisade-sandbox/palisade/pkg/testutil"
 )
 
 // BenchmarkSendGuard measures what the send guard costs a connection,
@@ -92,4 +99,53 @@ func BenchmarkSendGuard(b *testing.B) {
 	b.ReportMetric(off[len(off)/2], "cpu-ns/write-unguarded")
 	b.ReportMetric(bind, "ns/bind")
 	b.ReportMetric(0, "ns/op")
+}
+
+// forgetDecided deletes a present entry, and a missing one costs the
+// system call alone; BenchmarkForgetDecided compares it with
+// cilium/ebpf's Map.Delete on a missing key (the usual case at release).
+func newDecidedMap(tb testing.TB) *ebpf.Map {
+	testutil.RequireRoot(tb)
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 8,
+		ValueSize: uint32(unsafe.Sizeof(palisadebpf.AttrDecidedInfo{})), MaxEntries: 16})
+	if err != nil {
+		tb.Fatalf("hash map: %v", err)
+	}
+	tb.Cleanup(func() { m.Close() })
+	return m
+}
+
+func TestForgetDecided(t *testing.T) {
+	m := newDecidedMap(t)
+	d := palisadebpf.AttrDecidedInfo{Tgid: 7, StartTime: 9}
+	for _, c := range []uint64{1, 2, 1 << 40} {
+		if err := m.Put(c, &d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	forgetDecided(m, 1<<40)
+	forgetDecided(m, 3) // missing: nothing happens
+	var got palisadebpf.AttrDecidedInfo
+	if err := m.Lookup(uint64(1<<40), &got); !errors.Is(err, ebpf.ErrKeyNotExist) {
+		t.Fatalf("entry 1<<40 after forgetDecided: %+v, %v", got, err)
+	}
+	for _, c := range []uint64{1, 2} {
+		if err := m.Lookup(c, &got); err != nil || got != d {
+			t.Fatalf("entry %d (not forgotten): %+v, %v", c, got, err)
+		}
+	}
+}
+
+func BenchmarkForgetDecided(b *testing.B) {
+	m := newDecidedMap(b)
+	b.Run("raw", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			forgetDecided(m, uint64(i))
+		}
+	})
+	b.Run("cilium", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			m.Delete(uint64(i))
+		}
+	})
 }
