@@ -144,22 +144,15 @@ func (p *Proxy) serveRequest(c *net.TCPConn, br *bufio.Reader, rec *Record, rele
 	}
 	rec.Host = canon
 
-	// One generation for the whole connection.
-	g := p.gen.Load()
-	rec.Generation, rec.PolicySHA = g.Number, g.SHA256
-
-	if first && !p.identify(c, rec) {
-		if rec.Reason == ReasonAttributionFailed && peerGone(c) {
-			clientGone(c, rec)
-			return false
-		}
-		p.deny(c, rec, OutcomePolicyDenied)
-		return false
-	}
-	v, ok := decideConn(g.Decider, rec)
-	rec.L7Rules = v.L7Rules
+	// One generation for the whole connection; the socket's owner is
+	// attributed (and its binary pinned) with the first request.
+	v, ok := p.admit(c, rec, p.gen.Load(), first)
 	if !ok {
-		p.deny(c, rec, OutcomePolicyDenied)
+		if rec.Outcome == OutcomeClientGone {
+			c.Close()
+		} else {
+			p.deny(c, rec, OutcomePolicyDenied)
+		}
 		return false
 	}
 	// A forwarded http:// request is visible in full: hold it to the
@@ -314,6 +307,42 @@ func (p *Proxy) redial(ctx context.Context, rec *Record) (net.Conn, error) {
 	return d.DialContext(ctx, "tcp", rec.Upstream.String())
 }
 
+// admit is the one decision every connection gets, whichever way it
+// came: an explicit CONNECT or forwarded request, or a transparent
+// connection to a policy DNS synthetic address (handleTransparent). With
+// attribute set (a connection's first request) the caller is attributed
+// and its binary pin checked (identify); then generation g decides on
+// rec's host and port for the caller, its ancestors and its socket's
+// recorded connector (decideConn). It sets the record's generation,
+// entry, reason and L7 flag. On a refusal the record's outcome is
+// policy_denied, and nothing has been resolved or dialled: the caller
+// answers the refusal its own way (a 403, a reset). One case is not a
+// refusal: a client that closed its end before it could be attributed
+// (the process exited mid-request: no process holds the socket any
+// more) is client_gone. Nothing was decided, and the caller closes the
+// connection without writing; a client still there gets the refusal of
+// a failed attribution, so closing early gains a client nothing.
+func (p *Proxy) admit(c *net.TCPConn, rec *Record, g *Generation, attribute bool) (Verdict, bool) {
+	if g == nil {
+		rec.Outcome, rec.Reason = OutcomePolicyDenied, ReasonAttributionFailed
+		return Verdict{}, false
+	}
+	rec.Generation, rec.PolicySHA = g.Number, g.SHA256
+	if attribute && !p.identify(c, rec) {
+		rec.Outcome = OutcomePolicyDenied
+		if rec.Reason == ReasonAttributionFailed && peerGone(c) {
+			rec.Outcome, rec.Reason = OutcomeClientGone, ReasonClientClosed
+		}
+		return Verdict{}, false
+	}
+	v, ok := decideConn(g.Decider, rec)
+	rec.L7Rules = v.L7Rules
+	if !ok {
+		rec.Outcome = OutcomePolicyDenied
+	}
+	return v, ok
+}
+
 // decideRequest is what the engine decides for the record's host, port
 // and caller: the caller's binary and ancestors, leaving out each that
 // lost its binary's identity (foreign code), as an unknown binary is.
@@ -428,17 +457,6 @@ func connectorAllowed(d Decider, dr DecideRequest, rec *Record) bool {
 		}
 	}
 	return false
-}
-
-// clientGone records a connection whose client closed it before it could
-// be attributed (the process exited mid-request: no process holds the
-// socket any more). Nothing was decided and nothing is dialled or
-// written: the connection is closed, and its record says client_gone
-// instead of a denial. A client still there gets the 403 of a failed
-// attribution (deny), so closing early gains a client nothing.
-func clientGone(c *net.TCPConn, rec *Record) {
-	rec.Outcome, rec.Reason = OutcomeClientGone, ReasonClientClosed
-	c.Close()
 }
 
 // deny answers 403 with the structured JSON body and closes.

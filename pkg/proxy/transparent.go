@@ -123,20 +123,9 @@ func (p *Proxy) handleTransparent(c *net.TCPConn, rec *Record) {
 		}
 		return
 	}
-	if g == nil || !p.identify(c, rec) {
-		rec.Outcome = OutcomePolicyDenied
-		if rec.Reason == "" {
-			rec.Reason = ReasonAttributionFailed
-		}
-		if g != nil && rec.Reason == ReasonAttributionFailed && peerGone(c) {
-			rec.Outcome, rec.Reason = OutcomeClientGone, ReasonClientClosed // nothing dialled either way
-		}
-		return
-	}
-	v, ok := decideConn(g.Decider, rec)
+	v, ok := p.admit(c, rec, g, true)
 	if !ok {
-		rec.Outcome = OutcomePolicyDenied
-		return
+		return // reset, or closed unanswered when the client is gone
 	}
 	if v.Endpoint != nil && v.Endpoint.Protocol != policy.ProtocolTCP {
 		rec.Outcome, rec.Reason = OutcomePolicyDenied, ReasonNotTCPEndpoint
