@@ -51,6 +51,7 @@ type testSandbox struct {
 	lines    chan string
 	pending  map[string]string
 	ln4, ln6 net.Listener
+	proxyNS  netns.NsHandle // where the listeners are
 }
 
 // inNS runs fn on a locked OS thread inside the namespace h.
@@ -91,7 +92,7 @@ func newTestSandbox(t testing.TB, pidsLimit int64) *testSandbox {
 	_, sbxNS := testutil.NamedNetns(t, "ats")
 	setupVeth(t, proxyNS, sbxNS)
 
-	s := &testSandbox{t: t, lines: make(chan string, 64), pending: map[string]string{}}
+	s := &testSandbox{t: t, lines: make(chan string, 64), pending: map[string]string{}, proxyNS: proxyNS}
 	if err := inNS(proxyNS, func() error {
 		var err error
 		if s.ln4, err = net.Listen("tcp4", proxyV4+":0"); err != nil {

@@ -85,6 +85,11 @@ func (d *sockDiag) open(nsPath string) error {
 // proxy in the namespace at nsPath. found reports a socket without a
 // file (inode 0). errDiagUnavailable (wrapped) means: ask /proc instead.
 func (d *sockDiag) lookup(nsPath string, client, proxy netip.AddrPort) (inode, cookie uint64, found bool, err error) {
+	return d.lookupProto(nsPath, unix.IPPROTO_TCP, client, proxy)
+}
+
+// lookupProto is lookup for protocol proto (IPPROTO_TCP or IPPROTO_UDP).
+func (d *sockDiag) lookupProto(nsPath string, proto uint8, client, proxy netip.AddrPort) (inode, cookie uint64, found bool, err error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.denied {
@@ -97,7 +102,7 @@ func (d *sockDiag) lookup(nsPath string, client, proxy netip.AddrPort) (inode, c
 		// (no CAP_SYS_ADMIN any more). Not stat'ing the namespace path
 		// again saves a sixth of a lookup. Should the init die and its
 		// pid be reused, queries miss and /proc decides.
-		return d.query(client, proxy)
+		return d.query(proto, client, proxy)
 	}
 	var st unix.Stat_t
 	if err := unix.Stat(nsPath, &st); err != nil {
@@ -117,7 +122,7 @@ func (d *sockDiag) lookup(nsPath string, client, proxy netip.AddrPort) (inode, c
 		}
 		d.fd, d.dev, d.ino = fd, st.Dev, st.Ino
 	}
-	return d.query(client, proxy)
+	return d.query(proto, client, proxy)
 }
 
 // socketInNetns creates a NETLINK_SOCK_DIAG socket in the namespace at
@@ -176,8 +181,12 @@ func socketInNetns(nsPath string) (int, error) {
 	return r.fd, r.err
 }
 
-// query sends one exact-match SOCK_DIAG_BY_FAMILY request.
-func (d *sockDiag) query(client, proxy netip.AddrPort) (inode, cookie uint64, found bool, err error) {
+// query sends one exact-match SOCK_DIAG_BY_FAMILY request for protocol
+// proto. For UDP the kernel looks the socket up as the receiver of a
+// datagram from idiag_src to idiag_dst (udp_dump_one: "src and dst are
+// swapped for historical reasons"), so the socket's own address goes in
+// idiag_dst; a socket bound but not connected matches too.
+func (d *sockDiag) query(proto uint8, client, proxy netip.AddrPort) (inode, cookie uint64, found bool, err error) {
 	d.seq++
 	req := d.request[:]
 	clear(req)
@@ -194,13 +203,17 @@ func (d *sockDiag) query(client, proxy netip.AddrPort) (inode, cookie uint64, fo
 	} else {
 		r[0] = unix.AF_INET6
 	}
-	r[1] = unix.IPPROTO_TCP
+	r[1] = proto
 	ne.PutUint32(r[4:], diagAllStates)
 	id := r[8:]
-	binary.BigEndian.PutUint16(id[0:], client.Port()) // idiag_sport: the socket's local port
-	binary.BigEndian.PutUint16(id[2:], proxy.Port())
-	putDiagAddr(id[4:20], client.Addr())
-	putDiagAddr(id[20:36], proxy.Addr())
+	local, remote := client, proxy
+	if proto == unix.IPPROTO_UDP {
+		local, remote = proxy, client
+	}
+	binary.BigEndian.PutUint16(id[0:], local.Port()) // idiag_sport: the socket's local port (TCP)
+	binary.BigEndian.PutUint16(id[2:], remote.Port())
+	putDiagAddr(id[4:20], local.Addr())
+	putDiagAddr(id[20:36], remote.Addr())
 	// id[36:40] idiag_if = 0: any interface.
 	ne.PutUint32(id[40:], diagNoCookie)
 	ne.PutUint32(id[44:], diagNoCookie)
