@@ -79,15 +79,17 @@ Flags:
   --policy FILE          policy file (required)
   --listen ADDR          explicit proxy address (default 127.0.0.1:3128)
   --fence-listen ADDR    fence listener for nftables-redirected connections
-  --dns-listen ADDR      policy DNS (UDP and TCP) for protocol: tcp endpoints:
-                         answers only their names, with synthetic addresses
-                         from 198.18.0.0/15; everything else is REFUSED and
+  --dns-listen ADDR      policy DNS (UDP and TCP): answers the names of the
+                         policy's endpoints (exact hosts, and each name a
+                         wildcard matches), with synthetic addresses from
+                         198.18.0.0/15; every other name is NXDOMAIN and
                          never forwarded (with --transparent-listen)
   --transparent-listen ADDR
                          transparent listener for nftables-redirected
                          connections to synthetic addresses: mapped back to
-                         the name, decided like a CONNECT, and relayed to
-                         the validated real address (with --dns-listen)
+                         the name and decided exactly like a CONNECT to it
+                         (TLS inspection and L7 rules, SNI check), relayed
+                         to the validated real address (with --dns-listen)
   --dns-ttl D            lifetime of a synthetic mapping and TTL of its answer
                          (1s..30s, default 5s)
   --dns-epoch N          boot epoch of the synthetic addresses (0 or more; with

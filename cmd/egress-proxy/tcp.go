@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"net"
-	"net/netip"
 	"time"
 
 	"github.com/palisade-sandbox/palisade/pkg/cli"
@@ -72,25 +70,12 @@ func (s *tcpSubstrate) close() {
 // through the SSRF guard, never forwarded from the sandbox.
 func (s *tcpSubstrate) serve(ctx context.Context, p *proxy.Proxy, d *ssrf.Dialer, src *ocsf.Source, events ocsf.Emitter, errc chan<- error) error {
 	srv, err := policydns.NewServer(policydns.Config{
-		Table:    s.table,
-		Eligible: p.DNSEligibility,
-		Resolve: func(ctx context.Context, name string) ([]netip.Addr, error) {
-			ports, _, ok := p.DNSEligibility(name)
-			if !ok {
-				return nil, fmt.Errorf("%s: not eligible", name)
-			}
-			aps, err := d.Resolve(ctx, name, ports[0], ssrf.Scope{ExactHost: true})
-			if err != nil {
-				return nil, err
-			}
-			out := make([]netip.Addr, 0, len(aps))
-			for _, ap := range aps {
-				out = append(out, ap.Addr().Unmap())
-			}
-			return out, nil
-		},
-		Source: src,
-		Events: events,
+		Table:     s.table,
+		Eligible:  p.DNSEligibility,
+		Resolve:   proxy.PolicyDNSResolver(p, d),
+		Source:    src,
+		Events:    events,
+		Attribute: p.DNSActor,
 	})
 	if err != nil {
 		return err

@@ -98,7 +98,7 @@ Examples:
   sudo sandbox-supervisor run --policy p.yaml --upstream-proxy http://proxy.corp.example:3128 \
       --upstream-proxy-auth-file /etc/palisade/proxy-auth --upstream-proxy-allow-insecure \
       --upstream-proxy-no-proxy .corp.example,10.0.0.0/8 -- npm ci   # behind a corporate proxy
-  sudo sandbox-supervisor run --policy db.yaml --dns-ttl 15s -- psql -h db.internal   # db.yaml: a protocol: tcp endpoint
+  sudo sandbox-supervisor run --policy db.yaml --dns-ttl 15s -- psql -h db.internal   # db.internal resolves through policy DNS
   sudo sandbox-supervisor run --policy p.yaml --proxy-procs 2 -- pip download -r requirements.txt
   sudo sandbox-supervisor spec -- /bin/true | jq .linux.namespaces
 `
@@ -165,7 +165,7 @@ func parseRunFlags(args []string, stderr io.Writer, specOnly bool) (*runFlags, [
 	fs.StringVar(&f.hostsFile, "hosts-file", "", "static name resolution for the egress proxy (/etc/hosts format; tests and air-gapped sites)")
 	fs.StringVar(&f.attribution, "attribution", "auto", "how the egress proxy attributes connections to sandbox processes: bpf (eBPF on the sandbox's cgroup), proc (/proc fd tables) or auto (bpf when it loads, else proc, with an event)")
 	fs.StringVar(&f.upstreamCA, "upstream-ca-bundle", "", "extra PEM roots the egress proxy trusts for upstream servers of inspected (TLS-terminated) tunnels")
-	fs.DurationVar(&f.dnsTTL, "dns-ttl", 0, "the egress proxy's --dns-ttl: lifetime of a policy DNS mapping and TTL of its answer, 1s..30s (default: the proxy's, 5s). Only meaningful when the policy has protocol: tcp endpoints (the policy DNS runs only then); ignored with a warning otherwise")
+	fs.DurationVar(&f.dnsTTL, "dns-ttl", 0, "the egress proxy's --dns-ttl: lifetime of a policy DNS mapping and TTL of its answer, 1s..30s (default: the proxy's, 5s). Ignored with a warning when the policy allows no egress (no proxy runs)")
 	f.upstream.Register(fs)
 	fs.IntVar(&f.proxyProcs, "proxy-procs", 0, "the egress proxy's --procs: CPUs that run proxy code at once, 0 for all (default: the proxy's, 1 per sandbox)")
 	fs.StringVar(&f.taskMetadata, "task-metadata", "", "task document whose metadata.egress_contract.hosts are granted (with MAC_OPENSHELL_TASK_EGRESS=1, --kind task)")
@@ -476,9 +476,6 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if pinfo.NetworkPolicies > 0 {
 		if resolved.Source == policy.SourceBundled {
 			return sandboxFailed(errors.New("policy: a bundled policy with network entries has no file for the proxy to load"))
-		}
-		if f.dnsTTLSet && len(policydns.TCPNames(resolved.Policy)) == 0 {
-			logger.Warn("--dns-ttl ignored: the policy has no protocol: tcp endpoint, so no policy DNS runs", "policy", resolved.Path)
 		}
 		cfg := proxyConfig(f)
 		cfg.UpstreamProxyCA = chain.CAPEM()

@@ -15,8 +15,9 @@ import (
 //     and no L7 rules, or tls: skip); with TLS auto-detection the tunnel's
 //     ClientHello must name the CONNECT host, with tls: skip nothing is
 //     looked at (rawNoSNI);
-//   - transparent: a native TCP connection through policy DNS (protocol:
-//     tcp only);
+//   - a transparent connection (a client that ignored the proxy and
+//     connected to the name's policy DNS synthetic address) carries what
+//     a CONNECT tunnel to the name would: raw or inspected as above;
 //   - HTTP requests (forwarded http:// or inside an inspected tunnel):
 //     every request when the endpoint has no L7 rules or its enforcement
 //     is audit, else those pkg/l7.Check allows (every reading of the
@@ -27,8 +28,6 @@ func raw(e *policy.Endpoint) bool {
 }
 
 func rawNoSNI(e *policy.Endpoint) bool { return raw(e) && e.TLS == policy.TLSSkip }
-
-func transparent(e *policy.Endpoint) bool { return e.Protocol == policy.ProtocolTCP }
 
 func everyRequest(e *policy.Endpoint) bool {
 	return !e.L7() || e.Enforcement == policy.EnforcementAudit
@@ -43,8 +42,6 @@ func behaviourWithin(e, w *policy.Endpoint, wPath string) (string, string) {
 		return "", fmt.Sprintf("relays tunnels without inspection (%s), but the ceiling's %s inspects them (protocol rest)", protoName(e), wPath)
 	case rawNoSNI(e) && !rawNoSNI(w):
 		return ".tls", fmt.Sprintf("tls: skip relays tunnels without checking the TLS server name, but the ceiling's %s checks it", wPath)
-	case transparent(e) && !transparent(w):
-		return ".protocol", fmt.Sprintf("protocol tcp admits native TCP connections through policy DNS, but the ceiling's %s is not protocol tcp", wPath)
 	case everyRequest(e) && !everyRequest(w):
 		why := "has no L7 rules"
 		if e.L7() {

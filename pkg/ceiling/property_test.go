@@ -12,13 +12,12 @@ import (
 	"github.com/palisade-sandbox/palisade/pkg/decision"
 	"github.com/palisade-sandbox/palisade/pkg/l7"
 	"github.com/palisade-sandbox/palisade/pkg/policy"
-	"github.com/palisade-sandbox/palisade/pkg/policydns"
 	"github.com/palisade-sandbox/palisade/pkg/ssrf"
 )
 
 // The oracle: what the proxy lets one request through, computed by the
-// real code — pkg/decision picks the endpoint, pkg/ssrf's guard checks
-// the address, pkg/policydns says which names native TCP reaches,
+// real code — pkg/decision picks the endpoint and says which names policy
+// DNS answers, pkg/ssrf's guard checks the address,
 // pkg/l7's Check judges HTTP requests under every reading of their path
 // — and, for the transport, the conditions of the proxy's
 // handle.go, inspect.go and transparent.go written out again here.
@@ -28,7 +27,7 @@ type transport int
 const (
 	tunnelSNI   transport = iota // CONNECT, bytes with a ClientHello naming the host
 	tunnelOther                  // CONNECT, a ClientHello naming another host (or anything with tls: skip)
-	native                       // transparent TCP through policy DNS
+	native                       // raw bytes to a policy DNS synthetic address (transparent)
 	httpReq                      // one HTTP request (forwarded or inspected)
 )
 
@@ -71,8 +70,12 @@ func allowedBy(p *policy.Policy, eng *decision.Engine, r request) bool {
 	case tunnelOther:
 		return !inspected && ep.TLS == policy.TLSSkip // connect(..., sni = TLS != skip)
 	case native:
-		ports, ok := policydns.TCPNames(p)[res.Host]
-		return ok && slices.Contains(ports, r.port) && ep.Protocol == policy.ProtocolTCP
+		// Bytes that are neither TLS nor HTTP to the name's synthetic
+		// address: the name must be one policy DNS answers on the port,
+		// and the tunnel one that relays them (transparent.go decides
+		// and serves it as a CONNECT).
+		n, ok := eng.Name(r.host)
+		return ok && slices.Contains(n.Ports, r.port) && !inspected
 	}
 	if !ep.L7() || res.Audit {
 		return true

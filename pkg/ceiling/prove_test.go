@@ -98,9 +98,9 @@ func TestRefusalMessages(t *testing.T) {
 		{"uninspected", entry("gh", `    endpoints: [{host: api.github.com, port: 443}]
     binaries: [{path: /usr/bin/gh}]
 `), "network_policies.gh.endpoints[0]: api.github.com:443 relays tunnels without inspection (no protocol), but the ceiling's network_policies.github.endpoints[1] inspects them (protocol rest)"},
-		{"tcp", entry("npm", `    endpoints: [{host: registry.npmjs.org, port: 443, protocol: tcp}]
-    binaries: [{path: /usr/bin/node}]
-`), "network_policies.npm.endpoints[0].protocol: registry.npmjs.org:443 protocol tcp admits native TCP connections through policy DNS, but the ceiling's network_policies.npm.endpoints[0] is not protocol tcp"},
+		{"tcp under rest", entry("gh", `    endpoints: [{host: api.github.com, port: 443, protocol: tcp}]
+    binaries: [{path: /usr/bin/gh}]
+`), "network_policies.gh.endpoints[0]: api.github.com:443 relays tunnels without inspection (protocol tcp), but the ceiling's network_policies.github.endpoints[1] inspects them (protocol rest)"},
 		{"tls skip", entry("npm", `    endpoints: [{host: registry.npmjs.org, port: 443, tls: skip}]
     binaries: [{path: /usr/bin/node}]
 `), "network_policies.npm.endpoints[0].tls: registry.npmjs.org:443 tls: skip relays tunnels without checking the TLS server name, but the ceiling's network_policies.npm.endpoints[0] checks it"},
@@ -169,6 +169,11 @@ func TestWithinCeiling(t *testing.T) {
     binaries: [{path: /usr/bin/psql}]
 `),
 		entry("npm", `    endpoints: [{host: registry.npmjs.org, port: 443, protocol: rest, access: read-only}]
+    binaries: [{path: /usr/bin/node}]
+`),
+		// protocol tcp relays what the ceiling's uninspected endpoint
+		// does: a transparent connection is decided as a CONNECT.
+		entry("npm", `    endpoints: [{host: registry.npmjs.org, port: 443, protocol: tcp}]
     binaries: [{path: /usr/bin/node}]
 `),
 		// An exact host under a wildcard whose allowed_ips hold every

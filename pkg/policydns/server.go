@@ -16,13 +16,37 @@ import (
 )
 
 // Eligibility says whether name may be resolved: the ports of the
-// `protocol: tcp` endpoints naming it exactly in the policy generation
-// gen. ok false: refused.
+// endpoints whose host selects it (an exact host or a wildcard pattern,
+// any protocol) in the policy generation gen. ok false: refused.
 type Eligibility func(name string) (ports []int, gen int64, ok bool)
 
 // Resolver resolves an eligible name to real addresses that already
-// passed the SSRF guard (for example ssrf.Dialer.Resolve).
+// passed the SSRF guard (for example ssrf.Dialer.Resolve). A *DeniedError
+// says the guard refused every address: the name is refused like one
+// outside the policy, with the guard's reason.
 type Resolver func(ctx context.Context, name string) ([]netip.Addr, error)
+
+// DeniedError is a Resolver's refusal: every address of the name is one
+// the SSRF guard refuses (Reason: loopback, private_not_allowed, ...).
+type DeniedError struct{ Reason string }
+
+func (e *DeniedError) Error() string { return "policydns: every address refused: " + e.Reason }
+
+// Status codes of policy DNS events (status_code).
+const (
+	// StatusAnswered: a synthetic address, or NODATA for a type other
+	// than A of an eligible name.
+	StatusAnswered = "dns_answered"
+	// StatusDenied: the name is not in the policy (NXDOMAIN).
+	StatusDenied = "dns_denied"
+	// StatusSSRFDenied: the name is in the policy, but the SSRF guard
+	// refused every address it resolves to (NXDOMAIN).
+	StatusSSRFDenied = "ssrf_denied"
+	// StatusFailed: the query could not be answered (SERVFAIL: the
+	// proxy's resolution failed, too many queries or mappings; FORMERR,
+	// REFUSED: not one IN query).
+	StatusFailed = "dns_failed"
+)
 
 // Config configures a Server.
 type Config struct {
@@ -44,6 +68,15 @@ type Config struct {
 	DenyWindow time.Duration
 	// Now is the clock (tests); nil is time.Now.
 	Now func() time.Time
+	// Attribute, when set, names the process that sent a refused query
+	// (its event's actor; nil when it cannot be named): network is "udp"
+	// or "tcp", client the query's source and server the address it was
+	// sent to (Port on the listener's address: the sandbox asks port 53,
+	// which the host redirects here). It runs before the refusal is
+	// written, while the client's socket still exists, only for a
+	// refusal the limiter reports at once, and for at most
+	// MaxAttributions queries at once (others go without an actor).
+	Attribute func(network string, client, server netip.AddrPort) *ocsf.Actor
 }
 
 // DefaultDenyWindow is the refusal folding window by default (the egress
@@ -54,10 +87,19 @@ const DefaultDenyWindow = 10 * time.Second
 // count event, per refusal reason and window.
 const MaxRefusalDetails = 16
 
+// Port is the port sandboxes send their queries to; the host's nftables
+// redirect it to the server's listener.
+const Port = 53
+
+// MaxAttributions bounds the refused queries attributed at once: a flood
+// of refused names costs at most this many /proc searches in flight.
+const MaxAttributions = 4
+
 // Server answers DNS queries from the sandbox. It implements dns.Handler.
 type Server struct {
 	cfg     Config
 	sem     chan struct{}
+	attrSem chan struct{}
 	limiter *denylimit.Detailed[string, string, refusal]
 }
 
@@ -85,7 +127,7 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Server{cfg: cfg, sem: make(chan struct{}, MaxConcurrent),
+	return &Server{cfg: cfg, sem: make(chan struct{}, MaxConcurrent), attrSem: make(chan struct{}, MaxAttributions),
 		limiter: denylimit.NewDetailed[string, string, refusal](cfg.DenyWindow, 1024, "overflow", MaxRefusalDetails)}, nil
 }
 
@@ -148,18 +190,67 @@ type Answer struct {
 	Name    string
 	Type    string
 	Rcode   string
+	Status  string // Status* constant
 	Reason  string
 	Mapping *Mapping
+	// Actor is the process that sent a refused query, when known.
+	Actor *ocsf.Actor
 }
 
-// ServeDNS implements dns.Handler.
+// ServeDNS implements dns.Handler. An answer's event is written after
+// it; a refusal goes through the limiter (Config.DenyWindow) first, and
+// one reported at once is attributed before the refusal goes out, while
+// the client's socket still exists.
 func (s *Server) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 	resp, ans := s.answer(req)
 	if resp == nil {
 		return
 	}
+	client, local := w.RemoteAddr(), w.LocalAddr()
+	if s.cfg.Events == nil || answered(ans) {
+		w.WriteMsg(resp)
+		if s.cfg.Events != nil {
+			s.emitEvent(client, local, ans, 1, time.Time{}, nil)
+		}
+		return
+	}
+	now := s.cfg.Now()
+	r := s.limiter.Admit(ans.Reason, ans.Name, refusal{client, local, ans}, now, now)
+	if r.Report {
+		ans.Actor = s.attribute(client, local)
+	}
 	w.WriteMsg(resp)
-	s.emit(w.RemoteAddr(), w.LocalAddr(), ans)
+	if r.Report {
+		s.emitEvent(client, local, ans, r.Count, r.First, r.Tallies)
+	}
+}
+
+// answered reports whether an answer is one (a mapping, or NODATA for a
+// name that exists) rather than a refusal.
+func answered(a Answer) bool { return a.Status == StatusAnswered }
+
+// attribute names the sender of a refused query (Config.Attribute), or
+// nil: no attributor, too many attributions in flight, not found.
+func (s *Server) attribute(client, local net.Addr) *ocsf.Actor {
+	if s.cfg.Attribute == nil {
+		return nil
+	}
+	select {
+	case s.attrSem <- struct{}{}:
+		defer func() { <-s.attrSem }()
+	default:
+		return nil
+	}
+	c, err1 := netip.ParseAddrPort(client.String())
+	l, err2 := netip.ParseAddrPort(local.String())
+	if err1 != nil || err2 != nil {
+		return nil
+	}
+	network := "udp"
+	if _, ok := local.(*net.TCPAddr); ok {
+		network = "tcp"
+	}
+	return s.cfg.Attribute(network, netip.AddrPortFrom(c.Addr().Unmap(), c.Port()), netip.AddrPortFrom(l.Addr().Unmap(), Port))
 }
 
 // answer builds the response to req; nil for a message that is not a
@@ -172,48 +263,68 @@ func (s *Server) answer(req *dns.Msg) (*dns.Msg, Answer) {
 	resp.SetReply(req)
 	resp.RecursionAvailable = false
 	ans := Answer{}
-	refuse := func(rcode int, reason string) (*dns.Msg, Answer) {
+	fail := func(rcode int, reason string) (*dns.Msg, Answer) {
 		resp.Rcode = rcode
 		resp.Answer = nil
-		ans.Rcode, ans.Reason = dns.RcodeToString[rcode], reason
+		ans.Rcode, ans.Status, ans.Reason = dns.RcodeToString[rcode], StatusFailed, reason
+		return resp, ans
+	}
+	// deny answers NXDOMAIN: the name does not exist for this sandbox.
+	// Resolvers give up at once (getaddrinfo's EAI_NONAME, Node's
+	// ENOTFOUND), where REFUSED or SERVFAIL read as a broken resolver
+	// and are retried. An Extended DNS Error (RFC 8914, Blocked) says
+	// why to clients that sent EDNS (dig shows it).
+	deny := func(status, reason, why string) (*dns.Msg, Answer) {
+		resp.Rcode = dns.RcodeNameError
+		resp.Answer = nil
+		if opt := req.IsEdns0(); opt != nil {
+			resp.SetEdns0(MaxMessage, false)
+			e := resp.IsEdns0()
+			e.Option = append(e.Option, &dns.EDNS0_EDE{InfoCode: dns.ExtendedErrorCodeBlocked, ExtraText: why})
+		}
+		ans.Rcode, ans.Status, ans.Reason = dns.RcodeToString[dns.RcodeNameError], status, reason
 		return resp, ans
 	}
 	if req.Opcode != dns.OpcodeQuery || len(req.Question) != 1 {
-		return refuse(dns.RcodeFormatError, "not_one_query")
+		return fail(dns.RcodeFormatError, "not_one_query")
 	}
 	q := req.Question[0]
 	ans.Name = strings.ToLower(strings.TrimSuffix(q.Name, "."))
 	ans.Type = dns.TypeToString[q.Qtype]
 	if req.Len() > MaxMessage {
-		return refuse(dns.RcodeFormatError, "message_too_large")
+		return fail(dns.RcodeFormatError, "message_too_large")
 	}
 	if q.Qclass != dns.ClassINET {
-		return refuse(dns.RcodeRefused, "class_not_in")
+		return fail(dns.RcodeRefused, "class_not_in")
 	}
 	ports, gen, ok := s.cfg.Eligible(ans.Name)
 	if !ok {
-		return refuse(dns.RcodeRefused, "not_eligible")
+		return deny(StatusDenied, "not_eligible", "palisade: not in the sandbox's network policy")
 	}
 	if q.Qtype != dns.TypeA {
 		// NODATA: the name exists, only IPv4 synthetic addresses do.
-		ans.Rcode, ans.Reason = dns.RcodeToString[dns.RcodeSuccess], "no_data"
+		ans.Rcode, ans.Status, ans.Reason = dns.RcodeToString[dns.RcodeSuccess], StatusAnswered, "no_data"
 		return resp, ans
 	}
 	select {
 	case s.sem <- struct{}{}:
 		defer func() { <-s.sem }()
 	default:
-		return refuse(dns.RcodeServerFailure, "too_many_queries")
+		return fail(dns.RcodeServerFailure, "too_many_queries")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), ExchangeTimeout)
 	real, err := s.cfg.Resolve(ctx, ans.Name)
 	cancel()
-	if err != nil || len(real) == 0 {
-		return refuse(dns.RcodeServerFailure, "resolve_failed")
+	var de *DeniedError
+	switch {
+	case errors.As(err, &de):
+		return deny(StatusSSRFDenied, de.Reason, "palisade: address refused ("+de.Reason+")")
+	case err != nil || len(real) == 0:
+		return fail(dns.RcodeServerFailure, "resolve_failed")
 	}
 	m, err := s.cfg.Table.Map(ans.Name, real, ports, gen)
 	if err != nil {
-		return refuse(dns.RcodeServerFailure, "mappings_full")
+		return fail(dns.RcodeServerFailure, "mappings_full")
 	}
 	ans.Mapping = &m
 	ttl := uint32(s.cfg.Table.TTL() / time.Second)
@@ -221,37 +332,15 @@ func (s *Server) answer(req *dns.Msg) (*dns.Msg, Answer) {
 		Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: ttl},
 		A:   m.Synthetic.AsSlice(),
 	}}
-	ans.Rcode = dns.RcodeToString[dns.RcodeSuccess]
+	ans.Rcode, ans.Status = dns.RcodeToString[dns.RcodeSuccess], StatusAnswered
 	return resp, ans
 }
 
-// emit reports one answer as a Network Activity (4001) event: query name
-// in dst_endpoint.domain, the mapping under unmapped.policy_dns. A
-// refusal goes through the limiter first (Config.DenyWindow).
-func (s *Server) emit(client, local net.Addr, a Answer) {
-	if s.cfg.Events == nil {
-		return
-	}
-	if !answered(a) {
-		now := s.cfg.Now()
-		r := s.limiter.Admit(a.Reason, a.Name, refusal{client, local, a}, now, now)
-		if !r.Report {
-			return
-		}
-		s.emitEvent(client, local, a, r.Count, r.First, r.Tallies)
-		return
-	}
-	s.emitEvent(client, local, a, 1, time.Time{}, nil)
-}
-
-// answered reports whether an answer is one (a mapping, or NODATA for a
-// name that exists) rather than a refusal.
-func answered(a Answer) bool { return a.Mapping != nil || a.Reason == "no_data" }
-
-// emitEvent writes one answer's event; count, first and tallies are a
-// folded refusal's (count 1 otherwise).
+// emitEvent reports one answer as a Network Activity (4001) event: query
+// name in dst_endpoint.domain, the mapping under unmapped.policy_dns;
+// count, first and tallies are a folded refusal's (count 1 otherwise).
 func (s *Server) emitEvent(client, local net.Addr, a Answer, count int, first time.Time, tallies []denylimit.Tally[string]) {
-	c := ocsf.Conn{Protocol: "udp", Dst: &ocsf.NetworkEndpoint{Domain: a.Name}}
+	c := ocsf.Conn{Protocol: "udp", Dst: &ocsf.NetworkEndpoint{Domain: a.Name}, Actor: a.Actor}
 	if _, ok := local.(*net.TCPAddr); ok {
 		c.Protocol = "tcp"
 	}
@@ -262,15 +351,11 @@ func (s *Server) emitEvent(client, local net.Addr, a Answer, count int, first ti
 		c.Src = &ocsf.NetworkEndpoint{IP: ap.Addr().Unmap().String(), Port: int(ap.Port())}
 	}
 	allowed := answered(a)
-	code := "dns_answered"
-	if !allowed {
-		code = "dns_refused"
-	}
 	reason := a.Reason
 	if reason == "" {
 		reason = "answered"
 	}
-	e := s.cfg.Source.NetworkOpen(c, ocsf.Decision{Allowed: allowed, Code: code, Reason: reason,
+	e := s.cfg.Source.NetworkOpen(c, ocsf.Decision{Allowed: allowed, Code: a.Status, Reason: reason,
 		Rule: &ocsf.FirewallRule{Name: "policy-dns", Type: "policy_dns"}})
 	e.Message = fmt.Sprintf("policy DNS %s %s: %s (%s)", a.Type, a.Name, a.Rcode, reason)
 	u := map[string]any{"query_type": a.Type, "rcode": a.Rcode, "epoch": fmt.Sprintf("%016x", s.cfg.Table.Epoch())}

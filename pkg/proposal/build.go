@@ -49,7 +49,7 @@ func (b *builder) build() error {
 		return cmp.Or(cmp.Compare(x.sandbox, y.sandbox), cmp.Compare(x.name, y.name))
 	}) {
 		for _, d := range b.dnsWant[k] {
-			b.unanswered(d, "a native TCP client looked the name up; policy DNS answers only names of protocol: tcp endpoints, and the port it wanted is not known (add a protocol: tcp endpoint by hand)")
+			b.unanswered(d, "a client that does not use the proxy variables looked the name up; policy DNS answers only names of the policy's endpoints, and the port it wanted is not known (add an endpoint by hand)")
 		}
 	}
 	final, err := applyOps(b.base, b.out.Patch)

@@ -329,7 +329,9 @@ func (p *process) exe() string {
 
 func fromNetwork(e event, d Denial) (Denial, bool) {
 	if e.FirewallRule.Type == "policy_dns" {
-		if e.StatusCode != "dns_refused" {
+		// dns_denied: a name in no endpoint (dns_refused before the
+		// policy DNS answered every name of the policy).
+		if e.StatusCode != "dns_denied" && e.StatusCode != "dns_refused" {
 			return Denial{}, false
 		}
 		d.Kind, d.Host, d.Binary, d.Ancestors = KindDNS, e.Dst.Domain, "", nil

@@ -40,7 +40,7 @@ func fileDenied(sandbox, bin, path string, rights []string, at int64) string {
 }
 
 func dnsRefused(sandbox, name string, at int64) string {
-	return fmt.Sprintf(`{"class_uid":4001,"activity_id":1,"action_id":2,"time":%d,"status_code":"dns_refused","status_detail":"not_eligible",`+
+	return fmt.Sprintf(`{"class_uid":4001,"activity_id":1,"action_id":2,"time":%d,"status_code":"dns_denied","status_detail":"not_eligible",`+
 		`"metadata":{"uid":%q},"firewall_rule":{"name":"policy-dns","type":"policy_dns"},"dst_endpoint":{"domain":%q,"port":53}}`, at, sandbox, name)
 }
 
@@ -264,7 +264,7 @@ unanswered:
     count: 1
     first_seen: 2026-01-01T00:00:00.8Z
     last_seen: 2026-01-01T00:00:00.8Z
-    why: 'a direct connection that bypassed the proxy; the client must use the proxy (HTTP_PROXY) or a protocol: tcp endpoint'
+    why: a direct connection that bypassed the proxy; the client must use the proxy (HTTP_PROXY) or a name of the policy (policy DNS)
   - sandbox: sbx
     kind: dns
     host: db.test
@@ -272,7 +272,7 @@ unanswered:
     count: 1
     first_seen: 2026-01-01T00:00:00.7Z
     last_seen: 2026-01-01T00:00:00.7Z
-    why: 'a native TCP client looked the name up; policy DNS answers only names of protocol: tcp endpoints, and the port it wanted is not known (add a protocol: tcp endpoint by hand)'
+    why: a client that does not use the proxy variables looked the name up; policy DNS answers only names of the policy's endpoints, and the port it wanted is not known (add an endpoint by hand)
   - sandbox: sbx
     kind: http
     binary: /usr/bin/curl
@@ -595,7 +595,7 @@ func TestCountEventsWithTallies(t *testing.T) {
 		`"actor":{"process":{"file":{"path":"/usr/bin/curl"}}},"http_request":{"http_method":"DELETE","url":{"hostname":"api.test","port":80,"path":"/v1/b"}},` +
 		`"unmapped":{"egress_proxy":{"kind":"http","reason":"l7_no_rule","denials":[` +
 		`{"method":"POST","path":"/v1/a","reason":"l7_no_rule","count":4},{"method":"DELETE","path":"/v1/b","reason":"l7_no_rule","count":2}]}}}`
-	dnsCount := `{"class_uid":4001,"activity_id":1,"action_id":2,"time":1767225610000,"count":5,"status_code":"dns_refused","status_detail":"not_eligible",` +
+	dnsCount := `{"class_uid":4001,"activity_id":1,"action_id":2,"time":1767225610000,"count":5,"status_code":"dns_denied","status_detail":"not_eligible",` +
 		`"metadata":{"uid":"s"},"firewall_rule":{"name":"policy-dns","type":"policy_dns"},"dst_endpoint":{"domain":"x.test","port":53},` +
 		`"unmapped":{"policy_dns":{"names":[{"name":"a.test","count":3},{"name":"b.test","count":2}]}}}`
 	fwd := `{"class_uid":4002,"activity_id":3,"action_id":2,"time":1767225600000,"status_code":"policy_denied","status_detail":"no_matching_endpoint",` +

@@ -122,7 +122,7 @@ func (b *builder) classify(d Denial) {
 	case KindSSRF:
 		b.unanswered(d, "the SSRF guard refused the address %s resolves to; a proposal never widens what an endpoint may reach (add allowed_ips by hand if the address is meant)", d.Host)
 	case KindBypass:
-		b.unanswered(d, "a direct connection that bypassed the proxy; the client must use the proxy (HTTP_PROXY) or a protocol: tcp endpoint")
+		b.unanswered(d, "a direct connection that bypassed the proxy; the client must use the proxy (HTTP_PROXY) or a name of the policy (policy DNS)")
 	default:
 		b.unanswered(d, "not a kind of denial a proposal answers")
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/palisade-sandbox/palisade/pkg/attribution"
 	"github.com/palisade-sandbox/palisade/pkg/decision"
 	"github.com/palisade-sandbox/palisade/pkg/policy"
+	"github.com/palisade-sandbox/palisade/pkg/policydns"
 	"github.com/palisade-sandbox/palisade/pkg/ssrf"
 	"github.com/palisade-sandbox/palisade/pkg/upstreamproxy"
 )
@@ -49,6 +50,12 @@ func (d decisionEngine) Decide(r DecideRequest) Verdict {
 		v.Reason = res.Reason.String()
 	}
 	return v
+}
+
+// Name implements Namer with decision.Engine.Name.
+func (d decisionEngine) Name(name string) ([]int, Scope, bool) {
+	n, ok := d.e.Name(name)
+	return n.Ports, Scope{ExactHost: n.ExactHost, AllowedIPs: n.AllowedIPs}, ok
 }
 
 // CanonicalHost is decision.CanonicalHost: IP literals in any spelling
@@ -186,6 +193,38 @@ func upstreamError(err error) error {
 	return out
 }
 
+// PolicyDNSResolver is the policy DNS's resolver (policydns.Resolver)
+// for proxy p: an eligible name is resolved by d (never by the sandbox)
+// with the widest scope of the endpoints naming it, and only addresses
+// the SSRF guard admits come back; when it admits none, the refusal is a
+// *policydns.DeniedError with the guard's reason. Each answer is checked
+// afresh: a name that rebinds to a refused address is refused, and the
+// mapping keeps the addresses last admitted until it expires. A
+// transparent connection's dial checks each address again with its
+// deciding endpoint's scope.
+func PolicyDNSResolver(p *Proxy, d *ssrf.Dialer) policydns.Resolver {
+	return func(ctx context.Context, name string) ([]netip.Addr, error) {
+		n, ok := p.LookupName(name)
+		if !ok {
+			return nil, fmt.Errorf("%s: not eligible", name)
+		}
+		sc := ssrf.Scope{ExactHost: n.Scope.ExactHost, AllowedIPs: n.Scope.AllowedIPs}
+		aps, err := d.Resolve(ctx, name, n.Ports[0], sc)
+		var de *ssrf.DenyError
+		if errors.As(err, &de) {
+			return nil, &policydns.DeniedError{Reason: de.Reason.String()}
+		}
+		if err != nil {
+			return nil, err
+		}
+		out := make([]netip.Addr, 0, len(aps))
+		for _, ap := range aps {
+			out = append(out, ap.Addr().Unmap())
+		}
+		return out, nil
+	}
+}
+
 // AttributionBackend adapts an attribution.Backend.
 type AttributionBackend struct{ Backend attribution.Backend }
 
@@ -242,6 +281,22 @@ func foreignCode(c *attribution.ForeignCode) *ForeignCode {
 		return nil
 	}
 	return &ForeignCode{Reasons: c.Reasons, File: c.File}
+}
+
+// LookupUDP implements UDPAttributor for backends that attribute UDP
+// sockets (a LookupUDP method, as attribution's have).
+func (a AttributionBackend) LookupUDP(ctx context.Context, client, server netip.AddrPort) (*Identity, error) {
+	u, ok := a.Backend.(interface {
+		LookupUDP(ctx context.Context, client, server netip.AddrPort) (*attribution.Identity, error)
+	})
+	if !ok {
+		return nil, errors.New("attribution: the backend does not attribute UDP sockets")
+	}
+	id, err := u.LookupUDP(ctx, client, server)
+	if err != nil {
+		return nil, err
+	}
+	return fromAttribution(id), nil
 }
 
 // SandboxPID implements SandboxPIDer: the pid of hostPID in its own pid

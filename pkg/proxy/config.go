@@ -61,6 +61,15 @@ type Decider interface {
 	Decide(DecideRequest) Verdict
 }
 
+// Namer is implemented by a Decider that knows what its policy says
+// about a DNS name, whatever the binary (CompileDecision's): the ports of
+// the endpoints whose host selects the name (an exact host or a wildcard
+// pattern) and the widest scope they give its addresses. Policy DNS
+// answers exactly these names; a Decider without it names none.
+type Namer interface {
+	Name(name string) (ports []int, sc Scope, ok bool)
+}
+
 // CompileFunc compiles a validated policy into generation gen.
 type CompileFunc func(p *policy.Policy, gen int64) (Decider, error)
 
@@ -223,6 +232,13 @@ type SendViolation struct {
 	Exe  string
 	Comm string
 	Code *ForeignCode
+}
+
+// UDPAttributor is implemented by an Attributor that can also name the
+// holder of a UDP socket (whose local address is client, sending to
+// server): the sender of a policy DNS query.
+type UDPAttributor interface {
+	LookupUDP(ctx context.Context, client, server netip.AddrPort) (*Identity, error)
 }
 
 // AttributionCounter is implemented by an Attributor that counts its

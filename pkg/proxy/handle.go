@@ -33,6 +33,22 @@ func putReader(br *bufio.Reader) {
 	readerPool.Put(br)
 }
 
+// pooledReader is a pooled reader on a connection. release gives it back
+// once; a tunnel that needs no buffer any more releases it early.
+type pooledReader struct {
+	*bufio.Reader
+	released bool
+}
+
+func newPooledReader(r io.Reader) *pooledReader { return &pooledReader{Reader: getReader(r)} }
+
+func (r *pooledReader) release() {
+	if !r.released {
+		putReader(r.Reader)
+		r.released = true
+	}
+}
+
 var headPool = sync.Pool{New: func() any { b := make([]byte, 0, DefaultMaxHeadBytes); return &b }}
 
 func isHeadError(err error) bool {
@@ -53,17 +69,10 @@ type request struct {
 // upstream connection), with one record each. It returns the record of
 // the last request, which the caller finishes.
 func (p *Proxy) handleExplicit(c *net.TCPConn, rec *Record) *Record {
-	br := getReader(c)
-	released := false
-	release := func() {
-		if !released {
-			putReader(br)
-			released = true
-		}
-	}
-	defer release()
+	br := newPooledReader(c)
+	defer br.release()
 	for first := true; ; first = false {
-		if !p.serveRequest(c, br, rec, release, first) || released {
+		if !p.serveRequest(c, br.Reader, rec, br.release, first) || br.released {
 			return rec
 		}
 		p.finish(rec)
@@ -204,11 +213,7 @@ func (p *Proxy) serveRequest(c *net.TCPConn, br *bufio.Reader, rec *Record, rele
 	}()
 	rec.Outcome = OutcomeAllowed
 	if rec.Kind == KindConnect {
-		if inspects(v.Endpoint) {
-			p.inspect(c, br, up, rec, v)
-			return false
-		}
-		p.connect(c, br, up, rec, release, v.Endpoint == nil || v.Endpoint.TLS != policy.TLSSkip)
+		p.tunnel(c, br, up, rec, v, release, true)
 		return false
 	}
 	return p.forward(c, br, up, rec, req)
@@ -305,6 +310,21 @@ func (p *Proxy) redial(ctx context.Context, rec *Record) (net.Conn, error) {
 	}
 	var d net.Dialer
 	return d.DialContext(ctx, "tcp", rec.Upstream.String())
+}
+
+// tunnel serves an allowed tunnel to rec's host and port — a CONNECT
+// (reply set: the 200 goes first) or a transparent connection to a
+// synthetic address (the client believes it is connected already) — the
+// same way: an inspected endpoint's TLS is terminated and each request
+// decided on its own (inspect); any other endpoint's bytes are relayed,
+// after a check of the ClientHello's server name unless tls: skip
+// (connect).
+func (p *Proxy) tunnel(c *net.TCPConn, br *bufio.Reader, up net.Conn, rec *Record, v Verdict, release func(), reply bool) {
+	if inspects(v.Endpoint) {
+		p.inspect(c, br, up, rec, v, reply)
+		return
+	}
+	p.connect(c, br, up, rec, release, v.Endpoint == nil || v.Endpoint.TLS != policy.TLSSkip, reply)
 }
 
 // admit is the one decision every connection gets, whichever way it
@@ -509,29 +529,39 @@ func (p *Proxy) upstreamFailedDetail(c *net.TCPConn, rec *Record, status int, re
 	lingerClose(c, 500*time.Millisecond)
 }
 
+// established answers a CONNECT with 200; false when it cannot be sent.
+func established(c *net.TCPConn, rec *Record) bool {
+	c.SetWriteDeadline(time.Now().Add(responseWriteTimeout))
+	if _, err := c.Write(connectEstablished); err != nil {
+		return false
+	}
+	c.SetWriteDeadline(time.Time{})
+	rec.Status = http.StatusOK
+	return true
+}
+
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-// connect answers an allowed CONNECT and relays bytes both ways. Bytes the
-// client pipelined after the head are sent upstream first. With sni set,
-// the client's first bytes are looked at before they go anywhere: a TLS
-// ClientHello naming another host than the CONNECT target closes the
-// tunnel (domain fronting). Server-first protocols are unaffected: the
-// server's bytes flow while the proxy waits for the client's.
-func (p *Proxy) connect(c *net.TCPConn, br *bufio.Reader, up net.Conn, rec *Record, release func(), sni bool) {
+// connect answers an allowed CONNECT (with reply) and relays bytes both
+// ways. Bytes the client pipelined after the head are sent upstream
+// first. With sni set, the client's first bytes are looked at before
+// they go anywhere: a TLS ClientHello naming another host than the
+// tunnel's (the CONNECT target, or the name of a transparent
+// connection's synthetic address) closes the tunnel (domain fronting).
+// Server-first protocols are unaffected: the server's bytes flow while
+// the proxy waits for the client's.
+func (p *Proxy) connect(c *net.TCPConn, br *bufio.Reader, up net.Conn, rec *Record, release func(), sni, reply bool) {
 	// Counted before the 200 goes out: a client that sees it sees the
 	// tunnel in the counters too.
 	p.m.activeTunnels.Add(1)
 	defer p.m.activeTunnels.Add(-1)
-	c.SetWriteDeadline(time.Now().Add(responseWriteTimeout))
-	if _, err := c.Write(connectEstablished); err != nil {
+	if reply && !established(c, rec) {
 		c.Close()
 		return
 	}
-	c.SetWriteDeadline(time.Time{})
-	rec.Status = http.StatusOK
 	var first []byte
 	if !sni {
 		if n := br.Buffered(); n > 0 {

@@ -200,20 +200,18 @@ func tlsRecordName(b byte) string {
 	return "handshake"
 }
 
-// inspect serves an allowed CONNECT to an inspected endpoint: after the
-// 200 it looks at the client's first bytes — a TLS ClientHello is
-// terminated with a leaf from the sandbox CA, plaintext HTTP is read as
+// inspect serves an allowed tunnel to an inspected endpoint: after the
+// 200 (reply: a CONNECT; a transparent connection gets none) it looks at
+// the client's first bytes — a TLS ClientHello is terminated with a leaf
+// from the sandbox CA for the tunnel's host, plaintext HTTP is read as
 // it is, anything else is refused — and then decides every request on
 // the connection on its own.
-func (p *Proxy) inspect(c *net.TCPConn, br *bufio.Reader, up net.Conn, rec *Record, v Verdict) {
+func (p *Proxy) inspect(c *net.TCPConn, br *bufio.Reader, up net.Conn, rec *Record, v Verdict, reply bool) {
 	p.m.activeTunnels.Add(1)
 	defer p.m.activeTunnels.Add(-1)
-	c.SetWriteDeadline(time.Now().Add(responseWriteTimeout))
-	if _, err := c.Write(connectEstablished); err != nil {
+	if reply && !established(c, rec) {
 		return
 	}
-	c.SetWriteDeadline(time.Time{})
-	rec.Status = http.StatusOK
 	rec.L7Checked = true
 	c.SetReadDeadline(time.Now().Add(p.cfg.Limits.HeadTimeout))
 	first, err := br.Peek(1)
@@ -453,7 +451,7 @@ func (ix *inspector) requestRecord(r *http.Request) *Record {
 	return &Record{
 		ConnID: c.ConnID, Listener: c.Listener, Kind: KindHTTP, Start: ix.p.now(),
 		Client: c.Client, Local: c.Local, Host: c.Host, Port: c.Port, Upstream: c.Upstream, Route: c.Route,
-		Identity: c.Identity, Generation: c.Generation, PolicySHA: c.PolicySHA,
+		Identity: c.Identity, Generation: c.Generation, PolicySHA: c.PolicySHA, Mapping: c.Mapping,
 		Entry: c.Entry, Audit: c.Audit, L7Rules: true, L7Checked: true,
 		Method: r.Method, Proto: ix.proto, PerRequest: true, shared: ix.events,
 	}

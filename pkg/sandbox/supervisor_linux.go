@@ -304,8 +304,8 @@ func Create(ctx context.Context, o Options) (*Sandbox, error) {
 			}
 		}
 		if rs, ok := o.Network.(ResolvSource); ok {
-			if f := rs.ResolvConf(name); f != "" {
-				addResolv(spec, icfg, f)
+			if r, h := rs.ResolvConf(name), rs.Hosts(name); r != "" || h != "" {
+				addResolv(spec, icfg, r, h)
 			}
 		}
 		if err := ip.ctl.send(Message{Type: MsgConfig, Config: icfg}, s.workdirFD); err != nil {

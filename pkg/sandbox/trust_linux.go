@@ -15,10 +15,16 @@ func addTrust(spec *specs.Spec, cfg *InitConfig, bundle string) {
 	}
 }
 
-// addResolv puts the policy DNS's resolv.conf into a sandbox's spec,
-// with a Landlock read grant for it.
-func addResolv(spec *specs.Spec, cfg *InitConfig, file string) {
-	m := ResolvMounts(file)
+// addResolv puts the policy DNS's resolv.conf and hosts file into a
+// sandbox's spec, with Landlock read grants for them.
+func addResolv(spec *specs.Spec, cfg *InitConfig, resolv, hosts string) {
+	var m []specs.Mount
+	if resolv != "" {
+		m = append(m, ResolvMounts(resolv)...)
+	}
+	if hosts != "" {
+		m = append(m, HostsMounts(hosts)...)
+	}
 	spec.Mounts = append(spec.Mounts, m...)
 	if cfg.Landlock != nil {
 		for _, x := range m {

@@ -26,29 +26,28 @@ func flagValue(argv []string, name string) (string, bool) {
 }
 
 // The proxy's argv carries --procs whenever Config.Procs is set (0, all
-// CPUs, included) and --dns-ttl only when the policy DNS runs; unset,
-// neither is there and the proxy keeps its own defaults.
+// CPUs, included) and --dns-ttl whenever Config.DNSTTL is; unset,
+// neither is there and the proxy keeps its own defaults. The policy DNS
+// and the transparent listener are always there, with the epoch.
 func TestProxyArgsProcsAndDNSTTL(t *testing.T) {
 	zero, three := 0, 3
 	for _, tc := range []struct {
 		name      string
 		procs     *int
 		ttl       time.Duration
-		tcp       bool
 		wantProcs string // "" = absent
 		wantTTL   string
 	}{
-		{name: "defaults", tcp: true},
+		{name: "defaults"},
 		{name: "procs 3", procs: &three, wantProcs: "3"},
 		{name: "procs 0 (all CPUs)", procs: &zero, wantProcs: "0"},
-		{name: "ttl with tcp", ttl: 7 * time.Second, tcp: true, wantTTL: "7s"},
-		{name: "ttl without tcp", ttl: 7 * time.Second},
-		{name: "both", procs: &three, ttl: 1500 * time.Millisecond, tcp: true, wantProcs: "3", wantTTL: "1.5s"},
+		{name: "ttl", ttl: 7 * time.Second, wantTTL: "7s"},
+		{name: "both", procs: &three, ttl: 1500 * time.Millisecond, wantProcs: "3", wantTTL: "1.5s"},
 	} {
 		p := &proxyProc{
 			cfg: Config{PolicyPath: "/etc/p.yaml", ProxyPort: DefaultProxyPort, FencePort: DefaultFencePort,
 				LogFormat: "text", LogLevel: "info", Procs: tc.procs, DNSTTL: tc.ttl},
-			name: "sbx-args", initPID: 42, tcp: tc.tcp, dir: "/run/x", epoch: 42,
+			name: "sbx-args", initPID: 42, dir: "/run/x", epoch: 42,
 			fence: &fence.Fence{HostAddr: netip.MustParseAddr("10.200.0.1")},
 		}
 		argv := p.args()
@@ -58,11 +57,14 @@ func TestProxyArgsProcsAndDNSTTL(t *testing.T) {
 		if v, ok := flagValue(argv, "--dns-ttl"); v != tc.wantTTL || ok != (tc.wantTTL != "") {
 			t.Errorf("%s: --dns-ttl %q (present %v), want %q; argv %s", tc.name, v, ok, tc.wantTTL, strings.Join(argv, " "))
 		}
-		if _, ok := flagValue(argv, "--dns-listen"); ok != tc.tcp {
-			t.Errorf("%s: --dns-listen present %v, want %v", tc.name, ok, tc.tcp)
+		if v, ok := flagValue(argv, "--dns-listen"); v != "10.200.0.1:3131" {
+			t.Errorf("%s: --dns-listen %q (present %v), want 10.200.0.1:3131", tc.name, v, ok)
 		}
-		if v, ok := flagValue(argv, "--dns-epoch"); ok != tc.tcp || (ok && v != "42") {
-			t.Errorf("%s: --dns-epoch %q (present %v), want 42 exactly when the policy DNS runs", tc.name, v, ok)
+		if v, ok := flagValue(argv, "--transparent-listen"); v != "10.200.0.1:3130" {
+			t.Errorf("%s: --transparent-listen %q (present %v), want 10.200.0.1:3130", tc.name, v, ok)
+		}
+		if v, ok := flagValue(argv, "--dns-epoch"); !ok || v != "42" {
+			t.Errorf("%s: --dns-epoch %q (present %v), want 42", tc.name, v, ok)
 		}
 	}
 }
@@ -72,7 +74,7 @@ func TestProxyArgsProcsAndDNSTTL(t *testing.T) {
 // again) carries on from it; a file that holds no epoch stops the start.
 func TestNextEpochPersists(t *testing.T) {
 	dir := t.TempDir()
-	p := &proxyProc{dir: dir, tcp: true}
+	p := &proxyProc{dir: dir}
 	for want := uint64(0); want < 3; want++ {
 		if err := p.nextEpoch(); err != nil || p.epoch != want {
 			t.Fatalf("start %d: epoch %d, %v", want, p.epoch, err)
@@ -82,7 +84,7 @@ func TestNextEpochPersists(t *testing.T) {
 			t.Fatalf("start %d: file holds %q", want, b)
 		}
 	}
-	again := &proxyProc{dir: dir, tcp: true}
+	again := &proxyProc{dir: dir}
 	if err := again.nextEpoch(); err != nil || again.epoch != 3 {
 		t.Fatalf("a new supervisor's first start: epoch %d, %v; want 3", again.epoch, err)
 	}
@@ -96,7 +98,7 @@ func TestNextEpochPersists(t *testing.T) {
 	}
 	// Without a state directory: a random first epoch, then one more
 	// per restart.
-	tmp := &proxyProc{dir: t.TempDir(), tmpDir: true, tcp: true}
+	tmp := &proxyProc{dir: t.TempDir(), tmpDir: true}
 	tmp.nextEpoch()
 	first := tmp.epoch
 	tmp.nextEpoch()

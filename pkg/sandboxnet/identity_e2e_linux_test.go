@@ -518,3 +518,46 @@ func TestIdentitySendGuardFailsClosed(t *testing.T) {
 		t.Error("best_effort without a send guard: no Send Guard event saying it runs degraded")
 	}
 }
+
+// The per-binary hand-off on the transparent path: the allowed helper
+// reaches allowed.test:80 by name without the proxy (policy DNS, the
+// transparent listener), while a socket the unlisted copy connected to
+// the same name and handed to the allowed helper (SCM_RIGHTS) is refused
+// — on its holder or its recorded connector, whichever attribution saw
+// first — and nothing it sends reaches the upstream.
+func TestIdentityTransparentHandOff(t *testing.T) {
+	l := newIdentityLab(t)
+	script := fmt.Sprintf(`
+%[1]s identity-helper get allowed.test:80 direct
+%[1]s identity-helper recv /tmp/t.sock handed & %[2]s identity-helper handoff /tmp/t.sock 0 allowed.test:80; wait
+`, l.allowed, l.unlisted)
+	r := l.run(script)
+	if !strings.Contains(r["direct"], " 200 ") {
+		t.Errorf("allowed helper by name: %q, want 200", r["direct"])
+	}
+	if strings.Contains(r["handed"], " 200 ") {
+		t.Errorf("handed-on socket: %q, want refused", r["handed"])
+	}
+	l.noHit("handed")
+	var refused bool
+	for _, e := range l.eventLines() {
+		um, _ := e["unmapped"].(map[string]any)
+		ep, _ := um["egress_proxy"].(map[string]any)
+		if ep["listener"] != "transparent" || e["action"] == "Allowed" {
+			continue
+		}
+		a, _ := e["actor"].(map[string]any)
+		pr, _ := a["process"].(map[string]any)
+		f, _ := pr["file"].(map[string]any)
+		conn, _ := ep["connector"].(map[string]any)
+		switch {
+		case ep["reason"] == "binary_not_allowed" && f["path"] == l.unlisted:
+			refused = true
+		case ep["reason"] == "connector_not_allowed" && conn["exe"] == l.unlisted:
+			refused = true
+		}
+	}
+	if !refused {
+		t.Errorf("no transparent refusal naming the unlisted connector %s", l.unlisted)
+	}
+}

@@ -25,8 +25,10 @@ const identityHelperArg = "identity-helper"
 // identityHelper runs "<binary> identity-helper <mode> <args...>" inside
 // a sandbox and exits. Modes:
 //
-//	handoff <unix path> <flood per CPU>: connects to the proxy (from
-//	  HTTP_PROXY), passes the socket over the Unix socket at path
+//	handoff <unix path> <flood per CPU> [host:port]: connects to the
+//	  proxy (from HTTP_PROXY), or to host:port by name without it (policy
+//	  DNS and the transparent listener), passes the socket over the Unix
+//	  socket at path
 //	  (SCM_RIGHTS), closes its own copy, makes <flood> refused TCP
 //	  connects on each CPU (each leaves a connect record the kernel never
 //	  removes, evicting older ones), then writes "go" to the receiver and
@@ -34,6 +36,9 @@ const identityHelperArg = "identity-helper"
 //	recv <unix path> <name>: listens on path, receives one socket, waits
 //	  for "go", sends "GET http://allowed.test/<name>" on it and prints
 //	  "<name>=<status line>|<body>", then answers "done".
+//	get <host:port> <name>: connects to host:port by name without the
+//	  proxy, sends "GET http://allowed.test/<name>" and prints
+//	  "<name>=<status line>|<body>".
 //	sleep: sleeps a minute (an allowed process that merely exists).
 //	decided <unix path> connect|forward keep|close: gets a connection
 //	  decided for itself — a CONNECT tunnel to allowed.test:80, or a
@@ -64,12 +69,25 @@ func runIdentityHelper(args []string) error {
 		return fmt.Errorf("no mode")
 	}
 	switch mode, rest := args[0], args[1:]; {
-	case mode == "handoff" && len(rest) == 2:
+	case mode == "handoff" && (len(rest) == 2 || len(rest) == 3):
 		n, err := strconv.Atoi(rest[1])
 		if err != nil {
 			return err
 		}
-		return helperHandoff(rest[0], n)
+		target := ""
+		if len(rest) == 3 {
+			target = rest[2]
+		}
+		return helperHandoff(rest[0], n, target)
+	case mode == "get" && len(rest) == 2:
+		c, err := net.DialTimeout("tcp", rest[0], 10*time.Second)
+		if err != nil {
+			fmt.Printf("%s=error %v\n", rest[1], err)
+			return nil
+		}
+		defer c.Close()
+		fmt.Printf("%s=%s\n", rest[1], request(c, "GET http://allowed.test/"+rest[1]+" HTTP/1.1\r\nHost: allowed.test\r\nConnection: close\r\n\r\n"))
+		return nil
 	case mode == "recv" && len(rest) == 2:
 		return helperRecv(rest[0], rest[1])
 	case mode == "sleep" && len(rest) == 0:
@@ -110,13 +128,21 @@ func dialUnix(path string) (*net.UnixConn, error) {
 	}
 }
 
-func helperHandoff(path string, flood int) error {
-	addr, err := proxyAddr()
-	if err != nil {
-		return err
+func helperHandoff(path string, flood int, target string) error {
+	addr := target
+	if addr == "" {
+		var err error
+		if addr, err = proxyAddr(); err != nil {
+			return err
+		}
 	}
 	pc, err := net.Dial("tcp", addr)
 	if err != nil {
+		// (A transparent connection can be refused before connect(2)
+		// returns.) Let the receiver go rather than wait for a socket.
+		if uc, uerr := dialUnix(path); uerr == nil {
+			uc.Close()
+		}
 		return err
 	}
 	f, err := pc.(*net.TCPConn).File()

@@ -95,17 +95,20 @@ func TestRunPassesDNSTTLAndProcsToTheProxy(t *testing.T) {
 	}
 }
 
-// --dns-ttl with a policy that has no protocol: tcp endpoint is ignored
-// with a warning naming it (no policy DNS runs); the run goes ahead.
-func TestRunWarnsDNSTTLWithoutTCPEndpoints(t *testing.T) {
+// --dns-ttl with a policy that allows no egress is ignored with a
+// warning naming it (no proxy, so no policy DNS, runs); the run goes
+// ahead. (Every sandbox with a proxy runs the policy DNS.)
+func TestRunWarnsDNSTTLWithoutEgress(t *testing.T) {
 	l := newLab(t, "")
-	cmd := exec.Command(l.sup, "run", "--policy", l.policy, "--hosts-file", l.hosts,
+	head := labPolicy[:strings.Index(labPolicy, "network_policies:")]
+	l.write(head + "network_policies: {}\n")
+	cmd := exec.Command(l.sup, "run", "--policy", l.policy,
 		"--state-dir", l.state, "--workdir", l.wd, "--dns-ttl", "7s", "--", "/bin/true")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("run: %v\n%s", err, out)
 	}
-	if !strings.Contains(string(out), "--dns-ttl ignored: the policy has no protocol: tcp endpoint") {
+	if !strings.Contains(string(out), "--dns-ttl ignored: the policy allows no egress") {
 		t.Errorf("no warning that --dns-ttl is ignored:\n%s", out)
 	}
 }

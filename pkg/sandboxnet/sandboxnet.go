@@ -6,11 +6,13 @@
 // combines it with the system roots (and an upstream corporate proxy's
 // CA bundle, when one is configured) into the bundle the sandbox trusts.
 //
-// When the starting policy has a `protocol: tcp` endpoint, the proxy
-// also serves the policy DNS and the transparent TCP listener, the fence
-// admits DNS to the host address and redirects the synthetic range, and
-// the attacher (a sandbox.ResolvSource) gives the sandbox a resolv.conf
-// naming the policy DNS.
+// The proxy also serves the policy DNS and the transparent listener: the
+// fence admits DNS to the host address and redirects the synthetic range
+// (policydns.SyntheticRange) to the transparent listener, and the
+// attacher (a sandbox.ResolvSource) gives the sandbox a resolv.conf
+// naming the policy DNS and a hosts file with loopback names only. Every
+// name in the policy resolves to a synthetic address, so clients that
+// ignore the proxy variables are decided exactly as through them.
 //
 // The proxy reports readiness on a pipe; a proxy that is not ready within
 // the timeout fails the sandbox (exit 125). If the proxy dies, egress
@@ -36,16 +38,17 @@ import (
 const (
 	DefaultProxyPort = 3128
 	DefaultFencePort = 3129
-	// DefaultTransparentPort is the proxy's transparent TCP listener,
-	// started with the policy DNS when the policy has a protocol: tcp
-	// endpoint.
+	// DefaultTransparentPort is the proxy's transparent listener, for
+	// connections to policy DNS synthetic addresses.
 	DefaultTransparentPort = 3130
 	// DefaultDNSPort is the proxy's policy DNS listener (UDP and TCP);
 	// the sandbox asks port 53 of the same address, redirected there.
 	DefaultDNSPort = 3131
 	// ResolvName is the sandbox's /etc/resolv.conf (policy DNS), in the
 	// sandbox's state directory.
-	ResolvName          = "resolv.conf"
+	ResolvName = "resolv.conf"
+	// HostsName is the sandbox's /etc/hosts, in its state directory.
+	HostsName           = "hosts"
 	DefaultReadyTimeout = 5 * time.Second
 	DefaultMaxRestarts  = 3
 	ControlSocketName   = "proxy.sock"
@@ -93,8 +96,7 @@ type Config struct {
 	Attribution string
 	// DNSTTL, when nonzero, is the proxy's --dns-ttl: the lifetime of a
 	// synthetic mapping and the TTL of its answer (policydns.MinTTL to
-	// MaxTTL). Passed only when the policy DNS runs (a protocol: tcp
-	// endpoint in the starting policy); 0 leaves the proxy's default.
+	// MaxTTL); 0 leaves the proxy's default.
 	DNSTTL time.Duration
 	// SendGuard is the proxy's --send-guard ("" leaves the proxy's
 	// default, auto): the supervisor passes "require" under

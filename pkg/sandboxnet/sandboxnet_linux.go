@@ -76,15 +76,15 @@ func New(cfg Config) (*Attacher, error) {
 // Attach implements sandbox.NetworkAttacher.
 func (a *Attacher) Attach(ctx context.Context, name string, initPID int) ([]string, func() error, error) {
 	c := a.cfg
-	tcp := wantsTCPSubstrate(c.PolicyPath)
+	// Every sandbox with a proxy has the policy DNS and the transparent
+	// listener: the fence admits DNS to the host address and redirects
+	// the synthetic range.
 	fc := fence.Config{
 		Sandbox:   name,
 		NetnsPath: fmt.Sprintf("/proc/%d/ns/net", initPID),
 		Pool:      c.Pool, ProxyPort: c.ProxyPort, FencePort: c.FencePort,
+		DNSPort: DefaultDNSPort, TransparentPort: DefaultTransparentPort,
 		StateDir: c.FenceStateDir,
-	}
-	if tcp {
-		fc.DNSPort, fc.TransparentPort = DefaultDNSPort, DefaultTransparentPort
 	}
 	f, err := fence.Setup(ctx, fc)
 	if err != nil {
@@ -93,7 +93,7 @@ func (a *Attacher) Attach(ctx context.Context, name string, initPID int) ([]stri
 	a.mu.Lock()
 	writable := a.writable[name]
 	a.mu.Unlock()
-	p := &proxyProc{cfg: c, name: name, initPID: initPID, fence: f, tcp: tcp, stop: make(chan struct{}), writable: writable}
+	p := &proxyProc{cfg: c, name: name, initPID: initPID, fence: f, stop: make(chan struct{}), writable: writable}
 	if err := p.trustDir(); err != nil {
 		f.Teardown()
 		return nil, nil, err
@@ -162,18 +162,18 @@ type proxyProc struct {
 	name    string
 	initPID int
 	fence   *fence.Fence
-	tcp     bool // the policy DNS and transparent TCP substrate
 	// writable are the host paths the sandbox may write (--writable).
 	writable []string
-	resolv   string // the sandbox's /etc/resolv.conf ("" without tcp)
+	resolv   string // the sandbox's /etc/resolv.conf (policy DNS)
+	hosts    string // the sandbox's /etc/hosts (loopback names only)
 	dir      string // where the CA certificate and the bundle live
 	tmpDir   bool   // dir was made here (no state root) and goes at close
 	bundle   string
 	// log is the proxy's stderr, ProxyLogName in the sandbox's state
 	// directory (nil without one: the proxy's stderr is cfg.Stderr).
 	log *proxyLog
-	// epoch is the policy DNS boot epoch of the proxy started last (with
-	// tcp): persisted in dir/DNSEpochName when dir is the sandbox's state
+	// epoch is the policy DNS boot epoch of the proxy started last:
+	// persisted in dir/DNSEpochName when dir is the sandbox's state
 	// directory, else counted here from a random start.
 	epoch    uint64
 	epochSet bool
@@ -231,14 +231,12 @@ func (p *proxyProc) args() []string {
 		a = append(a, "--procs", strconv.Itoa(*c.Procs))
 	}
 	a = append(a, c.UpstreamProxy.Args()...)
-	if p.tcp {
-		a = append(a, "--dns-listen", netip.AddrPortFrom(host, DefaultDNSPort).String(),
-			"--transparent-listen", netip.AddrPortFrom(host, DefaultTransparentPort).String())
-		if c.DNSTTL != 0 {
-			a = append(a, "--dns-ttl", c.DNSTTL.String())
-		}
-		a = append(a, "--dns-epoch", strconv.FormatUint(p.epoch, 10))
+	a = append(a, "--dns-listen", netip.AddrPortFrom(host, DefaultDNSPort).String(),
+		"--transparent-listen", netip.AddrPortFrom(host, DefaultTransparentPort).String())
+	if c.DNSTTL != 0 {
+		a = append(a, "--dns-ttl", c.DNSTTL.String())
 	}
+	a = append(a, "--dns-epoch", strconv.FormatUint(p.epoch, 10))
 	a = append(a, "--ca-out", filepath.Join(p.dir, CACertName))
 	return a
 }
@@ -334,10 +332,8 @@ func (p *proxyProc) nextEpoch() error {
 }
 
 func (p *proxyProc) start() error {
-	if p.tcp {
-		if err := p.nextEpoch(); err != nil {
-			return err
-		}
+	if err := p.nextEpoch(); err != nil {
+		return err
 	}
 	r, w, err := os.Pipe()
 	if err != nil {

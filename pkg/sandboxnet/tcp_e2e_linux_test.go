@@ -157,7 +157,7 @@ func TestTransparentTCPEndToEnd(t *testing.T) {
 			switch {
 			case dst["domain"] == "echo.test" && pd["rcode"] == "NOERROR":
 				answered++
-			case dst["domain"] == "stranger.test" && pd["rcode"] == "REFUSED":
+			case dst["domain"] == "stranger.test" && pd["rcode"] == "NXDOMAIN" && e["status_code"] == "dns_denied":
 				refused++
 			}
 		}
