@@ -524,7 +524,8 @@ func TestIdentitySendGuardFailsClosed(t *testing.T) {
 // transparent listener), while a socket the unlisted copy connected to
 // the same name and handed to the allowed helper (SCM_RIGHTS) is refused
 // — on its holder or its recorded connector, whichever attribution saw
-// first — and nothing it sends reaches the upstream.
+// first, or as unattributable when it looked while the socket was in
+// flight — and nothing it sends reaches the upstream.
 func TestIdentityTransparentHandOff(t *testing.T) {
 	l := newIdentityLab(t)
 	script := fmt.Sprintf(`
@@ -550,10 +551,15 @@ func TestIdentityTransparentHandOff(t *testing.T) {
 		pr, _ := a["process"].(map[string]any)
 		f, _ := pr["file"].(map[string]any)
 		conn, _ := ep["connector"].(map[string]any)
+		t.Logf("transparent refusal: %v (actor %v, connector %v)", ep["reason"], f["path"], conn["exe"])
 		switch {
 		case ep["reason"] == "binary_not_allowed" && f["path"] == l.unlisted:
 			refused = true
 		case ep["reason"] == "connector_not_allowed" && conn["exe"] == l.unlisted:
+			refused = true
+		case ep["reason"] == "attribution_failed" || ep["reason"] == "attribution_incomplete":
+			// Attributed while the socket was in flight between the
+			// two (held by no process): refused all the same.
 			refused = true
 		}
 	}
