@@ -422,6 +422,8 @@ func TestIdentitySendGuardAfterTheDecision(t *testing.T) {
 		{"connect", "write", "keep"}, {"connect", "sendmsg", "close"},
 		{"connect", "sendfile", "keep"}, {"connect", "splice", "close"},
 		{"forward", "write", "close"}, {"forward", "splice", "keep"},
+		// The transparent path: the same decision, the same guard.
+		{"transparent", "write", "keep"}, {"transparent", "splice", "close"},
 	}
 	for _, tc := range cases {
 		name := tc.kind + "/" + tc.how + "/" + tc.keep

@@ -40,9 +40,11 @@ const identityHelperArg = "identity-helper"
 //	  proxy, sends "GET http://allowed.test/<name>" and prints
 //	  "<name>=<status line>|<body>".
 //	sleep: sleeps a minute (an allowed process that merely exists).
-//	decided <unix path> connect|forward keep|close: gets a connection
-//	  decided for itself — a CONNECT tunnel to allowed.test:80, or a
-//	  forwarded keep-alive request — and prints "first=<result>"; starts
+//	decided <unix path> connect|forward|transparent keep|close: gets a
+//	  connection decided for itself — a CONNECT tunnel to allowed.test:80,
+//	  a forwarded keep-alive request, or a connection to allowed.test:80
+//	  by name without the proxy (policy DNS, the transparent listener) —
+//	  and prints "first=<result>"; starts
 //	  a child (descendant) that sends its own request on the socket
 //	  ("child=<result>"); then hands the socket over the Unix socket at
 //	  path to a sibling (SCM_RIGHTS), keeping or closing its copy, and
@@ -313,9 +315,12 @@ func response(br *bufio.Reader) string {
 }
 
 func helperDecided(path, kind, keep string) error {
-	addr, err := proxyAddr()
-	if err != nil {
-		return err
+	addr := "allowed.test:80" // transparent: by name, without the proxy
+	if kind != "transparent" {
+		var err error
+		if addr, err = proxyAddr(); err != nil {
+			return err
+		}
 	}
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -324,8 +329,10 @@ func helperDecided(path, kind, keep string) error {
 	c.SetDeadline(time.Now().Add(60 * time.Second))
 	br := bufio.NewReader(c)
 	req := forwardRequest
-	if kind == "connect" {
+	if kind != "forward" {
 		req = tunnelRequest
+	}
+	if kind == "connect" {
 		if err := openTunnel(c, br); err != nil {
 			return err
 		}
@@ -369,7 +376,7 @@ func helperChild(kind string) error {
 	}
 	c.SetDeadline(time.Now().Add(30 * time.Second))
 	req := forwardRequest
-	if kind == "connect" {
+	if kind != "forward" {
 		req = tunnelRequest
 	}
 	if _, err := c.Write([]byte(req("child"))); err != nil {
