@@ -147,9 +147,10 @@ Flags:
                          file is an error)
 
 Upstream (corporate) proxy, for networks where nothing leaves but through
-one. Only CONNECT tunnels (passthrough and inspected) are chained, once
-policy and the SSRF guard have passed them, with the checked address as
-the CONNECT target; forwarded http:// requests always go direct. These
+one. Only tunnels are chained — CONNECTs (passthrough and inspected) and
+transparent connections, served as the CONNECT to their name would be —
+once policy and the SSRF guard have passed them, with the checked address
+as the CONNECT target; forwarded http:// requests always go direct. These
 flags are the only way to set it: HTTPS_PROXY, HTTP_PROXY and NO_PROXY are
 never read. A flag that is given but wrong stops the start:
   --upstream-proxy URL   http://host:port or https://host:port (scheme and

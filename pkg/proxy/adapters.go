@@ -92,12 +92,8 @@ func denyError(err error) error {
 }
 
 // DialTunnel implements TunnelDialer. Without a Chain it is DialContext.
-// With one, the name is resolved and every answer checked first; the
-// NO_PROXY list then picks the addresses dialled directly, and otherwise
-// the checked addresses are tried in order through the upstream proxy,
-// each as the CONNECT target (the name instead with
-// ConnectByHostname, once): a 502, 503 or 504 from the proxy moves on to
-// the next address, any other refusal ends the attempt.
+// With one, the name is resolved and every answer checked first, and the
+// checked addresses are routed (route).
 func (s SSRFDialer) DialTunnel(ctx context.Context, host string, port int, sc Scope) (net.Conn, Route, error) {
 	if s.Chain == nil {
 		c, ap, err := s.DialContext(ctx, host, port, sc)
@@ -107,6 +103,30 @@ func (s SSRFDialer) DialTunnel(ctx context.Context, host string, port int, sc Sc
 	if err != nil {
 		return nil, Route{}, denyError(err)
 	}
+	return s.route(ctx, host, port, addrs)
+}
+
+// DialPinned implements TunnelDialer: DialTunnel to addresses resolved
+// before (a transparent connection's policy DNS mapping), each checked
+// again for the scope; nothing is resolved.
+func (s SSRFDialer) DialPinned(ctx context.Context, host string, port int, sc Scope, pinned []netip.Addr) (net.Conn, Route, error) {
+	addrs, err := s.Dialer.Admit(pinned, port, ssrfScope(sc))
+	if err != nil {
+		return nil, Route{}, denyError(err)
+	}
+	if s.Chain == nil {
+		c, ap, err := s.Dialer.DialResolved(ctx, host, port, addrs)
+		return c, Route{Addr: ap}, err
+	}
+	return s.route(ctx, host, port, addrs)
+}
+
+// route connects to host's checked addresses: the NO_PROXY list picks
+// those dialled directly, and otherwise they are tried in order through
+// the upstream proxy, each as the CONNECT target (the name instead with
+// ConnectByHostname, once): a 502, 503 or 504 from the proxy moves on to
+// the next address, any other refusal ends the attempt.
+func (s SSRFDialer) route(ctx context.Context, host string, port int, addrs []netip.AddrPort) (net.Conn, Route, error) {
 	r := Route{Proxy: s.Chain.String()}
 	if direct, entry := s.Chain.Route(host, addrs); direct != nil {
 		c, ap, err := s.Dialer.DialResolved(ctx, host, port, direct)
@@ -125,7 +145,7 @@ func (s SSRFDialer) DialTunnel(ctx context.Context, host string, port int, sc Sc
 			return c, r, upstreamError(err)
 		}
 	}
-	return nil, r, errors.New("proxy: no address to dial") // unreachable: Resolve returns at least one
+	return nil, r, errors.New("proxy: no address to dial") // unreachable: Resolve and Admit return at least one
 }
 
 // Redial implements TunnelDialer.

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/palisade-sandbox/palisade/pkg/ocsf"
+	"github.com/palisade-sandbox/palisade/pkg/policy"
 	"github.com/palisade-sandbox/palisade/pkg/ssrf"
 	"github.com/palisade-sandbox/palisade/pkg/tlsca"
 	"github.com/palisade-sandbox/palisade/pkg/upstreamproxy"
@@ -37,7 +38,7 @@ const chainPassword = "s3cret-Chain"
 // corpProxy is the fake corporate proxy.
 type corpProxy struct {
 	ln      net.Listener
-	backend string         // where every opened tunnel really goes
+	backend string         // where every opened tunnel really goes (under mu)
 	status  map[string]int // CONNECT target -> answer (200 when absent)
 	mu      sync.Mutex
 	targets []string
@@ -76,6 +77,7 @@ func (cp *corpProxy) serve(c net.Conn) {
 	cp.targets = append(cp.targets, req.Method+" "+req.RequestURI)
 	cp.auth = append(cp.auth, req.Header.Get("Proxy-Authorization"))
 	status, ok := cp.status[req.RequestURI]
+	backend := cp.backend
 	cp.mu.Unlock()
 	if !ok {
 		status = 200
@@ -84,7 +86,7 @@ func (cp *corpProxy) serve(c net.Conn) {
 		fmt.Fprintf(c, "HTTP/1.1 %d %s\r\nContent-Length: 0\r\n\r\n", status, http.StatusText(status))
 		return
 	}
-	up, err := net.Dial("tcp", cp.backend)
+	up, err := net.Dial("tcp", backend)
 	if err != nil {
 		fmt.Fprintf(c, "HTTP/1.1 502 Bad Gateway\r\n\r\n")
 		return
@@ -117,6 +119,14 @@ func loopbackOnly(_, address string, _ syscall.RawConn) error {
 // chainEnv is a proxy with the real SSRF dialer chained through cp.
 func chainEnv(t *testing.T, yaml string, cp *corpProxy, hosts string, flags []string, opts ...envOpt) *testEnv {
 	t.Helper()
+	d := chainDialer(t, cp, hosts, flags)
+	return newEnv(t, yaml, append([]envOpt{func(c *Config) { c.Dialer = d }}, opts...)...)
+}
+
+// chainDialer is the real SSRF dialer (names from hosts, direct dials to
+// loopback only) chained through cp with a credential and flags.
+func chainDialer(t *testing.T, cp *corpProxy, hosts string, flags []string) SSRFDialer {
+	t.Helper()
 	auth := filepath.Join(t.TempDir(), "proxy-auth")
 	if err := os.WriteFile(auth, []byte("alice:"+chainPassword+"\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -137,7 +147,7 @@ func chainEnv(t *testing.T, yaml string, cp *corpProxy, hosts string, flags []st
 		t.Fatal(err)
 	}
 	d := &ssrf.Dialer{Resolver: res, Timeout: 2 * time.Second, Control: loopbackOnly}
-	return newEnv(t, yaml, append([]envOpt{func(c *Config) { c.Dialer = SSRFDialer{Dialer: d, Chain: chain} }}, opts...)...)
+	return SSRFDialer{Dialer: d, Chain: chain}
 }
 
 // upstreamProxyOf is unmapped.egress_proxy.upstream_proxy of an event.
@@ -343,4 +353,84 @@ func TestChainedInspectedTunnel(t *testing.T) {
 		}
 	}
 	noSecret(t, env)
+}
+
+// TestChainedTransparent: a transparent connection (a client that
+// ignored the proxy and connected to allowed.test's synthetic address)
+// is chained exactly as the CONNECT to allowed.test would be: through
+// the upstream proxy to the mapping's pinned address (never the name,
+// nothing resolved), its extra upstream connections too, with L7 rules
+// still enforced (a read-only POST is 403 and never reaches the proxy);
+// under NO_PROXY it is dialled directly (refused here by the test's
+// loopback-only Control) and the upstream proxy sees nothing. Mutated:
+// with the transparent path dialling the mapping directly (dialMapped,
+// as before chaining) both cases fail.
+func TestChainedTransparent(t *testing.T) {
+	for _, noProxy := range []bool{false, true} {
+		t.Run(fmt.Sprintf("no_proxy=%v", noProxy), func(t *testing.T) {
+			var cp *corpProxy
+			var flags []string
+			if noProxy {
+				flags = []string{"--upstream-proxy-no-proxy", "allowed.test"}
+			}
+			te := newTransparentEnv(t, func(port int) string { return restPolicy(port, "read-only", "") }, "198.51.100.7",
+				func(c *Config) {
+					cp = newCorpProxy(t, "", nil)
+					c.Dialer = chainDialer(t, cp, "", flags)
+				})
+			cp.mu.Lock()
+			cp.backend = te.up.srv.Listener.Addr().String()
+			cp.mu.Unlock()
+			cl := te.client(false)
+			url := fmt.Sprintf("https://allowed.test:%d", te.up.port)
+			resp, err := cl.Get(url + "/simple/pkg/")
+			if noProxy {
+				if err == nil {
+					resp.Body.Close()
+					t.Fatalf("NO_PROXY destination reached: %d", resp.StatusCode)
+				}
+				if targets, _ := cp.seen(); len(targets) != 0 {
+					t.Errorf("the upstream proxy saw %q for a NO_PROXY destination", targets)
+				}
+				ev := te.waitEvents(ocsf.ClassNetworkActivity, 1)[0]
+				if up := upstreamProxyOf(ev); up["route"] != "direct" || up["no_proxy"] != "allowed.test" {
+					t.Errorf("upstream_proxy %v", up)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				t.Fatalf("GET: %d", resp.StatusCode)
+			}
+			resp, err = cl.Post(url+"/upload/x", "application/octet-stream", strings.NewReader("payload"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := readDenial(t, resp); resp.StatusCode != 403 || d.Reason != policy.L7AccessDenied {
+				t.Errorf("POST: %d %+v", resp.StatusCode, d)
+			}
+			if reqs := te.up.requests(); len(reqs) != 1 || !strings.HasPrefix(reqs[0], "GET /simple/pkg/") {
+				t.Errorf("upstream saw %v, want the GET only", reqs)
+			}
+			targets, _ := cp.seen()
+			if len(targets) == 0 {
+				t.Fatal("the upstream proxy saw nothing: the transparent connection went direct")
+			}
+			for _, tg := range targets {
+				if tg != fmt.Sprintf("CONNECT 198.51.100.7:%d", te.up.port) {
+					t.Errorf("CONNECT %q; want the pinned address", tg)
+				}
+			}
+			cl.Transport.(*http.Transport).CloseIdleConnections()
+			ev := te.waitEvents(ocsf.ClassNetworkActivity, 1)[0]
+			if up := upstreamProxyOf(ev); up["route"] != "chained" || get(ev, "unmapped", "egress_proxy", "listener") != ListenerTransparent {
+				t.Errorf("transparent tunnel event: %v", ev["unmapped"])
+			}
+			noSecret(t, te.testEnv)
+		})
+	}
 }

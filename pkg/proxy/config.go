@@ -82,14 +82,20 @@ type Dialer interface {
 
 // TunnelDialer is implemented by a Dialer that can chain CONNECT tunnels
 // through an operator's upstream (corporate) proxy. The proxy dials every
-// CONNECT tunnel through DialTunnel when its Dialer has it; plain-HTTP
-// forwarding and transparent TCP always use DialContext (direct).
+// CONNECT tunnel through DialTunnel, and every transparent connection
+// (which is what a CONNECT to its name would be) through DialPinned, when
+// its Dialer has them; plain-HTTP forwarding always uses DialContext
+// (direct).
 type TunnelDialer interface {
 	// DialTunnel resolves and checks host as DialContext does, then
 	// connects directly or through the upstream proxy, and says which in
 	// the Route. An SSRF refusal is a *DenyError, a failure of the
 	// upstream proxy an *UpstreamProxyError.
 	DialTunnel(ctx context.Context, host string, port int, scope Scope) (net.Conn, Route, error)
+	// DialPinned is DialTunnel to addresses resolved before (a policy
+	// DNS mapping's), each checked again for the scope; host is their
+	// name (NO_PROXY matching, a CONNECT target by name).
+	DialPinned(ctx context.Context, host string, port int, scope Scope, pinned []netip.Addr) (net.Conn, Route, error)
 	// Redial opens another connection along a Route DialTunnel returned
 	// for host (the same checked address, the same way): an inspected
 	// tunnel's extra upstream connections.

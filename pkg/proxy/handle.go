@@ -201,7 +201,7 @@ func (p *Proxy) serveRequest(c *net.TCPConn, br *bufio.Reader, rec *Record, rele
 	}
 
 	// Only now may the name be resolved: policy allowed it.
-	up, err := p.dialUpstream(rec, v.Scope)
+	up, err := p.dialUpstream(rec, v.Scope, nil)
 	if err != nil {
 		p.dialFailed(c, rec, err)
 		return false
@@ -253,21 +253,29 @@ func (p *Proxy) partialRecord(rec *Record, raw []byte) {
 // dialUpstream connects to the record's host and port for the matched
 // scope and records the address reached. A CONNECT tunnel goes through
 // the Dialer's TunnelDialer when it has one (an upstream proxy may chain
-// it; rec.Route says how); a forwarded http:// request always dials
-// directly.
-func (p *Proxy) dialUpstream(rec *Record, scope Scope) (net.Conn, error) {
+// it; rec.Route says how), and so does a transparent connection, to the
+// addresses its policy DNS mapping pinned (pinned non-nil; nothing is
+// resolved); a forwarded http:// request always dials directly.
+func (p *Proxy) dialUpstream(rec *Record, scope Scope, pinned []netip.Addr) (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.Limits.ConnectTimeout)
 	defer cancel()
 	var up net.Conn
 	var addr netip.AddrPort
 	var err error
-	if td, ok := p.cfg.Dialer.(TunnelDialer); ok && rec.Kind == KindConnect {
+	td, tunnels := p.cfg.Dialer.(TunnelDialer)
+	if tunnels && (pinned != nil || rec.Kind == KindConnect) {
 		var r Route
-		up, r, err = td.DialTunnel(ctx, rec.Host, rec.Port, scope)
+		if pinned != nil {
+			up, r, err = td.DialPinned(ctx, rec.Host, rec.Port, scope, pinned)
+		} else {
+			up, r, err = td.DialTunnel(ctx, rec.Host, rec.Port, scope)
+		}
 		if r.Proxy != "" {
 			rec.Route = &r
 		}
 		addr = r.Addr
+	} else if pinned != nil {
+		up, addr, err = p.dialMapped(ctx, pinned, rec.Port, scope)
 	} else {
 		up, addr, err = p.cfg.Dialer.DialContext(ctx, rec.Host, rec.Port, scope)
 	}

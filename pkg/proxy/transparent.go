@@ -140,7 +140,8 @@ func (p *Proxy) checkTCPSubstrate(cur, next *Generation) error {
 // connection is then what a CONNECT to the mapping's name and port would
 // be: the caller is attributed and decided on by admit, only the real
 // addresses recorded with the mapping are dialled (through the SSRF
-// guard, with the deciding endpoint's scope), and tunnel serves it —
+// guard, with the deciding endpoint's scope, and chained through the
+// upstream proxy exactly as the CONNECT would be), and tunnel serves it —
 // TLS terminated and every request held to the endpoint's L7 rules when
 // it is inspected, the ClientHello's server name checked against the
 // name otherwise (unless tls: skip). Every refusal before the tunnel
@@ -164,17 +165,24 @@ func (p *Proxy) handleTransparent(c *net.TCPConn, rec *Record) {
 	if v.Endpoint != nil && v.Endpoint.Protocol == policy.ProtocolTCP {
 		rec.Kind = KindTCP
 	}
-	up, addr, err := p.dialMapped(m.Real, rec.Port, v.Scope)
+	if len(m.Real) == 0 { // never resolve the name here: nil pinned would
+		rec.Outcome, rec.Reason, rec.Cause = OutcomeUpstreamFailed, ReasonConnectFailed, "mapping has no real address"
+		return
+	}
+	up, err := p.dialUpstream(rec, v.Scope, m.Real)
 	if err != nil {
 		var de *DenyError
-		if errors.As(err, &de) {
+		var ue *UpstreamProxyError
+		switch {
+		case errors.As(err, &de):
 			rec.Outcome, rec.Reason = OutcomeSSRFDenied, de.Reason
-		} else {
+		case errors.As(err, &ue):
+			rec.Outcome, rec.Reason, rec.Cause = OutcomeUpstreamFailed, ue.Reason, err.Error()
+		default:
 			rec.Outcome, rec.Reason, rec.Cause = OutcomeUpstreamFailed, ReasonConnectFailed, err.Error()
 		}
 		return
 	}
-	rec.Upstream = netip.AddrPortFrom(addr.Addr().Unmap(), addr.Port())
 	rec.Outcome = OutcomeAllowed
 	untrack := p.trackUpstream(up)
 	defer func() {
@@ -236,11 +244,9 @@ func (p *Proxy) mapped(c *net.TCPConn, rec *Record) (policydns.Mapping, bool) {
 }
 
 // dialMapped dials the mapping's real addresses in order, each as an IP
-// literal through the Dialer (so the SSRF guard checks it), and returns
-// the first connection.
-func (p *Proxy) dialMapped(real []netip.Addr, port int, sc Scope) (net.Conn, netip.AddrPort, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.Limits.ConnectTimeout)
-	defer cancel()
+// literal through a Dialer that is no TunnelDialer (so the SSRF guard
+// checks it), and returns the first connection.
+func (p *Proxy) dialMapped(ctx context.Context, real []netip.Addr, port int, sc Scope) (net.Conn, netip.AddrPort, error) {
 	var errs []error
 	for _, a := range real {
 		up, ap, err := p.cfg.Dialer.DialContext(ctx, a.String(), port, sc)

@@ -78,8 +78,15 @@ func newTransparentEnv(t *testing.T, yaml func(port int) string, real string, op
 	if err != nil {
 		t.Fatal(err)
 	}
-	te.orig = netip.AddrPortFrom(te.m.Synthetic, uint16(up.port))
+	te.setOrig(netip.AddrPortFrom(te.m.Synthetic, uint16(up.port)))
 	return te
+}
+
+// setOrig sets what OriginalDst reports (the listener's goroutines read it).
+func (te *transparentEnv) setOrig(ap netip.AddrPort) {
+	te.mu.Lock()
+	te.orig = ap
+	te.mu.Unlock()
 }
 
 // newInspectEnvFor is newInspectEnv around a given upstream, trusting it.
@@ -184,7 +191,7 @@ func TestTransparentInspectedHTTPS(t *testing.T) {
 func TestTransparentInspectedPlaintext(t *testing.T) {
 	spy := newHeaderSpy(t)
 	te := newTransparentEnv(t, func(int) string { return restPolicy(spy.port, "read-only", "") }, "127.0.0.1")
-	te.orig = netip.AddrPortFrom(te.m.Synthetic, uint16(spy.port))
+	te.setOrig(netip.AddrPortFrom(te.m.Synthetic, uint16(spy.port)))
 	cl := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: nil,
 		DialContext: func(context.Context, string, string) (net.Conn, error) { return te.dialT() }}}
 	url := fmt.Sprintf("http://allowed.test:%d/x", spy.port)
@@ -305,7 +312,7 @@ func TestTransparentDecidesLikeConnect(t *testing.T) {
 			}}
 			te := newTransparentEnv(t, func(int) string { return policyYAML(echo.port, "") }, tc.real,
 				func(c *Config) { c.Attributor = attr })
-			te.orig = netip.AddrPortFrom(te.m.Synthetic, uint16(echo.port))
+			te.setOrig(netip.AddrPortFrom(te.m.Synthetic, uint16(echo.port)))
 			te.dialer.hosts["allowed.test"] = netip.MustParseAddr(tc.real)
 
 			// Transparent first: the denial limiter folds the second

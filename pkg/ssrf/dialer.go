@@ -157,6 +157,20 @@ func (d *Dialer) resolve(ctx context.Context, host string, port int, s Scope) ([
 			return nil, fmt.Errorf("ssrf: resolve %s: no addresses", host)
 		}
 	}
+	return d.Admit(addrs, port, s)
+}
+
+// Admit returns the addresses of addrs (already resolved: a policy DNS
+// mapping's) that the Guard admits on port for the scope, in order
+// without duplicates, or the *DenyError of the first one if none is
+// admitted. Resolve is this after the lookup.
+func (d *Dialer) Admit(addrs []netip.Addr, port int, s Scope) ([]netip.AddrPort, error) {
+	if port < 1 || port > 65535 {
+		return nil, fmt.Errorf("ssrf: port %d is out of range 1-65535", port)
+	}
+	if len(addrs) == 0 {
+		return nil, errors.New("ssrf: no address")
+	}
 	var firstDeny error
 	out := make([]netip.AddrPort, 0, len(addrs))
 	for _, a := range addrs {
