@@ -22,7 +22,9 @@ import (
 // whose Transport.Proxy is nil, curl --noproxy '*' — reach an inspected
 // HTTPS endpoint by name through policy DNS and the transparent listener,
 // with its L7 rules enforced; a name outside the policy is NXDOMAIN with a
-// dns_denied event; a direct connection to the real address is fenced;
+// dns_denied event naming the client (each asks for a name of its own:
+// the limiter reports the first refusal of a name in a window, and only
+// that one is attributed); a direct connection to the real address is fenced;
 // domain fronting (SNI) and a name resolving to loopback are refused as
 // on CONNECT.
 
@@ -45,7 +47,7 @@ B=https://allowed.test:8443
 c() { n=$1; shift; printf '%s=' "$n"; curl --noproxy '*' -s -o /tmp/b -w '%{http_code}' --max-time 20 "$@"; printf ' %s\n' "$(tr -d '\n' < /tmp/b)"; }
 c curl_get "$B/echo/curl"
 c curl_post -X POST -d x "$B/echo/curl"
-printf 'curl_denied=%s\n' "$(curl --noproxy '*' -sS --max-time 10 -o /dev/null https://denied.test/ 2>&1)"
+printf 'curl_denied=%s\n' "$(curl --noproxy '*' -sS --max-time 10 -o /dev/null https://denied-curl.test/ 2>&1)"
 node -e '
 const B = process.argv[1];
 const why = (e) => (e.cause && (e.cause.code || e.cause.message)) || e.message;
@@ -55,7 +57,7 @@ const why = (e) => (e.cause && (e.cause.code || e.cause.message)) || e.message;
   try { const r = await fetch(B + "/echo/node", { method: "POST", body: "x" }); const j = await r.json();
         console.log("node_post=" + r.status + " " + j.error + " " + j.reason); }
   catch (e) { console.log("node_post=error " + why(e)); }
-  try { await fetch("https://denied.test/"); console.log("node_denied=reached"); }
+  try { await fetch("https://denied-node.test/"); console.log("node_denied=reached"); }
   catch (e) { console.log("node_denied=" + why(e)); }
   try { await fetch("https://allowed.test/"); console.log("node_refused=reached"); }
   catch (e) { console.log("node_refused=" + why(e)); }
@@ -73,7 +75,7 @@ curl --noproxy '*' -s -o /dev/null --max-time 10 http://loopy.test/; printf 'loo
 
 // TestHelperGoDirect is a Go net/http client with Transport.Proxy nil run
 // inside the sandbox (a copy of this test binary): a GET and a POST of
-// $GODIRECT/echo/go and a GET of https://denied.test/. It does nothing
+// $GODIRECT/echo/go and a GET of https://denied-go.test/. It does nothing
 // unless GODIRECT is set.
 func TestHelperGoDirect(t *testing.T) {
 	base := os.Getenv("GODIRECT")
@@ -95,7 +97,7 @@ func TestHelperGoDirect(t *testing.T) {
 	}
 	do("go_get", "GET", base+"/echo/go")
 	do("go_post", "POST", base+"/echo/go")
-	do("go_denied", "GET", "https://denied.test/")
+	do("go_denied", "GET", "https://denied-go.test/")
 }
 
 func TestTransparentHTTPSInSandbox(t *testing.T) {
@@ -116,7 +118,7 @@ func TestTransparentHTTPSInSandbox(t *testing.T) {
 	}
 	check("curl_get", `200 {"method":"GET","path":"/echo/curl"`)
 	check("curl_post", `403 {"error":"policy_denied","host":"allowed.test","port":8443,"binary":"/usr/bin/curl"`)
-	check("curl_denied", "curl: (6) Could not resolve host: denied.test")
+	check("curl_denied", "curl: (6) Could not resolve host: denied-curl.test")
 	check("node_get", "200 /echo/node")
 	check("node_post", "403 policy_denied l7_access_denied")
 	check("node_denied", "ENOTFOUND")
@@ -126,7 +128,7 @@ func TestTransparentHTTPSInSandbox(t *testing.T) {
 	}
 	check("go_get", "200 ")
 	check("go_post", "403 policy_denied l7_access_denied")
-	check("go_denied", `error Get "https://denied.test/": dial tcp: lookup denied.test`)
+	check("go_denied", `error Get "https://denied-go.test/": dial tcp: lookup denied-go.test`)
 	if a, err := netip.ParseAddr(r["getent"]); err != nil || !policydns.SyntheticRange.Contains(a) {
 		t.Errorf("getent: allowed.test is %q, want a synthetic address", r["getent"])
 	}
@@ -171,13 +173,13 @@ func TestTransparentHTTPSInSandbox(t *testing.T) {
 }
 
 // checkTransparentEvents: each client's refused POST is an HTTP Activity
-// marked transparent; denied.test is a dns_denied naming each client
-// that asked; the fronted ClientHello
-// an sni_mismatch; loopy.test an SSRF refusal of its name (loopback); the
+// marked transparent; denied-CLIENT.test is a dns_denied naming the
+// client that asked (and no other); the fronted ClientHello an
+// sni_mismatch; loopy.test an SSRF refusal of its name (loopback); the
 // direct connection a bypass.
 func checkTransparentEvents(t *testing.T, evs []map[string]any, helper string) {
 	t.Helper()
-	posts, askers := map[string]bool{}, map[string]bool{}
+	posts, askers := map[string]bool{}, map[string]string{}
 	var dnsDenied, sni, ssrf, bypass int
 	exe := func(e map[string]any) string {
 		a, _ := e["actor"].(map[string]any)
@@ -201,12 +203,17 @@ func checkTransparentEvents(t *testing.T, evs []map[string]any, helper string) {
 				continue
 			}
 			posts[exe(e)] = true
-		case pd != nil && e["status_code"] == policydns.StatusDenied && dst["domain"] == "denied.test":
+		case pd != nil && e["status_code"] == policydns.StatusDenied && strings.HasPrefix(fmt.Sprint(dst["domain"]), "denied-"):
 			dnsDenied++
 			if pd["rcode"] != "NXDOMAIN" || e["action"] != "Denied" {
 				t.Errorf("dns_denied event: %v", e)
 			}
-			askers[exe(e)] = true
+			if x := exe(e); x != "" {
+				if prev := askers[dst["domain"].(string)]; prev != "" && prev != x {
+					t.Errorf("dns_denied events for %s name %s and %s", dst["domain"], prev, x)
+				}
+				askers[dst["domain"].(string)] = x
+			}
 		case pd != nil && e["status_code"] == policydns.StatusSSRFDenied && dst["domain"] == "loopy.test":
 			ssrf++
 			if e["status_detail"] != "loopback" {
@@ -225,12 +232,12 @@ func checkTransparentEvents(t *testing.T, evs []map[string]any, helper string) {
 	}
 	// The querying process is named (the proxy attributes the query's
 	// UDP socket).
-	for _, b := range []string{"/usr/bin/curl", "/usr/bin/node", helper} {
-		if !askers[b] {
-			t.Errorf("no dns_denied event for denied.test naming %s (have %v)", b, askers)
+	for name, b := range map[string]string{"denied-curl.test": "/usr/bin/curl", "denied-node.test": "/usr/bin/node", "denied-go.test": helper} {
+		if askers[name] != b {
+			t.Errorf("dns_denied event for %s names %q, want %s (have %v)", name, askers[name], b, askers)
 		}
 	}
 	if dnsDenied == 0 || ssrf == 0 || sni < 2 || bypass == 0 {
-		t.Errorf("events: %d dns_denied for denied.test, %d ssrf refusals of loopy.test, %d sni_mismatch, %d bypass; want each (sni: 2)", dnsDenied, ssrf, sni, bypass)
+		t.Errorf("events: %d dns_denied for denied-*.test, %d ssrf refusals of loopy.test, %d sni_mismatch, %d bypass; want each (sni: 2)", dnsDenied, ssrf, sni, bypass)
 	}
 }
