@@ -3,12 +3,15 @@ package policies_test
 import (
 	"bytes"
 	"encoding/json"
+	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"testing"
 
 	"github.com/palisade-sandbox/palisade/pkg/binaries"
+	"github.com/palisade-sandbox/palisade/pkg/credentials"
 	"github.com/palisade-sandbox/palisade/pkg/policy"
 	"github.com/palisade-sandbox/palisade/pkg/testutil"
 )
@@ -155,6 +158,49 @@ func TestExamplesPassPolicySyncCheck(t *testing.T) {
 			if w.Kind != binaries.Missing && w.Kind != binaries.Interpreter {
 				t.Errorf("%s: %s", f, w)
 			}
+		}
+	}
+}
+
+// The model-provider example and its credentials file agree: every
+// endpoint a key is bound to is inspected (placeholders resolve there),
+// and each key is bound to its own provider's host only.
+func TestModelProviderCredentialsExample(t *testing.T) {
+	p, err := policy.LoadFile("examples/model-provider-credentials.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile("examples/credentials/model-provider.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := credentials.Parse(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := credentials.CheckPolicy(p, f); err != nil {
+		t.Fatalf("the example policy and its credentials disagree: %v", err)
+	}
+	s, err := credentials.Build(f, func(string) (string, bool) { return "sk-ant-example", true })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		key, host, path string
+		ok              bool
+	}{
+		{"OPENAI_API_KEY", "api.openai.com", "/v1/chat/completions", true},
+		{"OPENAI_API_KEY", "api.anthropic.com", "/v1/messages", false},
+		{"OPENAI_API_KEY", "api.openai.com", "/dashboard", false},
+		{"ANTHROPIC_API_KEY", "api.anthropic.com", "/v1/messages", true},
+		{"ANTHROPIC_API_KEY", "api.openai.com", "/v1/chat/completions", false},
+	} {
+		path := tc.path
+		r := s.Resolver(&credentials.Target{Host: tc.host, Port: 443, Paths: func() ([]string, bool) { return []string{path}, true }})
+		h := http.Header{"Authorization": {"Bearer " + credentials.Placeholder(tc.key)}}
+		r.Header(h)
+		if ok := r.Err() == nil; ok != tc.ok {
+			t.Errorf("%s to %s%s: resolved %v, want %v", tc.key, tc.host, tc.path, ok, tc.ok)
 		}
 	}
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/palisade-sandbox/palisade/pkg/ceiling"
 	"github.com/palisade-sandbox/palisade/pkg/cgroup"
 	"github.com/palisade-sandbox/palisade/pkg/cli"
+	"github.com/palisade-sandbox/palisade/pkg/credentials"
 	"github.com/palisade-sandbox/palisade/pkg/feature"
 	"github.com/palisade-sandbox/palisade/pkg/fence"
 	"github.com/palisade-sandbox/palisade/pkg/ocsf"
@@ -47,7 +48,8 @@ const usage = `Usage:
                [--control PATH] [--events FILE|-|/dev/fd/N] [--hosts-file FILE]
                [--sandbox NAME --cgroup NAME --init-pid PID] [--pins FILE]
                [--ready-fd N] [--ca-out FILE] [--upstream-ca-bundle FILE]
-               [--ceiling FILE] [--upstream-proxy URL [upstream proxy flags]]
+               [--ceiling FILE] [--credentials FILE [--credentials-env-fd N]]
+               [--upstream-proxy URL [upstream proxy flags]]
                [limits] [--log-format text|json] [--log-level L]
 
 Serves an explicit HTTP proxy (CONNECT host:port, absolute-form http://)
@@ -145,6 +147,19 @@ Flags:
                          also trust these PEM roots for upstream servers of
                          inspected tunnels (an unreadable or certificate-free
                          file is an error)
+  --credentials FILE     the credentials whose placeholders
+                         (openshell:resolve:env:KEY) the proxy resolves in
+                         requests it admitted, where each is bound
+                         (docs/credentials.md). The file must be root's and
+                         mode 0600 or 0400 (anything else is refused, naming
+                         it); it is read again at every reload, and a reload
+                         that fails revokes every credential until one
+                         succeeds. A policy that binds credentials the file
+                         does not hold, or lets a bound endpoint's tunnels
+                         pass uninspected, does not load
+  --credentials-env-fd N read the values of the file's env: sources from
+                         descriptor N (a JSON object sandbox-supervisor
+                         writes) instead of this process's environment
 
 Upstream (corporate) proxy, for networks where nothing leaves but through
 one. Only tunnels are chained — CONNECTs (passthrough and inspected) and
@@ -266,7 +281,8 @@ type flags struct {
 	sandbox, cgroup, pins, logFormat, logLevel, clientCC    string
 	attribution, sendGuard                                  string
 	writable                                                pathList
-	caOut, upstreamCA, ceiling                              string
+	caOut, upstreamCA, ceiling, credentials                 string
+	credentialsEnvFD                                        int
 	dnsListen, transparentListen                            string
 	dnsTTL                                                  time.Duration
 	dnsEpoch                                                uint64
@@ -313,6 +329,8 @@ func parseFlags(args []string, stdout io.Writer) (*flags, bool, error) {
 	fs.StringVar(&f.upstreamCA, "upstream-ca-bundle", "", "extra PEM roots for upstream servers")
 	fs.StringVar(&f.ceiling, "ceiling", "", "policy ceiling file")
 	f.upstream.Register(fs)
+	fs.StringVar(&f.credentials, "credentials", "", "root-only credentials file")
+	fs.IntVar(&f.credentialsEnvFD, "credentials-env-fd", -1, "descriptor holding the values of the credentials' env sources")
 	if err := cli.ParseFlags(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, usage)
@@ -344,6 +362,10 @@ func parseFlags(args []string, stdout io.Writer) (*flags, bool, error) {
 		return nil, false, cli.Usagef("--writable needs sandbox mode (--cgroup and --init-pid)")
 	case f.readyFD != -1 && f.readyFD < 3:
 		return nil, false, cli.Usagef("--ready-fd %d: want 3 or more (0-2 are stdio)", f.readyFD)
+	case f.credentialsEnvFD != -1 && (f.credentialsEnvFD < 3 || f.credentialsEnvFD == f.readyFD):
+		return nil, false, cli.Usagef("--credentials-env-fd %d: want 3 or more, not --ready-fd", f.credentialsEnvFD)
+	case f.credentialsEnvFD != -1 && f.credentials == "":
+		return nil, false, cli.Usagef("--credentials-env-fd goes with --credentials")
 	case f.maxConns < 1:
 		return nil, false, cli.Usagef("--max-conns %d: want at least 1", f.maxConns)
 	case f.procs < -1:
@@ -489,6 +511,11 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		}
 	}
 
+	loadCreds, err := credentialLoader(f)
+	if err != nil {
+		return err
+	}
+
 	attr, closeAttr, err := attributor(f, events, src, log)
 	if err != nil {
 		return cli.Failf("%v", err)
@@ -550,21 +577,23 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		KeepAlive: -1,
 	}
 	p, err := proxy.New(proxy.Config{
-		PolicyPath:    f.policy,
-		Admit:         ceiling.Checker(ceiling.Locate(f.ceiling, os.Getenv)),
-		Compile:       proxy.CompileDecision,
-		Canonicalize:  proxy.CanonicalHost,
-		Dialer:        proxy.SSRFDialer{Dialer: dialer, Chain: chain},
-		Attributor:    proxy.AttributionBackend{Backend: attr},
-		Guard:         guard,
-		Pinner:        proxy.AttributionPinner{Pinner: pinner},
-		OriginalDst:   fence.OriginalDst,
-		Source:        src,
-		Events:        events,
-		CA:            ca,
-		UpstreamRoots: roots,
-		Logger:        log,
-		BinaryNotes:   binaryNotes,
+		PolicyPath:      f.policy,
+		Admit:           ceiling.Checker(ceiling.Locate(f.ceiling, os.Getenv)),
+		Compile:         proxy.CompileDecision,
+		Canonicalize:    proxy.CanonicalHost,
+		Dialer:          proxy.SSRFDialer{Dialer: dialer, Chain: chain},
+		Attributor:      proxy.AttributionBackend{Backend: attr},
+		Guard:           guard,
+		Pinner:          proxy.AttributionPinner{Pinner: pinner},
+		OriginalDst:     fence.OriginalDst,
+		Source:          src,
+		Events:          events,
+		CA:              ca,
+		UpstreamRoots:   roots,
+		Logger:          log,
+		BinaryNotes:     binaryNotes,
+		Credentials:     loadCreds,
+		CredentialsPath: f.credentials,
 		// Run for a sandbox, the supervisor said the first load's notes.
 		QuietFirstNotes: f.cgroup != "",
 		Limits: proxy.Limits{
@@ -662,6 +691,30 @@ func logUpstreamProxy(log *slog.Logger, c *upstreamproxy.Chain) {
 	}
 	log.Info("CONNECT tunnels chained through an upstream proxy", "proxy", c.String(), "credential", c.HasCredential(),
 		"connect_target", target, "no_proxy", strings.Join(c.NoProxy.Entries(), ","), "ca_bundle", c.CABundle)
+}
+
+// credentialLoader returns what loads --credentials (nil without it): the
+// file, its env sources resolved through the snapshot on
+// --credentials-env-fd (read once, here) or this process's environment.
+func credentialLoader(f *flags) (func() (*credentials.Store, error), error) {
+	if f.credentials == "" {
+		return nil, nil
+	}
+	lookup := os.LookupEnv
+	if f.credentialsEnvFD >= 0 {
+		r := os.NewFile(uintptr(f.credentialsEnvFD), "credentials-env")
+		if r == nil {
+			return nil, cli.Usagef("--credentials-env-fd %d is not open", f.credentialsEnvFD)
+		}
+		snap, err := credentials.DecodeEnv(r)
+		r.Close()
+		if err != nil {
+			return nil, cli.Failf("--credentials-env-fd %d: %v", f.credentialsEnvFD, err)
+		}
+		lookup = snap.Lookup
+	}
+	path := f.credentials
+	return func() (*credentials.Store, error) { return credentials.Load(path, lookup) }, nil
 }
 
 func mode(f *flags) string {

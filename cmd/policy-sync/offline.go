@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/palisade-sandbox/palisade/pkg/binaries"
 	"github.com/palisade-sandbox/palisade/pkg/cli"
+	"github.com/palisade-sandbox/palisade/pkg/credentials"
 	"github.com/palisade-sandbox/palisade/pkg/fsutil"
 	"github.com/palisade-sandbox/palisade/pkg/policy"
 	"github.com/palisade-sandbox/palisade/policies"
@@ -48,16 +50,24 @@ to one) never connects itself, its interpreter does; a link is seen as
 its target; a listed general interpreter (python, node, sh, ...) passes
 its access to any code it runs (each a "warning:" line on stderr); a
 listed path may not exist here (a "note:" line). In --json all are in
-"warnings". None makes the policy invalid.`,
+"warnings". None makes the policy invalid.
+
+--credentials checks the policy against a credentials file
+(docs/credentials.md): every credential_binding must name a provider of
+it that lists no endpoints, and no endpoint a credential is bound to may
+be admitted without inspection (its placeholders could not be resolved
+there).`,
 	examples: `  policy-sync check /etc/mac/openshell-policy.yaml
   policy-sync check --json ~/.mac/openshell-policy.yaml | jq .checksum
   policy-sync check policy.yaml --workdir /home/hermes/work
   policy-sync check --ceiling /etc/palisade/ceiling.yaml task-policy.yaml
+  sudo policy-sync check --credentials /etc/palisade/credentials.yaml agent-policy.yaml
 `,
 	flags: func(fs *flag.FlagSet) func(context.Context, *app, []string) error {
 		asJSON := fs.Bool("json", false, "print one JSON object instead of text")
 		workdir := fs.String("workdir", "", "also check binaries against this working directory (include_workdir)")
 		ceilingPath := ceilingFlag(fs)
+		credsPath := fs.String("credentials", "", "also check the policy against this credentials file (root's, mode 0600)")
 		return func(_ context.Context, a *app, args []string) error {
 			if len(args) != 1 {
 				return cli.Usagef("check: want exactly one FILE, got %d arguments", len(args))
@@ -71,9 +81,15 @@ listed path may not exist here (a "note:" line). In --json all are in
 			if err == nil {
 				err = a.ceilingCheck(*ceilingPath, p)
 			}
+			if err == nil && *credsPath != "" {
+				err = checkCredentials(*credsPath, p)
+			}
+			var cerrs credentials.Errors
 			if err != nil {
 				if errs, ok := policy.AsErrors(err); ok {
 					res.Problems = errs.List()
+				} else if errors.As(err, &cerrs) && !strings.HasPrefix(err.Error(), "--credentials") {
+					res.Problems = cerrs
 				} else if xs, ok := ceilingProblems(err); ok {
 					res.Problems = xs
 				} else {
@@ -109,6 +125,17 @@ listed path may not exist here (a "note:" line). In --json all are in
 			}
 		}
 	},
+}
+
+// checkCredentials checks p against the credentials file at path
+// (credentials.CheckPolicy). The file's env sources need not be set
+// here: only its providers and endpoints matter.
+func checkCredentials(path string, p *policy.Policy) error {
+	f, err := credentials.LoadFile(path)
+	if err != nil {
+		return fmt.Errorf("--credentials: %w", err)
+	}
+	return credentials.CheckPolicy(p, f)
 }
 
 func loadForCheck(a *app, file string) (*policy.Policy, error) {

@@ -98,6 +98,7 @@ Examples:
   sudo sandbox-supervisor run --policy p.yaml --upstream-proxy http://proxy.corp.example:3128 \
       --upstream-proxy-auth-file /etc/palisade/proxy-auth --upstream-proxy-allow-insecure \
       --upstream-proxy-no-proxy .corp.example,10.0.0.0/8 -- npm ci   # behind a corporate proxy
+  sudo sandbox-supervisor run --policy agent.yaml --credentials /etc/palisade/credentials.yaml -- my-agent   # $OPENAI_API_KEY is a placeholder
   sudo sandbox-supervisor run --policy db.yaml --dns-ttl 15s -- psql -h db.internal   # db.internal resolves through policy DNS
   sudo sandbox-supervisor run --policy p.yaml --proxy-procs 2 -- pip download -r requirements.txt
   sudo sandbox-supervisor spec -- /bin/true | jq .linux.namespaces
@@ -107,7 +108,7 @@ type runFlags struct {
 	policy, name, kind, agentID, workdir, home, passthrough, events string
 	profile, memory, stateDir, logFormat, logLevel                  string
 	proxyBin, hostsFile, taskMetadata, trustedRegistries            string
-	upstreamCA, attribution, ceiling                                string
+	upstreamCA, attribution, ceiling, credentials                   string
 	cpus                                                            float64
 	pids                                                            int64
 	tty, noTTY, keep, allowDegraded, detach, json                   bool
@@ -165,6 +166,7 @@ func parseRunFlags(args []string, stderr io.Writer, specOnly bool) (*runFlags, [
 	fs.StringVar(&f.hostsFile, "hosts-file", "", "static name resolution for the egress proxy (/etc/hosts format; tests and air-gapped sites)")
 	fs.StringVar(&f.attribution, "attribution", "auto", "how the egress proxy attributes connections to sandbox processes: bpf (eBPF on the sandbox's cgroup), proc (/proc fd tables) or auto (bpf when it loads, else proc, with an event)")
 	fs.StringVar(&f.upstreamCA, "upstream-ca-bundle", "", "extra PEM roots the egress proxy trusts for upstream servers of inspected (TLS-terminated) tunnels")
+	fs.StringVar(&f.credentials, "credentials", "", "credentials file (root's, mode 0600): the sandbox's environment gets a placeholder openshell:resolve:env:KEY for each credential, and its egress proxy writes the value into requests to the endpoints the credential is bound to (docs/credentials.md)")
 	fs.DurationVar(&f.dnsTTL, "dns-ttl", 0, "the egress proxy's --dns-ttl: lifetime of a policy DNS mapping and TTL of its answer, 1s..30s (default: the proxy's, 5s). Ignored with a warning when the policy allows no egress (no proxy runs)")
 	f.upstream.Register(fs)
 	fs.IntVar(&f.proxyProcs, "proxy-procs", 0, "the egress proxy's --procs: CPUs that run proxy code at once, 0 for all (default: the proxy's, 1 per sandbox)")
@@ -430,12 +432,22 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if err := sandbox.CheckPolicyPaths(pinfo, workdir, privateRW); err != nil {
 		return sandboxFailed(fmt.Errorf("policy %s: %w", resolved.Path, err))
 	}
+	var creds *runCredentials
+	if f.credentials != "" && pinfo.NetworkPolicies > 0 {
+		if creds, err = loadRunCredentials(f.credentials, resolved.Policy); err != nil {
+			return sandboxFailed(err)
+		}
+	}
 	env, err := sandbox.BuildEnv(sandbox.EnvInput{
 		Host: os.Environ(), Set: f.env, Passthrough: strings.Split(f.passthrough, ","),
 		Workdir: workdir, Home: f.home, ReadOnly: pinfo.ReadOnly, Name: f.name, TTY: f.tty, Profile: f.profile,
+		Reserved: creds.placeholders(), Secrets: creds.secrets(),
 	})
 	if err != nil {
 		return cli.Usagef("%v", err)
+	}
+	if err := creds.checkEnv(env); err != nil {
+		return sandboxFailed(err)
 	}
 	if !specOnly {
 		warnBinaries(logger, resolved, env)
@@ -486,6 +498,9 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 			// is never dropped here, so --allow-degraded keeps eBPF.
 			cfg.SendGuard = "require"
 			cfg.Attribution = f.attribution
+		}
+		if creds != nil {
+			cfg.Credentials, cfg.CredentialEnv = creds.path, creds.proxyEnv()
 		}
 		if ceil != nil {
 			cfg.Ceiling = ceil.Path
@@ -579,7 +594,7 @@ func proxyFlagsGiven(f *runFlags) []string {
 		set  bool
 	}{
 		{"--hosts-file", f.hostsFile != ""}, {"--upstream-ca-bundle", f.upstreamCA != ""},
-		{"--dns-ttl", f.dnsTTLSet}, {"--proxy-procs", f.proxyProcsSet},
+		{"--dns-ttl", f.dnsTTLSet}, {"--proxy-procs", f.proxyProcsSet}, {"--credentials", f.credentials != ""},
 	} {
 		if g.set {
 			given = append(given, g.name)
@@ -693,6 +708,11 @@ func outOfReach(r *policy.Resolved, f *runFlags, p sandbox.PolicyInfo, workdir s
 	}
 	if f.hostsFile != "" {
 		if err := check("--hosts-file", f.hostsFile); err != nil {
+			return err
+		}
+	}
+	if f.credentials != "" {
+		if err := check("--credentials", f.credentials); err != nil {
 			return err
 		}
 	}

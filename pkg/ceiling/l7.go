@@ -38,6 +38,8 @@ func everyRequest(e *policy.Endpoint) bool {
 // e's field path) and the reason, or "" when within.
 func behaviourWithin(e, w *policy.Endpoint, wPath string) (string, string) {
 	switch {
+	case e.CredentialBinding != nil && (w.CredentialBinding == nil || w.CredentialBinding.Provider != e.CredentialBinding.Provider):
+		return ".credential_binding", fmt.Sprintf("resolves provider %s's credentials in its requests, but the ceiling's %s does not bind them", e.CredentialBinding.Provider, wPath)
 	case raw(e) && !raw(w):
 		return "", fmt.Sprintf("relays tunnels without inspection (%s), but the ceiling's %s inspects them (protocol rest)", protoName(e), wPath)
 	case rawNoSNI(e) && !rawNoSNI(w):

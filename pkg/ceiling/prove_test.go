@@ -101,6 +101,9 @@ func TestRefusalMessages(t *testing.T) {
 		{"tcp under rest", entry("gh", `    endpoints: [{host: api.github.com, port: 443, protocol: tcp}]
     binaries: [{path: /usr/bin/gh}]
 `), "network_policies.gh.endpoints[0]: api.github.com:443 relays tunnels without inspection (protocol tcp), but the ceiling's network_policies.github.endpoints[1] inspects them (protocol rest)"},
+		{"credential binding", entry("gl", `    endpoints: [{host: "*.gitlab.test", port: 443, protocol: rest, access: read-only, credential_binding: {provider: gitlab}}]
+    binaries: [{path: /usr/bin/git}]
+`), "network_policies.gl.endpoints[0].credential_binding: *.gitlab.test:443 resolves provider gitlab's credentials in its requests, but the ceiling's network_policies.gl.endpoints[0] does not bind them"},
 		{"tls skip", entry("npm", `    endpoints: [{host: registry.npmjs.org, port: 443, tls: skip}]
     binaries: [{path: /usr/bin/node}]
 `), "network_policies.npm.endpoints[0].tls: registry.npmjs.org:443 tls: skip relays tunnels without checking the TLS server name, but the ceiling's network_policies.npm.endpoints[0] checks it"},

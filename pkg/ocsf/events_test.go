@@ -97,6 +97,12 @@ func examples() []struct {
 			"9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
 			"60303ae22b998861bce3b28f33eec1be758a213c86c93c076dbe9f558c11c752"),
 			"sbx-3f9a2c:identity:7c2a9e4f0d1b3856")},
+		{"finding-credential", pin(p.CredentialMisuse(ocsf.Conn{
+			Src: &ocsf.NetworkEndpoint{IP: "10.200.0.2", Port: 40622},
+			Dst: &ocsf.NetworkEndpoint{Hostname: "pastebin.example.com", IP: "198.51.100.23", Port: 443}, Actor: agentActor()},
+			"credential_endpoint_mismatch"), "sbx-3f9a2c:credential:3d6f1a0b9c2e4875")},
+		{"credentials-reload-revoked", p.CredentialsRevoked(ocsf.CredentialsRef{Path: "/etc/palisade/credentials.yaml", Generation: 3},
+			errors.New(`credentials file /etc/palisade/credentials.yaml: invalid credentials file: providers.openai.credentials.OPENAI_API_KEY.env (line 6): environment variable OPS_OPENAI_KEY is not set`))},
 		{"network-open-allowed", p.NetworkOpen(conn(), ocsf.Decision{Allowed: true, Rule: rule})},
 		{"network-open-denied", p.NetworkOpen(conn(), ocsf.Decision{Rule: deny, Code: "policy_denied", Reason: "no network policy allows api.example.com:443 for /usr/bin/curl"})},
 		{"network-refuse", p.NetworkRefuse(ocsf.Conn{

@@ -62,15 +62,23 @@ func (s *Source) DegradedRun(feature, reason string) *DetectionFinding {
 // network around the proxy (captured by the fence). Severity High; action
 // Denied, disposition Blocked.
 func (s *Source) BypassAttempt(c Conn, reason string) *DetectionFinding {
+	return s.connFinding(c, "bypass", FindingTypeBypass, "direct connection to %s bypassing the proxy", reason)
+}
+
+// connFinding is a High finding about one refused connection of c's
+// actor: title is a format taking the destination's label, the
+// connection's endpoints are the evidence; action Denied, disposition
+// Blocked.
+func (s *Source) connFinding(c Conn, kind, typ, title, desc string) *DetectionFinding {
 	dst := "unknown destination"
 	if c.Dst != nil {
 		dst = endpointLabel(c.Dst)
 	}
 	info := FindingInfo{
-		UID:   s.newUID("bypass"),
-		Title: fmt.Sprintf("direct connection to %s bypassing the proxy", dst),
-		Desc:  reason,
-		Types: []string{FindingTypeBypass},
+		UID:   s.newUID(kind),
+		Title: fmt.Sprintf(title, dst),
+		Desc:  desc,
+		Types: []string{typ},
 	}
 	ev := Evidence{SrcEndpoint: c.Src, DstEndpoint: c.Dst, ConnectionInfo: c.connInfo()}
 	if c.Src == nil && c.Dst == nil {

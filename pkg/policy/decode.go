@@ -110,8 +110,7 @@ var nameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^
 var openShellOnly = map[string]bool{
 	"network_middlewares": true, "path": true, "allow_encoded_slash": true,
 	"websocket_credential_rewrite": true, "request_body_credential_rewrite": true,
-	"allow_uninspected_credentials": true, "credential_signing": true,
-	"signing_service": true, "signing_region": true, "persisted_queries": true,
+	"credential_signing": true, "signing_service": true, "signing_region": true, "persisted_queries": true,
 	"graphql_persisted_queries": true, "graphql_max_body_bytes": true,
 	"mcp": true, "json_rpc": true, "harness": true, "command": true,
 	"operation_type": true, "operation_name": true, "fields": true,
@@ -579,7 +578,7 @@ func checkDisplayName(s string) error {
 	return nil
 }
 
-var endpointKeys = []string{"host", "port", "ports", "protocol", "tls", "enforcement", "access", "rules", "deny_rules", "allowed_ips"}
+var endpointKeys = append([]string{"host", "port", "ports", "protocol", "tls", "enforcement", "access", "rules", "deny_rules", "allowed_ips"}, credentialKeys...)
 
 func (d *decoder) endpoint(n *yaml.Node, path string) *Endpoint {
 	fields, ok := d.mapping(n, path, endpointKeys)
@@ -729,6 +728,8 @@ func (d *decoder) endpoint(n *yaml.Node, path string) *Endpoint {
 		}
 	}
 
+	d.credentialFields(fields, path, e)
+
 	// Cross-field rules.
 	_, hasHost := fields["host"]
 	if !hasHost && !hasIPs {
@@ -779,6 +780,7 @@ func (d *decoder) endpoint(n *yaml.Node, path string) *Endpoint {
 			d.errf(denyF.key, path+".deny_rules", "require protocol: rest")
 		}
 	}
+	d.credentialCross(fields, path, e)
 	if len(d.errs) > before {
 		return nil
 	}

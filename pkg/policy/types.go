@@ -107,6 +107,14 @@ type Endpoint struct {
 	// AllowedIPs are canonical CIDR prefixes ("10.0.0.0/8", "192.0.2.7/32")
 	// the destination may resolve to despite the SSRF guard.
 	AllowedIPs []string `json:"allowed_ips,omitempty" yaml:"allowed_ips,omitempty"`
+	// CredentialBinding binds an endpointless provider of the
+	// credentials file to this endpoint (see CredentialBinding).
+	CredentialBinding *CredentialBinding `json:"credential_binding,omitempty" yaml:"credential_binding,omitempty"`
+	// AllowUninspectedCredentials accepts that credential placeholders
+	// travel unresolved on this endpoint's CONNECT tunnels when it is not
+	// inspected (Inspected): without it, a binding to such an endpoint is
+	// refused when the policy (and the credentials) load.
+	AllowUninspectedCredentials bool `json:"allow_uninspected_credentials,omitempty" yaml:"allow_uninspected_credentials,omitempty"`
 }
 
 // AccessAllows reports whether an access preset admits an HTTP method:
@@ -232,6 +240,10 @@ func (e *Endpoint) clone() *Endpoint {
 	c := *e
 	c.Ports = slices.Clone(e.Ports)
 	c.AllowedIPs = slices.Clone(e.AllowedIPs)
+	if e.CredentialBinding != nil {
+		b := *e.CredentialBinding
+		c.CredentialBinding = &b
+	}
 	c.Rules = nil
 	for _, r := range e.Rules {
 		c.Rules = append(c.Rules, Rule{Allow: r.Allow.clone()})

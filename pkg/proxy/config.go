@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/palisade-sandbox/palisade/pkg/binaries"
+	"github.com/palisade-sandbox/palisade/pkg/credentials"
 	"github.com/palisade-sandbox/palisade/pkg/ocsf"
 	"github.com/palisade-sandbox/palisade/pkg/policy"
 	"github.com/palisade-sandbox/palisade/pkg/tlsca"
@@ -393,6 +394,13 @@ type Config struct {
 	// UpstreamRoots verifies upstream certificates on terminated
 	// connections; nil means the system roots.
 	UpstreamRoots *x509.CertPool
+	// Credentials, when set, loads the credentials whose placeholders
+	// the proxy resolves (package credentials), at start and at every
+	// reload; an error at start stops New, a later one revokes every
+	// credential until a load succeeds. CredentialsPath names the file
+	// (events, logs; Watch reloads when it changes).
+	Credentials     func() (*credentials.Store, error)
+	CredentialsPath string
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }

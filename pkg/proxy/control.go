@@ -22,6 +22,21 @@ type Status struct {
 	// Attribution holds the attribution backend's counters, when it has
 	// any (see AttributionCounter).
 	Attribution map[string]uint64 `json:"attribution,omitempty"`
+	// Credentials describes the credentials in force (nil: none are
+	// configured); never a key or a value.
+	Credentials *CredentialsStatus `json:"credentials,omitempty"`
+}
+
+// CredentialsStatus describes the credentials in force.
+type CredentialsStatus struct {
+	Path        string `json:"path"`
+	Generation  int64  `json:"generation"`
+	Credentials int    `json:"credentials"`
+	Providers   int    `json:"providers"`
+	// Revoked is set after a reload failed (LastError says why): every
+	// credential is refused until a reload succeeds.
+	Revoked   bool   `json:"revoked"`
+	LastError string `json:"last_error,omitempty"`
 }
 
 // PolicyStatus describes the generation in force.
@@ -49,6 +64,7 @@ func (p *Proxy) Status() Status {
 		},
 	}
 	s.Attribution = p.attributionCounters()
+	s.Credentials = p.credsStatus.Load()
 	if e := p.lastReloadErr.Load(); e != nil {
 		s.LastReloadError = *e
 	}

@@ -214,8 +214,11 @@ func (p *Proxy) forward(c *net.TCPConn, br *bufio.Reader, up net.Conn, rec *Reco
 		Proto:      "HTTP/1.1",
 		ProtoMajor: 1,
 		ProtoMinor: 1,
-		Header:     forwardHeader(rq.head),
+		Header:     rq.header,
 		Host:       rq.url.Host,
+	}
+	if out.Header == nil {
+		out.Header = forwardHeader(rq.head)
 	}
 	// The URL sent upstream carries no userinfo (ParseForwardTarget
 	// refused it) and the transport writes only its path and query.
@@ -254,6 +257,9 @@ func (p *Proxy) forward(c *net.TCPConn, br *bufio.Reader, up net.Conn, rec *Reco
 		status, reason := http.StatusBadGateway, ReasonUpstreamError
 		if w.fired.Load() || isTimeout(err) {
 			status = http.StatusGatewayTimeout
+		}
+		if rq.scrub != nil {
+			rec.scrub = rq.scrub
 		}
 		p.upstreamFailed(c, rec, status, reason, err)
 		return false

@@ -78,6 +78,11 @@ func (p *Proxy) Reload(trigger string) (ReloadResult, error) {
 	p.reloadMu.Lock()
 	defer p.reloadMu.Unlock()
 	cur := p.gen.Load()
+	// The credentials first: a failed load revokes them whatever becomes
+	// of the policy, and the policy is checked against those in force.
+	if err := p.reloadCredentials(trigger, cur == nil); err != nil && cur == nil {
+		return ReloadResult{}, err
+	}
 	pol, err := policy.LoadFile(p.cfg.PolicyPath)
 	if err != nil {
 		return p.rejectReload(cur, trigger, err)
@@ -92,6 +97,9 @@ func (p *Proxy) Reload(trigger string) (ReloadResult, error) {
 			return p.rejectReload(cur, trigger, err)
 		}
 	}
+	if err := p.checkPolicyCredentials(pol); err != nil {
+		return p.rejectReload(cur, trigger, err)
+	}
 	g, err := p.compile(pol, sum)
 	if err == nil {
 		err = p.checkTCPSubstrate(cur, g)
@@ -100,6 +108,7 @@ func (p *Proxy) Reload(trigger string) (ReloadResult, error) {
 		return p.rejectReload(cur, trigger, err)
 	}
 	p.gen.Store(g)
+	p.policy = pol
 	p.lastReloadErr.Store(nil)
 	p.logBinaryNotes(pol, cur == nil)
 	res := ReloadResult{Changed: true, Generation: g.Number, SHA256: sum}

@@ -61,6 +61,12 @@ type request struct {
 	head    *Head
 	url     *url.URL // forward HTTP only
 	framing framing  // forward HTTP only
+	// header is the header sent upstream, credentials resolved (forward
+	// HTTP only).
+	header http.Header
+	// scrub removes the credential values resolved into the request
+	// from what is reported about it (nil: none were).
+	scrub func(string) string
 }
 
 // handleExplicit serves one explicit-proxy connection: a CONNECT tunnel,
@@ -198,6 +204,10 @@ func (p *Proxy) serveRequest(c *net.TCPConn, br *bufio.Reader, rec *Record, rele
 			}
 			p.log.Warn("L7 rule violation allowed by enforcement: audit", "host", canon, "method", h.Method, "reason", why, "entry", v.Entry)
 		}
+	}
+
+	if rec.Kind == KindHTTP && !p.forwardCredentials(c, rec, &req, v.Endpoint) {
+		return false
 	}
 
 	// Only now may the name be resolved: policy allowed it.

@@ -514,7 +514,7 @@ func (ix *inspector) serve(w http.ResponseWriter, r *http.Request, rr *Record) {
 		rr.Reason = why
 		p.log.Warn("L7 rule violation allowed by enforcement: audit", "host", ix.host, "method", r.Method, "path", path.Escaped, "reason", why, "entry", rr.Entry)
 	}
-	ix.relay(w, r, rr, &path, rawQuery)
+	ix.relay(w, r, rr, &path, rawQuery, ep)
 }
 
 // checkHead refuses requests a server could read differently from the
@@ -604,7 +604,11 @@ func (ix *inspector) upstreamFailed(w http.ResponseWriter, rr *Record, err error
 	body := errorBody{Error: OutcomeUpstreamFailed, Reason: ReasonUpstreamError}
 	if isTLSError(err) || ix.upErr != nil {
 		rr.Reason = ReasonUpstreamTLS
-		body = errorBody{Error: ErrorUpstreamTLS, Reason: "certificate_or_handshake_failed", Detail: tlsDetail(err)}
+		detail := tlsDetail(err)
+		if rr.scrub != nil {
+			detail = rr.scrub(detail)
+		}
+		body = errorBody{Error: ErrorUpstreamTLS, Reason: "certificate_or_handshake_failed", Detail: detail}
 	} else {
 		rr.Reason = ReasonUpstreamError
 	}
@@ -646,10 +650,21 @@ func writeHTTPBody(w http.ResponseWriter, status int, ctype, proxyStatus string,
 // relay sends an allowed request upstream, with the path as decided
 // (Path.Escaped), and streams the response back (flushing as it arrives,
 // trailers included, so gRPC and server-sent events work).
-func (ix *inspector) relay(w http.ResponseWriter, r *http.Request, rr *Record, path *l7.Path, rawQuery string) {
+func (ix *inspector) relay(w http.ResponseWriter, r *http.Request, rr *Record, path *l7.Path, rawQuery string, ep *policy.Endpoint) {
 	if ix.upErr != nil {
 		ix.upstreamFailed(w, rr, ix.upErr)
 		return
+	}
+	header := requestHeader(r.Header)
+	if res := ix.p.resolveCredentials(ix.host, ix.port, ep, header, &rawQuery, pathReadings(path)); res != nil {
+		if err := res.Err(); err != nil {
+			refuseCredentials(rr, err)
+			ix.deny(w, r, rr, rr.Reason, path.Escaped)
+			return
+		}
+		if res.Injected() {
+			rr.scrub = res.Scrub
+		}
 	}
 	hostport := ix.host
 	if strings.IndexByte(hostport, ':') >= 0 {
@@ -663,7 +678,7 @@ func (ix *inspector) relay(w http.ResponseWriter, r *http.Request, rr *Record, p
 		URL:        &url.URL{Scheme: ix.scheme, Host: hostport, Path: path.Decoded, RawPath: path.Escaped, RawQuery: rawQuery},
 		Proto:      "HTTP/1.1",
 		ProtoMajor: 1, ProtoMinor: 1,
-		Header:        requestHeader(r.Header),
+		Header:        header,
 		Host:          hostport,
 		ContentLength: r.ContentLength,
 		Body:          r.Body,

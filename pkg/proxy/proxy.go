@@ -14,7 +14,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/palisade-sandbox/palisade/pkg/credentials"
 	"github.com/palisade-sandbox/palisade/pkg/ocsf"
+	"github.com/palisade-sandbox/palisade/pkg/policy"
 	"github.com/palisade-sandbox/palisade/pkg/policydns"
 )
 
@@ -38,6 +40,17 @@ type Proxy struct {
 	baseTCP       bool // the first generation had a protocol: tcp endpoint
 	lastReloadErr atomic.Pointer[string]
 	notesSaid     map[string]bool // BinaryNotes already logged; guarded by reloadMu
+	// policy is the policy of the generation in force (guarded by
+	// reloadMu): reloaded credentials are checked against it.
+	policy *policy.Policy
+
+	// creds are the credentials in force (nil: none configured); credsGen
+	// counts their loads and credsErr is the last failed load's error
+	// (both guarded by reloadMu).
+	creds       atomic.Pointer[credentials.Store]
+	credsGen    int64
+	credsErr    string
+	credsStatus atomic.Pointer[CredentialsStatus]
 
 	sem       chan struct{} // concurrent connection slots
 	work      *workers      // goroutines that serve connections and relay directions
@@ -327,6 +340,9 @@ func (p *Proxy) finish(r *Record) {
 	}
 	if r.silent {
 		return
+	}
+	if r.scrub != nil {
+		r.Cause = r.scrub(r.Cause)
 	}
 	r.End = p.now()
 	switch r.Outcome {

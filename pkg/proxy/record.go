@@ -141,6 +141,15 @@ type Record struct {
 	// Route is how a CONNECT tunnel's upstream connection was made when
 	// an upstream proxy is configured (nil otherwise, and before a dial).
 	Route *Route
+	// CredentialRefused marks a request refused for its credential
+	// placeholders (Reason says why); CredentialMisuse, one whose
+	// placeholder went to an endpoint its credential is not bound to
+	// (a Detection Finding goes with its event).
+	CredentialRefused bool
+	CredentialMisuse  bool
+	// scrub, when set, removes the credential values written into the
+	// request from what is recorded about it (Cause).
+	scrub func(string) string
 
 	// silent marks a connection that closed without sending a byte: no
 	// request, no event.
@@ -531,12 +540,13 @@ func (r *Record) events(src *ocsf.Source) []ocsf.Event {
 	case r.Outcome == OutcomeClientGone:
 		e := src.NetworkAbandoned(c, r.Outcome, r.Reason)
 		sum, base, ci = e, &e.Base, &e.ConnectionInfo
-	case r.Kind == KindHTTP && (r.Outcome == OutcomeAllowed || r.URL != nil && (r.L7Checked || r.Outcome == OutcomeBadRequest)):
+	case r.Kind == KindHTTP && (r.Outcome == OutcomeAllowed || r.URL != nil && (r.L7Checked || r.CredentialRefused || r.Outcome == OutcomeBadRequest)):
 		// An allowed forwarded request, one refused by the endpoint's L7
-		// rules, or a malformed one whose target parsed: the request was
-		// read, so its event names its method and path (what `policy-sync
-		// propose` turns into a rule). A refusal of its host, port or
-		// binary stays a Network Activity, like a refused CONNECT.
+		// rules or for a credential placeholder, or a malformed one whose
+		// target parsed: the request was read, so its event names its
+		// method and path (what `policy-sync propose` turns into a rule).
+		// A refusal of its host, port or binary stays a Network Activity,
+		// like a refused CONNECT.
 		e := src.HTTPRequest(c, ocsf.Request{Method: r.Method, URL: r.URL, Version: "HTTP/1.1", Status: r.Status}, d)
 		sum, base, ci = e, &e.Base, &e.ConnectionInfo
 	default:
@@ -569,6 +579,10 @@ func (r *Record) events(src *ocsf.Source) []ocsf.Event {
 	case r.Foreign != nil:
 		fp := r.Foreign
 		f := src.ForeignCode(c.Actor, ocsf.ForeignCodeInfo{PID: fp.PID, Exe: fp.Exe, File: fp.Code.File, Reasons: fp.Code.Reasons})
+		r.stamp(&f.Base, src.Sandbox)
+		out = append(out, f)
+	case r.CredentialMisuse:
+		f := src.CredentialMisuse(c, r.Reason)
 		r.stamp(&f.Base, src.Sandbox)
 		out = append(out, f)
 	}

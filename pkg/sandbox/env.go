@@ -83,6 +83,10 @@ type EnvInput struct {
 	TTY      bool
 	Profile  string
 	Reserved []string // K=V pairs the supervisor sets (proxy variables)
+	// Secrets name variables that neither the passthrough list nor --env
+	// may set: the credentials' keys (Reserved gives them their
+	// placeholders) and the variables of Host their values come from.
+	Secrets []string
 }
 
 // BuildEnv clears the environment and rebuilds it: a safe base, then the
@@ -127,6 +131,9 @@ func BuildEnv(in EnvInput) ([]string, error) {
 		if isReserved(k) {
 			return nil, fmt.Errorf("--env-passthrough: %s is reserved by the supervisor", k)
 		}
+		if slices.Contains(in.Secrets, k) {
+			return nil, fmt.Errorf("--env-passthrough: %s holds or names a credential (--credentials); the sandbox gets its placeholder, never a value", k)
+		}
 		if v, ok := host[k]; ok {
 			env[k] = v
 		}
@@ -135,6 +142,9 @@ func BuildEnv(in EnvInput) ([]string, error) {
 		k, v, err := parseSetVar(kv)
 		if err != nil {
 			return nil, err
+		}
+		if slices.Contains(in.Secrets, k) {
+			return nil, fmt.Errorf("--env %s: holds or names a credential (--credentials); the sandbox gets its placeholder", k)
 		}
 		env[k] = v
 	}

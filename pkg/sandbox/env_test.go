@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -28,5 +29,33 @@ func TestReservedEnvRefusedInAnyCase(t *testing.T) {
 	env, err := ExecEnv([]string{"PATH=/bin"}, []string{"GOPROXY=off", "proxy_user=me"})
 	if err != nil || len(env) != 3 {
 		t.Fatalf("unreserved names: %v %v", env, err)
+	}
+}
+
+// A credential's key gets its placeholder (a reserved value), and neither
+// the key nor the variable its value comes from can be passed through
+// or set: the sandbox's environment never holds a value.
+func TestCredentialNamesNeverPassThrough(t *testing.T) {
+	in := EnvInput{Workdir: "/w", Name: "t", Host: []string{"OPS_TOKEN=real-value", "API_TOKEN=real-value"},
+		Secrets:  []string{"API_TOKEN", "OPS_TOKEN"},
+		Reserved: []string{"API_TOKEN=openshell:resolve:env:API_TOKEN"}}
+	env, err := BuildEnv(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(env, "API_TOKEN=openshell:resolve:env:API_TOKEN") || strings.Contains(strings.Join(env, "\n"), "real-value") {
+		t.Errorf("environment %v", env)
+	}
+	for _, name := range []string{"API_TOKEN", "OPS_TOKEN"} {
+		p := in
+		p.Passthrough = []string{name}
+		if _, err := BuildEnv(p); err == nil || !strings.Contains(err.Error(), "--env-passthrough: "+name+" holds or names a credential") {
+			t.Errorf("passthrough %s: %v", name, err)
+		}
+		s := in
+		s.Set = []string{name + "=x"}
+		if _, err := BuildEnv(s); err == nil || !strings.Contains(err.Error(), "--env "+name+": holds or names a credential") {
+			t.Errorf("--env %s: %v", name, err)
+		}
 	}
 }

@@ -91,6 +91,14 @@ type Config struct {
 	// TLS-intercepting corporate proxy re-signs the certificates of the
 	// tunnels it carries, so it joins the sandbox's trust bundle.
 	UpstreamProxyCA []byte
+	// Credentials, when set, is the proxy's --credentials: the root-only
+	// file of the credentials whose placeholders it resolves. CredentialEnv
+	// is the snapshot (credentials.EncodeEnv) of the supervisor's
+	// variables the file's env sources name: the proxy reads it from an
+	// inherited pipe (--credentials-env-fd) at every start, so no value
+	// is ever on its command line or in its environment.
+	Credentials   string
+	CredentialEnv []byte
 	// Attribution is the proxy's --attribution (bpf, proc or auto; ""
 	// leaves the proxy's default, auto).
 	Attribution string

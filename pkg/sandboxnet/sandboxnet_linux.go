@@ -203,11 +203,16 @@ func (p *proxyProc) args() []string {
 	if c.StateRoot != "" {
 		a = append(a, "--control", filepath.Join(c.StateRoot, p.name, ControlSocketName))
 	}
+	nextFD := 4 // after --ready-fd (start's ExtraFiles, in order)
 	if _, ok := ocsf.FDDest(c.Events); ok {
 		// The supervisor's inherited descriptor, passed on (start).
 		a = append(a, "--events", "/dev/fd/4")
+		nextFD++
 	} else if c.Events != "" {
 		a = append(a, "--events", c.Events)
+	}
+	if c.Credentials != "" {
+		a = append(a, "--credentials", c.Credentials, "--credentials-env-fd", strconv.Itoa(nextFD))
 	}
 	if c.HostsFile != "" {
 		a = append(a, "--hosts-file", c.HostsFile)
@@ -361,6 +366,15 @@ func (p *proxyProc) start() error {
 		defer ev.Close()
 		cmd.ExtraFiles = append(cmd.ExtraFiles, ev)
 	}
+	if p.cfg.Credentials != "" {
+		cr, err := credentialPipe(p.cfg.CredentialEnv)
+		if err != nil {
+			w.Close()
+			return err
+		}
+		defer cr.Close()
+		cmd.ExtraFiles = append(cmd.ExtraFiles, cr)
+	}
 	// The proxy dies with the supervisor.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: unix.SIGKILL, Setpgid: true}
 	if err := cmd.Start(); err != nil {
@@ -410,6 +424,23 @@ func (p *proxyProc) start() error {
 	}
 	p.cfg.Logger.Debug("egress-proxy ready", "sandbox", p.name, "pid", cmd.Process.Pid)
 	return nil
+}
+
+// credentialPipe is the read end of a pipe holding env, for the proxy's
+// --credentials-env-fd: the snapshot is written from a goroutine (a
+// pipe buffer may be smaller than it) and the write end closed, so the
+// proxy reads it to its end. A proxy that dies before reading it ends
+// the write with EPIPE.
+func credentialPipe(env []byte) (*os.File, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("egress-proxy: credentials pipe: %w", err)
+	}
+	go func() {
+		w.Write(env)
+		w.Close()
+	}()
+	return r, nil
 }
 
 // supervise restarts the proxy when it dies, a bounded number of times.

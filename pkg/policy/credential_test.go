@@ -1,0 +1,66 @@
+package policy
+
+import (
+	"strings"
+	"testing"
+)
+
+// credential_binding and allow_uninspected_credentials: decoded, in the
+// canonical form (and so the checksum), refused where no placeholder
+// could be resolved.
+func TestCredentialFields(t *testing.T) {
+	p, err := Parse([]byte(withEndpoint("host: api.example.com", "port: 443", "protocol: rest", "access: full",
+		"credential_binding: {provider: svc.prod}")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep := p.NetworkPolicies["e"].Endpoints[0]
+	if ep.CredentialBinding == nil || ep.CredentialBinding.Provider != "svc.prod" || !ep.Inspected() {
+		t.Fatalf("endpoint %+v", ep)
+	}
+	if !strings.Contains(string(p.Canonical()), `"credential_binding":{"provider":"svc.prod"}`) {
+		t.Errorf("canonical form lacks the binding: %s", p.Canonical())
+	}
+	c := p.Clone()
+	c.NetworkPolicies["e"].Endpoints[0].CredentialBinding.Provider = "other"
+	if ep.CredentialBinding.Provider != "svc.prod" {
+		t.Error("Clone shares the binding")
+	}
+	if c.Checksum() == p.Checksum() {
+		t.Error("the binding is not in the checksum")
+	}
+	// Passthrough with the explicit acceptance loads.
+	if _, err := Parse([]byte(withEndpoint("host: api.example.com", "port: 443",
+		"credential_binding: {provider: svc}", "allow_uninspected_credentials: true"))); err != nil {
+		t.Errorf("accepted passthrough: %v", err)
+	}
+	for _, tc := range []struct {
+		name  string
+		lines []string
+		path  string
+		msg   string
+	}{
+		{"passthrough", []string{"host: api.example.com", "port: 443", "credential_binding: {provider: svc}"}, ep0 + ".credential_binding", "cannot be resolved on this endpoint's CONNECT tunnels"},
+		{"tls skip", []string{"host: api.example.com", "port: 443", "tls: skip", "credential_binding: {provider: svc}"}, ep0 + ".credential_binding", "the proxy does not inspect them"},
+		{"tcp", []string{"host: db.example.com", "port: 5432", "protocol: tcp", "credential_binding: {provider: svc}"}, ep0 + ".credential_binding", "protocol tcp relays bytes"},
+		{"tcp acceptance", []string{"host: db.example.com", "port: 5432", "protocol: tcp", "allow_uninspected_credentials: true"}, ep0 + ".allow_uninspected_credentials", "protocol tcp relays bytes"},
+		{"no provider", []string{"host: api.example.com", "port: 443", "protocol: rest", "access: full", "credential_binding: {}"}, ep0 + ".credential_binding.provider", "is required"},
+		{"bad provider", []string{"host: api.example.com", "port: 443", "protocol: rest", "access: full", "credential_binding: {provider: 'a b'}"}, ep0 + ".credential_binding.provider", "provider names are"},
+		{"unknown key", []string{"host: api.example.com", "port: 443", "protocol: rest", "access: full", "credential_binding: {provider: a, env: X}"}, ep0 + ".credential_binding.env", `unknown key "env"`},
+		{"not a bool", []string{"host: api.example.com", "port: 443", "allow_uninspected_credentials: yes-please"}, ep0 + ".allow_uninspected_credentials", "must be true or false"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(withEndpoint(tc.lines...)))
+			errs, ok := AsErrors(err)
+			if !ok {
+				t.Fatalf("accepted or not Errors: %v", err)
+			}
+			for _, fe := range errs {
+				if fe.Path == tc.path && strings.Contains(fe.Msg, tc.msg) {
+					return
+				}
+			}
+			t.Errorf("%v, want %s: ...%s...", err, tc.path, tc.msg)
+		})
+	}
+}

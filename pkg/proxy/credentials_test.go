@@ -1,0 +1,483 @@
+package proxy
+
+import (
+	"bytes"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/palisade-sandbox/palisade/pkg/credentials"
+	"github.com/palisade-sandbox/palisade/pkg/fsutil"
+	"github.com/palisade-sandbox/palisade/pkg/ocsf"
+	"github.com/palisade-sandbox/palisade/pkg/tlsca"
+)
+
+// Made-up secrets: the tests check where they go and that no event, log
+// line or error ever holds one.
+const (
+	credSecret  = "sk-live-0123456789"
+	credSecret2 = "sk-rotated-abcdef"
+	credKey     = "API_TOKEN"
+)
+
+func credFile(value string, port int) string {
+	return fmt.Sprintf(`version: 1
+providers:
+  api:
+    credentials:
+      %s: {value: %q}
+    endpoints:
+      - host: allowed.test
+        port: %d
+  bound:
+    credentials:
+      BOUND_TOKEN: {value: "bound-%s"}
+`, credKey, value, port, value)
+}
+
+// credSource is a Config.Credentials whose text a test changes; a text
+// that does not parse fails the load.
+type credSource struct {
+	mu   sync.Mutex
+	text string
+}
+
+func (c *credSource) set(text string) { c.mu.Lock(); c.text = text; c.mu.Unlock() }
+
+func (c *credSource) load() (*credentials.Store, error) {
+	c.mu.Lock()
+	text := c.text
+	c.mu.Unlock()
+	f, err := credentials.Parse([]byte(text))
+	if err != nil {
+		return nil, err
+	}
+	return credentials.Build(f, func(string) (string, bool) { return "", false })
+}
+
+// credUpstream is an HTTPS (h1 and h2) and plain HTTP server on one
+// port each, for allowed.test and other.test; it records the
+// credential-bearing parts of every request it gets.
+type credUpstream struct {
+	ca          *tlsca.Authority
+	tlsPort     int
+	plainPort   int
+	mu          sync.Mutex
+	seen        []string
+	requestsGot atomic.Int64
+}
+
+func newCredUpstream(t *testing.T) *credUpstream {
+	t.Helper()
+	ca, err := tlsca.New(tlsca.Options{Name: "cred-upstream"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &credUpstream{ca: ca}
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u.requestsGot.Add(1)
+		u.mu.Lock()
+		u.seen = append(u.seen, fmt.Sprintf("%s auth=%s key=%s q=%s", r.Host, r.Header.Get("Authorization"), r.Header.Get("X-Api-Key"), r.URL.Query().Get("key")))
+		u.mu.Unlock()
+		io.Copy(io.Discard, r.Body)
+		w.Write([]byte("ok"))
+	})
+	srv := httptest.NewUnstartedServer(h)
+	srv.EnableHTTP2 = true
+	srv.TLS = &tls.Config{GetCertificate: func(hi *tls.ClientHelloInfo) (*tls.Certificate, error) { return ca.Leaf(hi.ServerName) },
+		NextProtos: []string{"h2", "http/1.1"}}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	plain := httptest.NewServer(h)
+	t.Cleanup(plain.Close)
+	u.tlsPort = srv.Listener.Addr().(*net.TCPAddr).Port
+	u.plainPort = plain.Listener.Addr().(*net.TCPAddr).Port
+	return u
+}
+
+func (u *credUpstream) last() string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if len(u.seen) == 0 {
+		return ""
+	}
+	return u.seen[len(u.seen)-1]
+}
+
+func credPolicy(u *credUpstream) string {
+	return fmt.Sprintf(`version: 1
+network_policies:
+  api:
+    endpoints:
+      - host: allowed.test
+        port: %d
+        protocol: rest
+        access: full
+      - host: other.test
+        port: %d
+        protocol: rest
+        access: full
+      - host: bound.test
+        port: %d
+        protocol: rest
+        access: full
+        credential_binding: {provider: bound}
+      - host: allowed.test
+        port: %d
+      - host: other.test
+        port: %d
+    binaries:
+      - path: /usr/bin/curl
+`, u.tlsPort, u.tlsPort, u.tlsPort, u.plainPort, u.plainPort)
+}
+
+type credEnv struct {
+	*testEnv
+	up   *credUpstream
+	ca   *tlsca.Authority
+	src  *credSource
+	logs *bytes.Buffer
+}
+
+func newCredEnv(t *testing.T) *credEnv {
+	t.Helper()
+	up := newCredUpstream(t)
+	ca, err := tlsca.New(tlsca.Options{Name: "proxytest"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := &credSource{text: credFile(credSecret, up.tlsPort)}
+	var logs bytes.Buffer
+	var logMu sync.Mutex
+	env := newEnv(t, credPolicy(up), func(c *Config) {
+		c.CA = ca
+		c.UpstreamRoots = up.caPool()
+		c.Credentials = src.load
+		c.CredentialsPath = "/etc/palisade/credentials.yaml"
+		c.Logger = slog.New(slog.NewTextHandler(&lockedWriter{w: &logs, mu: &logMu}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	})
+	env.dialer.mu.Lock()
+	env.dialer.hosts["other.test"] = netip.MustParseAddr("127.0.0.1")
+	env.dialer.hosts["bound.test"] = netip.MustParseAddr("127.0.0.1")
+	env.dialer.mu.Unlock()
+	return &credEnv{testEnv: env, up: up, ca: ca, src: src, logs: &logs}
+}
+
+type lockedWriter struct {
+	w  io.Writer
+	mu *sync.Mutex
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+func (u *credUpstream) caPool() *x509.CertPool {
+	p := x509.NewCertPool()
+	p.AddCert(u.ca.Certificate())
+	return p
+}
+
+func (e *credEnv) client(h2 bool) *http.Client {
+	ie := &inspectEnv{testEnv: e.testEnv, ca: e.ca}
+	return ie.client(h2)
+}
+
+// do sends one request with the placeholder in a header, X-Api-Key and
+// the query, and returns the status and the denial reason (if any).
+func (e *credEnv) do(t *testing.T, cl *http.Client, rawURL string, key string) (int, string) {
+	t.Helper()
+	ph := credentials.Placeholder(key)
+	req, _ := http.NewRequest("POST", rawURL+"?key="+url.QueryEscape(ph)+"&a=1", strings.NewReader("body"))
+	req.Header.Set("Authorization", "Bearer "+ph)
+	req.Header.Set("X-Api-Key", ph)
+	resp, err := cl.Do(req)
+	if err != nil {
+		t.Fatalf("%s: %v", rawURL, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 403 {
+		io.Copy(io.Discard, resp.Body)
+		return resp.StatusCode, ""
+	}
+	var d DenialBody
+	json.NewDecoder(resp.Body).Decode(&d)
+	return resp.StatusCode, d.Reason
+}
+
+// noSecrets fails when an event or log line holds a value or a
+// placeholder, or an event about a request names a key (an error about
+// the credentials file names the key to fix, never its value).
+func (e *credEnv) noSecrets(t *testing.T) {
+	t.Helper()
+	all := bytes.Join(e.rec.Lines(), []byte("\n"))
+	all = append(all, e.logs.Bytes()...)
+	for _, s := range []string{credSecret, credSecret2, "bound-" + credSecret, "openshell:resolve", "openshell%3A"} {
+		if bytes.Contains(all, []byte(s)) {
+			t.Errorf("events or logs hold %q", s)
+		}
+	}
+	for _, class := range []int{ocsf.ClassHTTPActivity, ocsf.ClassNetworkActivity, ocsf.ClassDetectionFinding} {
+		for _, ev := range e.rec.ByClass(class) {
+			b, _ := json.Marshal(ev)
+			if bytes.Contains(b, []byte(credKey)) || bytes.Contains(b, []byte("BOUND_TOKEN")) {
+				t.Errorf("event names a key: %s", b)
+			}
+		}
+	}
+}
+
+// Placeholders in header fields and the query resolve to the value on
+// the endpoint the credential is bound to (inspected HTTPS, h1 and h2,
+// and forwarded http://), after the L7 decision; the same placeholder to
+// another allowed endpoint is refused with 403 and a Detection Finding,
+// and reaches nothing upstream.
+func TestCredentialPlaceholdersResolveWhereBound(t *testing.T) {
+	e := newCredEnv(t)
+	wantSeen := func(host string, port int, secret string) string {
+		return fmt.Sprintf("%s:%d auth=Bearer %s key=%s q=%s", host, port, secret, secret, secret)
+	}
+	for _, h2 := range []bool{false, true} {
+		cl := e.client(h2)
+		code, _ := e.do(t, cl, fmt.Sprintf("https://allowed.test:%d/v1/chat", e.up.tlsPort), credKey)
+		if code != 200 || e.up.last() != wantSeen("allowed.test", e.up.tlsPort, credSecret) {
+			t.Fatalf("h2=%v bound: %d, upstream saw %q", h2, code, e.up.last())
+		}
+		before := e.up.requestsGot.Load()
+		code, reason := e.do(t, cl, fmt.Sprintf("https://other.test:%d/v1/chat", e.up.tlsPort), credKey)
+		if code != 403 || reason != credentials.ReasonEndpointMismatch {
+			t.Fatalf("h2=%v other host: %d %s", h2, code, reason)
+		}
+		code, reason = e.do(t, cl, fmt.Sprintf("https://allowed.test:%d/x", e.up.tlsPort), "NO_SUCH_KEY")
+		if code != 403 || reason != credentials.ReasonUnknown {
+			t.Fatalf("h2=%v unknown key: %d %s", h2, code, reason)
+		}
+		if n := e.up.requestsGot.Load(); n != before {
+			t.Fatalf("h2=%v: a refused request reached the upstream", h2)
+		}
+		// A provider without endpoints resolves where the policy binds it.
+		code, _ = e.do(t, cl, fmt.Sprintf("https://bound.test:%d/", e.up.tlsPort), "BOUND_TOKEN")
+		if code != 200 || e.up.last() != wantSeen("bound.test", e.up.tlsPort, "bound-"+credSecret) {
+			t.Fatalf("h2=%v policy binding: %d, upstream saw %q", h2, code, e.up.last())
+		}
+	}
+	// Forwarded http://: the same rules.
+	pu, _ := url.Parse("http://" + e.addr)
+	fwd := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(pu)}}
+	defer fwd.CloseIdleConnections()
+	// The forwarded endpoint (port plainPort) is not the one the provider
+	// lists (tlsPort): refused.
+	if code, reason := e.do(t, fwd, fmt.Sprintf("http://allowed.test:%d/v1", e.up.plainPort), credKey); code != 403 || reason != credentials.ReasonEndpointMismatch {
+		t.Fatalf("forwarded, unbound port: %d %s", code, reason)
+	}
+	e.src.set(strings.Replace(credFile(credSecret, e.up.tlsPort), fmt.Sprintf("port: %d", e.up.tlsPort), fmt.Sprintf("ports: [%d, %d]", e.up.tlsPort, e.up.plainPort), 1))
+	e.p.Reload("test")
+	if code, _ := e.do(t, fwd, fmt.Sprintf("http://allowed.test:%d/v1", e.up.plainPort), credKey); code != 200 || e.up.last() != wantSeen("allowed.test", e.up.plainPort, credSecret) {
+		t.Fatalf("forwarded, bound: %d, upstream saw %q", code, e.up.last())
+	}
+	if code, reason := e.do(t, fwd, fmt.Sprintf("http://other.test:%d/v1", e.up.plainPort), credKey); code != 403 || reason != credentials.ReasonEndpointMismatch {
+		t.Fatalf("forwarded, other host: %d %s", code, reason)
+	}
+
+	// Findings: one per mismatch (3), none for the unknown key; the
+	// refused requests' events are HTTP Activity denials naming the
+	// reason; no event names the key, the placeholder or the value.
+	findings := e.waitEvents(ocsf.ClassDetectionFinding, 1)
+	misuse := 0
+	for _, f := range findings {
+		if types, _ := get(f, "finding_info", "types").([]any); len(types) == 1 && types[0] == ocsf.FindingTypeCredentialMisuse {
+			misuse++
+			if !strings.HasPrefix(fmt.Sprint(get(f, "finding_info", "title")), "credential placeholder sent to ") || get(f, "action") != "Denied" ||
+				get(f, "actor", "process", "file", "path") != curlExe {
+				t.Errorf("finding %v", f)
+			}
+		}
+	}
+	if misuse < 1 {
+		t.Errorf("no Credential Misuse finding among %d findings", len(findings))
+	}
+	reasons := map[string]int{}
+	for _, ev := range e.rec.ByClass(ocsf.ClassHTTPActivity) {
+		if ev["status_code"] == OutcomePolicyDenied {
+			reasons[fmt.Sprint(get(ev, "unmapped", "egress_proxy", "reason"))]++
+		}
+	}
+	if reasons[credentials.ReasonEndpointMismatch] == 0 || reasons[credentials.ReasonUnknown] == 0 {
+		t.Errorf("denied HTTP events by reason: %v", reasons)
+	}
+	e.noSecrets(t)
+}
+
+// Rotation: a reload swaps values and bindings together; a reload that
+// fails revokes every value (not the old set) until one succeeds; each
+// is a 5019 event that names neither key nor value.
+func TestCredentialRotationAndRevocation(t *testing.T) {
+	e := newCredEnv(t)
+	cl := e.client(false)
+	target := fmt.Sprintf("https://allowed.test:%d/", e.up.tlsPort)
+	if code, _ := e.do(t, cl, target, credKey); code != 200 || !strings.Contains(e.up.last(), credSecret) {
+		t.Fatalf("before rotation: %d %q", code, e.up.last())
+	}
+	e.src.set(credFile(credSecret2, e.up.tlsPort))
+	e.p.Reload("test")
+	if code, _ := e.do(t, cl, target, credKey); code != 200 || !strings.Contains(e.up.last(), credSecret2) {
+		t.Fatalf("after rotation: %d %q", code, e.up.last())
+	}
+	e.src.set("version: 1\nproviders: {api: {credentials: {" + credKey + ": {value: ''}}}}\n")
+	e.p.Reload("test")
+	if code, reason := e.do(t, cl, target, credKey); code != 403 || reason != credentials.ReasonRevoked {
+		t.Fatalf("after a failed reload: %d %s", code, reason)
+	}
+	if !e.p.Credentials().IsRevoked() {
+		t.Fatal("store not revoked")
+	}
+	e.src.set(credFile(credSecret2, e.up.tlsPort))
+	e.p.Reload("test")
+	if code, _ := e.do(t, cl, target, credKey); code != 200 || !strings.Contains(e.up.last(), credSecret2) {
+		t.Fatalf("after a good reload: %d %q", code, e.up.last())
+	}
+	var loads, reloads, revoked int
+	for _, ev := range e.rec.ByClass(ocsf.ClassDeviceConfigStateChange) {
+		switch {
+		case ev["activity_name"] == ocsf.ActivityCredentialsLoad:
+			loads++
+		case ev["activity_name"] == ocsf.ActivityCredentialsReload && ev["status"] == "Success":
+			reloads++
+		case ev["activity_name"] == ocsf.ActivityCredentialsReload:
+			revoked++
+			if get(ev, "state") != "Disabled" {
+				t.Errorf("revocation event %v", ev)
+			}
+		}
+	}
+	if loads != 1 || reloads != 2 || revoked != 1 {
+		t.Errorf("credential events: %d loads, %d reloads, %d revocations", loads, reloads, revoked)
+	}
+	e.noSecrets(t)
+}
+
+// The policy and the credentials must agree at start and at every
+// policy reload: a binding to a provider the credentials do not have is
+// refused, and so is a policy that lets a bound endpoint's tunnels pass
+// uninspected.
+func TestCredentialPolicyAgreement(t *testing.T) {
+	e := newCredEnv(t)
+	good := credPolicy(e.up)
+	e.writePolicy(strings.Replace(good, "provider: bound", "provider: nosuch", 1))
+	if _, err := e.p.Reload("test"); err == nil || !strings.Contains(err.Error(), "the credentials file has no provider nosuch") {
+		t.Errorf("unknown provider: %v", err)
+	}
+	uninspected := strings.Replace(good, "        protocol: rest\n        access: full\n", "", 1)
+	e.writePolicy(uninspected)
+	if _, err := e.p.Reload("test"); err == nil || !strings.Contains(err.Error(), "does not inspect its CONNECT tunnels") {
+		t.Errorf("uninspected bound endpoint: %v", err)
+	}
+	// Without a credentials file a binding cannot load at all.
+	e.writePolicy(good)
+	_, err := New(Config{PolicyPath: e.policyPath, Compile: CompileDecision, Canonicalize: CanonicalHost, Dialer: e.dialer})
+	if err == nil || !strings.Contains(err.Error(), "no credentials file is loaded") {
+		t.Errorf("binding without credentials: %v", err)
+	}
+	// Credentials that do not load stop the start.
+	bad := &credSource{text: "version: 1\n"}
+	_, err = New(Config{PolicyPath: e.policyPath, Compile: CompileDecision, Canonicalize: CanonicalHost, Dialer: e.dialer, Credentials: bad.load})
+	if err == nil || !strings.Contains(err.Error(), "credentials do not load") {
+		t.Errorf("bad credentials at start: %v", err)
+	}
+}
+
+// A request without placeholders is untouched by the resolver: no copy
+// of its header, the same query.
+func TestCredentialNoPlaceholderPassesThrough(t *testing.T) {
+	e := newCredEnv(t)
+	h := http.Header{"Authorization": {"Bearer real-looking"}}
+	q := "a=1"
+	if r := e.p.resolveCredentials("allowed.test", e.up.tlsPort, nil, h, &q, nil); r != nil {
+		t.Errorf("resolver made for a request without placeholders")
+	}
+	if testing.AllocsPerRun(100, func() { e.p.resolveCredentials("allowed.test", e.up.tlsPort, nil, h, &q, nil) }) != 0 {
+		t.Errorf("a request without placeholders allocates")
+	}
+}
+
+// Watch reloads the credentials when their file changes (it lives in
+// another directory than the policy): a new value is in force without a
+// signal, and a broken file revokes.
+func TestWatchReloadsCredentials(t *testing.T) {
+	up := newCredUpstream(t)
+	dir := t.TempDir()
+	path := dir + "/credentials.yaml"
+	write := func(text string) {
+		if err := fsutil.WriteFileAtomic(path, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(credFile(credSecret, up.tlsPort))
+	load := func() (*credentials.Store, error) {
+		b, err := os.ReadFile(path) // the ownership checks are credentials.ReadFile's tests'
+		if err != nil {
+			return nil, err
+		}
+		f, err := credentials.Parse(b)
+		if err != nil {
+			return nil, err
+		}
+		return credentials.Build(f, func(string) (string, bool) { return "", false })
+	}
+	env := newEnv(t, credPolicy(up), func(c *Config) { c.Credentials, c.CredentialsPath = load, path })
+	env.watch()
+	resolved := func() string {
+		h := http.Header{"A": {credentials.Placeholder(credKey)}}
+		q := ""
+		r := env.p.resolveCredentials("allowed.test", up.tlsPort, nil, h, &q, nil)
+		if r == nil || r.Err() != nil {
+			return "refused"
+		}
+		return h.Get("A")
+	}
+	if got := resolved(); got != credSecret {
+		t.Fatalf("before: %q", got)
+	}
+	write(credFile(credSecret2, up.tlsPort))
+	waitFor(t, "the rotated value", func() bool { return resolved() == credSecret2 })
+	write("version: 1\n")
+	waitFor(t, "revocation", func() bool { return env.p.Credentials().IsRevoked() })
+	if got := resolved(); got != "refused" {
+		t.Errorf("after a broken file: %q", got)
+	}
+}
+
+// /status says which credentials are in force, and when they are
+// revoked, why.
+func TestCredentialStatus(t *testing.T) {
+	e := newCredEnv(t)
+	st := e.p.Status().Credentials
+	if st == nil || st.Generation != 1 || st.Credentials != 2 || st.Providers != 2 || st.Revoked {
+		t.Fatalf("status %+v", st)
+	}
+	e.src.set("version: 1\n")
+	e.p.Reload("test")
+	st = e.p.Status().Credentials
+	if !st.Revoked || !strings.Contains(st.LastError, "is required (at least one provider)") {
+		t.Errorf("revoked status %+v", st)
+	}
+	b, _ := json.Marshal(e.p.Status())
+	if bytes.Contains(b, []byte(credKey)) || bytes.Contains(b, []byte(credSecret)) {
+		t.Errorf("status names a key or a value: %s", b)
+	}
+}
