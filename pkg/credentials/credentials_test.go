@@ -376,3 +376,30 @@ func TestReadFile(t *testing.T) {
 		t.Errorf("parse error: %v", err)
 	}
 }
+
+// Bodies are read for placeholders by content type: JSON (escaped into
+// the string), form (percent-encoded), text (as is); other types and
+// charsets pass unchanged.
+func TestBody(t *testing.T) {
+	s := mustStore(t, goodFile, map[string]string{"PALISADE_TEST_GH_OTHER": `env"value`})
+	tg := &Target{Host: "api.github.com", Port: 443, Binding: "github"}
+	ph := Placeholder("GH_OTHER")
+	for _, tc := range []struct{ ctype, in, want string }{
+		{"application/json", `{"a":"` + ph + `"}`, `{"a":"env\"value"}`},
+		{"application/vnd.api+json; charset=UTF-8", `["` + ph + `"]`, `["env\"value"]`},
+		{"application/x-www-form-urlencoded", "a=" + url.QueryEscape(ph), "a=env%22value"},
+		{"text/plain; charset=us-ascii", "x " + ph, `x env"value`},
+		{"text/plain; charset=iso-8859-1", "x " + ph, "x " + ph},
+		{"application/octet-stream", ph, ph},
+		{"", ph, ph},
+		{"not a type", ph, ph},
+	} {
+		r := s.Resolver(tg)
+		if got := string(r.Body([]byte(tc.in), tc.ctype)); got != tc.want || r.Err() != nil {
+			t.Errorf("%q %q: %q %v, want %q", tc.ctype, tc.in, got, r.Err(), tc.want)
+		}
+		if RewritableBody(tc.ctype) != (tc.in != tc.want) {
+			t.Errorf("RewritableBody(%q) = %v", tc.ctype, RewritableBody(tc.ctype))
+		}
+	}
+}

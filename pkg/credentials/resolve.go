@@ -1,7 +1,9 @@
 package credentials
 
 import (
+	"bytes"
 	"encoding/json"
+	"mime"
 	"net/http"
 	"net/url"
 	"strings"
@@ -243,4 +245,61 @@ func (r *Resolver) Scrub(msg string) string {
 		msg = strings.ReplaceAll(msg, v, "[credential]")
 	}
 	return msg
+}
+
+// MaxBody is the largest request body placeholders are resolved in
+// (OpenShell's bound): a larger one on an endpoint that opted in is
+// refused (ReasonBodyTooLarge) rather than sent with placeholders the
+// operator expected resolved.
+const MaxBody = 256 << 10
+
+// ReasonBodyTooLarge: the request body exceeds MaxBody on an endpoint
+// with request_body_credential_rewrite.
+const ReasonBodyTooLarge = "credential_body_too_large"
+
+// bodyEncoding says how a body of the given Content-Type is read for
+// placeholders: JSON (application/json, */*+json) inside strings, form
+// (application/x-www-form-urlencoded) like a query, text (text/*) as it
+// is. ok is false for any other type, and for a charset other than
+// UTF-8 or US-ASCII: such a body passes unchanged.
+func bodyEncoding(contentType string) (enc encoding, ok bool) {
+	mt, params, err := mime.ParseMediaType(contentType)
+	if err != nil {
+		return 0, false
+	}
+	if cs := strings.ToLower(params["charset"]); cs != "" && cs != "utf-8" && cs != "utf8" && cs != "us-ascii" {
+		return 0, false
+	}
+	switch {
+	case mt == "application/json" || strings.HasSuffix(mt, "+json"):
+		return encJSON, true
+	case mt == "application/x-www-form-urlencoded":
+		return encQuery, true
+	case strings.HasPrefix(mt, "text/"):
+		return encRaw, true
+	}
+	return 0, false
+}
+
+// RewritableBody reports whether a request body of this Content-Type is
+// read for placeholders (on an endpoint that opted in).
+func RewritableBody(contentType string) bool {
+	_, ok := bodyEncoding(contentType)
+	return ok
+}
+
+// Body resolves the placeholders of a request body of the given
+// Content-Type (RewritableBody); it returns b itself when there is
+// nothing to replace.
+func (r *Resolver) Body(b []byte, contentType string) []byte {
+	enc, ok := bodyEncoding(contentType)
+	if !ok || r.s == nil || !bytes.Contains(b, []byte("openshell")) {
+		return b
+	}
+	s := string(b)
+	out := r.resolve(s, enc)
+	if out == s {
+		return b
+	}
+	return []byte(out)
 }

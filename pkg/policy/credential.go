@@ -28,13 +28,18 @@ func (e *Endpoint) Inspected() bool {
 }
 
 // credentialKeys are the endpoint keys of credential resolution.
-var credentialKeys = []string{"credential_binding", "allow_uninspected_credentials"}
+var credentialKeys = []string{"credential_binding", "allow_uninspected_credentials", "request_body_credential_rewrite"}
 
 // credentialFields decodes an endpoint's credential fields.
 func (d *decoder) credentialFields(fields map[string]field, path string, e *Endpoint) {
 	if f, ok := fields["allow_uninspected_credentials"]; ok {
 		if b, ok := d.boolean(f.val, path+".allow_uninspected_credentials"); ok {
 			e.AllowUninspectedCredentials = b
+		}
+	}
+	if f, ok := fields["request_body_credential_rewrite"]; ok {
+		if b, ok := d.boolean(f.val, path+".request_body_credential_rewrite"); ok {
+			e.RequestBodyCredentialRewrite = b
 		}
 	}
 	f, ok := fields["credential_binding"]
@@ -74,6 +79,9 @@ func (d *decoder) credentialCross(fields map[string]field, path string, e *Endpo
 			}
 		}
 		return
+	}
+	if f, ok := fields["request_body_credential_rewrite"]; ok && e.RequestBodyCredentialRewrite && e.Protocol != ProtocolREST {
+		d.errf(f.key, path+".request_body_credential_rewrite", "bodies are read only on protocol: rest endpoints")
 	}
 	if f, ok := fields["credential_binding"]; ok && !e.Inspected() && !e.AllowUninspectedCredentials {
 		d.errf(f.key, path+".credential_binding", "placeholders cannot be resolved on this endpoint's CONNECT tunnels: the proxy does not inspect them (set protocol: rest, or allow_uninspected_credentials: true to accept that they travel unresolved)")

@@ -29,6 +29,10 @@ func TestCredentialFields(t *testing.T) {
 	if c.Checksum() == p.Checksum() {
 		t.Error("the binding is not in the checksum")
 	}
+	rw, err := Parse([]byte(withEndpoint("host: api.example.com", "port: 443", "protocol: rest", "access: full", "request_body_credential_rewrite: true")))
+	if err != nil || !rw.NetworkPolicies["e"].Endpoints[0].RequestBodyCredentialRewrite || !strings.Contains(string(rw.Canonical()), `"request_body_credential_rewrite":true`) {
+		t.Errorf("body rewrite: %v", err)
+	}
 	// Passthrough with the explicit acceptance loads.
 	if _, err := Parse([]byte(withEndpoint("host: api.example.com", "port: 443",
 		"credential_binding: {provider: svc}", "allow_uninspected_credentials: true"))); err != nil {
@@ -48,6 +52,8 @@ func TestCredentialFields(t *testing.T) {
 		{"bad provider", []string{"host: api.example.com", "port: 443", "protocol: rest", "access: full", "credential_binding: {provider: 'a b'}"}, ep0 + ".credential_binding.provider", "provider names are"},
 		{"unknown key", []string{"host: api.example.com", "port: 443", "protocol: rest", "access: full", "credential_binding: {provider: a, env: X}"}, ep0 + ".credential_binding.env", `unknown key "env"`},
 		{"not a bool", []string{"host: api.example.com", "port: 443", "allow_uninspected_credentials: yes-please"}, ep0 + ".allow_uninspected_credentials", "must be true or false"},
+		{"body rewrite without rest", []string{"host: api.example.com", "port: 443", "request_body_credential_rewrite: true"}, ep0 + ".request_body_credential_rewrite", "bodies are read only on protocol: rest endpoints"},
+		{"body rewrite on tcp", []string{"host: db.example.com", "port: 5432", "protocol: tcp", "request_body_credential_rewrite: true"}, ep0 + ".request_body_credential_rewrite", "protocol tcp relays bytes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse([]byte(withEndpoint(tc.lines...)))

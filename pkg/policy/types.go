@@ -115,6 +115,10 @@ type Endpoint struct {
 	// inspected (Inspected): without it, a binding to such an endpoint is
 	// refused when the policy (and the credentials) load.
 	AllowUninspectedCredentials bool `json:"allow_uninspected_credentials,omitempty" yaml:"allow_uninspected_credentials,omitempty"`
+	// RequestBodyCredentialRewrite opts the endpoint in to resolving
+	// credential placeholders in request bodies (JSON, form and text, at
+	// most 256 KiB each); protocol rest only.
+	RequestBodyCredentialRewrite bool `json:"request_body_credential_rewrite,omitempty" yaml:"request_body_credential_rewrite,omitempty"`
 }
 
 // AccessAllows reports whether an access preset admits an HTTP method:

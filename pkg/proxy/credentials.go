@@ -1,9 +1,12 @@
 package proxy
 
 import (
+	"bufio"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"time"
 
 	"github.com/palisade-sandbox/palisade/pkg/credentials"
 	"github.com/palisade-sandbox/palisade/pkg/l7"
@@ -83,10 +86,11 @@ func (p *Proxy) checkPolicyCredentials(pol *policy.Policy) error {
 // nothing was to be done; otherwise the caller must refuse the request
 // when Err is not nil, and scrub with the resolver what it reports about
 // the request afterwards. paths gives the readings of the request's
-// decoded path.
-func (p *Proxy) resolveCredentials(host string, port int, ep *policy.Endpoint, h http.Header, rawQuery *string, paths func() ([]string, bool)) *credentials.Resolver {
+// decoded path. body says the request's body is to be resolved too (the
+// caller then passes it through the resolver's Body).
+func (p *Proxy) resolveCredentials(host string, port int, ep *policy.Endpoint, h http.Header, rawQuery *string, paths func() ([]string, bool), body bool) *credentials.Resolver {
 	st := p.creds.Load()
-	if st == nil || !mayHoldPlaceholder(h, *rawQuery) {
+	if st == nil || !body && !mayHoldPlaceholder(h, *rawQuery) {
 		return nil
 	}
 	t := &credentials.Target{Host: host, Port: port, Paths: paths}
@@ -97,6 +101,28 @@ func (p *Proxy) resolveCredentials(host string, port int, ep *policy.Endpoint, h
 	r.Header(h)
 	*rawQuery = r.Query(*rawQuery)
 	return r
+}
+
+// rewritesBody reports whether an admitted request's body is read for
+// placeholders: the endpoint opted in (request_body_credential_rewrite),
+// credentials are configured, and the body is of a type they are looked
+// for in (credentials.RewritableBody).
+func (p *Proxy) rewritesBody(ep *policy.Endpoint, contentType string, hasBody bool) bool {
+	return hasBody && ep != nil && ep.RequestBodyCredentialRewrite && p.creds.Load() != nil && credentials.RewritableBody(contentType)
+}
+
+// readRewriteBody reads a request body to be resolved: at most
+// credentials.MaxBody bytes (tooLarge when there are more, or when the
+// declared length says so before anything is read).
+func readRewriteBody(r io.Reader, declared int64) (b []byte, tooLarge bool, err error) {
+	if declared > credentials.MaxBody {
+		return nil, true, nil
+	}
+	b, err = io.ReadAll(io.LimitReader(r, credentials.MaxBody+1))
+	if len(b) > credentials.MaxBody {
+		return nil, true, nil
+	}
+	return b, false, err
 }
 
 // mayHoldPlaceholder is the cheap test every request pays when
@@ -148,15 +174,56 @@ func refuseCredentials(rec *Record, err error) {
 }
 
 // forwardCredentials resolves the placeholders of an admitted forwarded
-// http:// request before anything is dialled; it answers 403 and
-// reports false when one may not be resolved.
-func (p *Proxy) forwardCredentials(c *net.TCPConn, rec *Record, req *request, ep *policy.Endpoint) bool {
+// http:// request (and of its body, where the endpoint opted in: read
+// here, after a 100 Continue if the client asked for one) before
+// anything is dialled; it answers 403 (413 for a body too large to
+// resolve) and reports false when one may not be resolved.
+func (p *Proxy) forwardCredentials(c *net.TCPConn, br *bufio.Reader, rec *Record, req *request, ep *policy.Endpoint) bool {
 	req.header = forwardHeader(req.head)
 	query := req.url.RawQuery
 	paths := targetReadings(req.url.EscapedPath())
-	res := p.resolveCredentials(rec.Host, rec.Port, ep, req.header, &query, paths)
+	fr := req.framing
+	ctype := req.header.Get("Content-Type")
+	withBody := p.rewritesBody(ep, ctype, fr.chunked || fr.length > 0)
+	res := p.resolveCredentials(rec.Host, rec.Port, ep, req.header, &query, paths, withBody)
 	if res == nil {
 		return true
+	}
+	if withBody {
+		if fr.length > credentials.MaxBody {
+			p.bodyTooLarge(c, rec)
+			return false
+		}
+		if fr.expect100 {
+			c.SetWriteDeadline(time.Now().Add(responseWriteTimeout))
+			_, err := c.Write([]byte("HTTP/1.1 100 Continue\r\n\r\n"))
+			c.SetWriteDeadline(time.Time{})
+			if err != nil {
+				// Nothing went upstream, and there is no client to
+				// answer.
+				rec.Outcome, rec.Reason = OutcomeClientGone, ReasonClientClosed
+				c.Close()
+				return false
+			}
+		}
+		var tb *trackedBody
+		if fr.chunked {
+			tb = newChunkedBody(br)
+		} else {
+			tb = newSizedBody(br, fr.length)
+		}
+		c.SetReadDeadline(time.Now().Add(p.cfg.Limits.IdleTimeout))
+		b, tooLarge, err := readRewriteBody(tb, fr.length)
+		c.SetReadDeadline(time.Time{})
+		switch {
+		case tooLarge:
+			p.bodyTooLarge(c, rec)
+			return false
+		case err != nil:
+			p.badRequest(c, rec, http.StatusBadRequest, ReasonMalformed, headErrorf("request body could not be read"))
+			return false
+		}
+		req.body = res.Body(b, ctype)
 	}
 	if err := res.Err(); err != nil {
 		refuseCredentials(rec, err)
@@ -172,4 +239,12 @@ func (p *Proxy) forwardCredentials(c *net.TCPConn, rec *Record, req *request, ep
 		req.scrub = res.Scrub
 	}
 	return true
+}
+
+// bodyTooLarge answers a forwarded request whose body is too large to
+// resolve placeholders in (request_body_credential_rewrite): 413.
+func (p *Proxy) bodyTooLarge(c *net.TCPConn, rec *Record) {
+	rec.CredentialRefused = true
+	p.badRequest(c, rec, http.StatusRequestEntityTooLarge, credentials.ReasonBodyTooLarge,
+		headErrorf("request body over %d bytes on an endpoint that resolves credential placeholders in bodies", credentials.MaxBody))
 }

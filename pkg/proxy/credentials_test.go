@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/tls"
 	"crypto/x509"
@@ -77,6 +78,7 @@ type credUpstream struct {
 	plainPort   int
 	mu          sync.Mutex
 	seen        []string
+	bodies      []string // "content-length body" of each request
 	requestsGot atomic.Int64
 }
 
@@ -92,7 +94,10 @@ func newCredUpstream(t *testing.T) *credUpstream {
 		u.mu.Lock()
 		u.seen = append(u.seen, fmt.Sprintf("%s auth=%s key=%s q=%s", r.Host, r.Header.Get("Authorization"), r.Header.Get("X-Api-Key"), r.URL.Query().Get("key")))
 		u.mu.Unlock()
-		io.Copy(io.Discard, r.Body)
+		b, _ := io.ReadAll(r.Body)
+		u.mu.Lock()
+		u.bodies = append(u.bodies, fmt.Sprintf("%d %s", r.ContentLength, b))
+		u.mu.Unlock()
 		w.Write([]byte("ok"))
 	})
 	srv := httptest.NewUnstartedServer(h)
@@ -407,10 +412,10 @@ func TestCredentialNoPlaceholderPassesThrough(t *testing.T) {
 	e := newCredEnv(t)
 	h := http.Header{"Authorization": {"Bearer real-looking"}}
 	q := "a=1"
-	if r := e.p.resolveCredentials("allowed.test", e.up.tlsPort, nil, h, &q, nil); r != nil {
+	if r := e.p.resolveCredentials("allowed.test", e.up.tlsPort, nil, h, &q, nil, false); r != nil {
 		t.Errorf("resolver made for a request without placeholders")
 	}
-	if testing.AllocsPerRun(100, func() { e.p.resolveCredentials("allowed.test", e.up.tlsPort, nil, h, &q, nil) }) != 0 {
+	if testing.AllocsPerRun(100, func() { e.p.resolveCredentials("allowed.test", e.up.tlsPort, nil, h, &q, nil, false) }) != 0 {
 		t.Errorf("a request without placeholders allocates")
 	}
 }
@@ -444,7 +449,7 @@ func TestWatchReloadsCredentials(t *testing.T) {
 	resolved := func() string {
 		h := http.Header{"A": {credentials.Placeholder(credKey)}}
 		q := ""
-		r := env.p.resolveCredentials("allowed.test", up.tlsPort, nil, h, &q, nil)
+		r := env.p.resolveCredentials("allowed.test", up.tlsPort, nil, h, &q, nil, false)
 		if r == nil || r.Err() != nil {
 			return "refused"
 		}
@@ -479,5 +484,218 @@ func TestCredentialStatus(t *testing.T) {
 	b, _ := json.Marshal(e.p.Status())
 	if bytes.Contains(b, []byte(credKey)) || bytes.Contains(b, []byte(credSecret)) {
 		t.Errorf("status names a key or a value: %s", b)
+	}
+}
+
+func (u *credUpstream) lastBody() string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if len(u.bodies) == 0 {
+		return ""
+	}
+	return u.bodies[len(u.bodies)-1]
+}
+
+// bodyCredFile binds API_TOKEN (a value that needs escaping in JSON and
+// in a form) to allowed.test on both upstream ports.
+func bodyCredFile(u *credUpstream) string {
+	return fmt.Sprintf(`version: 1
+providers:
+  api:
+    credentials:
+      %s: {value: %q}
+    endpoints:
+      - host: allowed.test
+        ports: [%d, %d]
+`, credKey, bodySecret, u.tlsPort, u.plainPort)
+}
+
+const bodySecret = `sk-"quoted"\back&slash=1 +x`
+
+// bodyPolicy: allowed.test opts in to body rewrite on both ports
+// (inspected HTTPS and forwarded http://); other.test (HTTPS) does not.
+func bodyPolicy(u *credUpstream) string {
+	return fmt.Sprintf(`version: 1
+network_policies:
+  api:
+    endpoints:
+      - host: allowed.test
+        ports: [%d, %d]
+        protocol: rest
+        access: full
+        request_body_credential_rewrite: true
+      - host: other.test
+        port: %d
+        protocol: rest
+        access: full
+    binaries:
+      - path: /usr/bin/curl
+`, u.tlsPort, u.plainPort, u.tlsPort)
+}
+
+// Where the endpoint opts in, placeholders in JSON, form and text
+// bodies resolve (escaped for their encoding, Content-Length correct;
+// chunked bodies too), other types pass as they are, a body over 256
+// KiB is refused with 413 before anything reaches the upstream, and a
+// placeholder in a body to an endpoint the credential is not bound to is
+// refused like one in a header. Without the opt-in bodies are not read.
+func TestCredentialBodyRewrite(t *testing.T) {
+	e := newCredEnv(t)
+	e.src.set(bodyCredFile(e.up))
+	e.writePolicy(bodyPolicy(e.up))
+	if _, err := e.p.Reload("test"); err != nil {
+		t.Fatal(err)
+	}
+	ph := credentials.Placeholder(credKey)
+	jsonWant, _ := json.Marshal(map[string]string{"token": bodySecret})
+	pu, _ := url.Parse("http://" + e.addr)
+	fwd := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(pu)}}
+	defer fwd.CloseIdleConnections()
+	type bodyCase struct {
+		name, ctype, body string
+		chunked           bool
+		check             func(got string) bool
+	}
+	cases := []bodyCase{
+		{"json", "application/json", `{"token":"` + ph + `"}`, false, func(got string) bool { return got == fmt.Sprintf("%d %s", len(jsonWant), jsonWant) }},
+		{"json chunked", "application/json; charset=utf-8", `{"token":"` + ph + `"}`, true, func(got string) bool { return got == fmt.Sprintf("%d %s", len(jsonWant), jsonWant) }},
+		{"form", "application/x-www-form-urlencoded", "a=1&token=" + url.QueryEscape(ph), false, func(got string) bool {
+			_, body, _ := strings.Cut(got, " ")
+			q, err := url.ParseQuery(body)
+			return err == nil && q.Get("token") == bodySecret && q.Get("a") == "1"
+		}},
+		{"text", "text/plain", "token " + ph + "\n", false, func(got string) bool {
+			return got == fmt.Sprintf("%d token %s\n", len("token ")+len(bodySecret)+1, bodySecret)
+		}},
+		{"other type", "application/octet-stream", ph, false, func(got string) bool { return got == fmt.Sprintf("%d %s", len(ph), ph) }},
+	}
+	clients := map[string]*http.Client{"h1": e.client(false), "h2": e.client(true), "forwarded": fwd}
+	for _, cn := range []string{"h1", "h2", "forwarded"} {
+		cl := clients[cn]
+		target := fmt.Sprintf("https://allowed.test:%d/upload", e.up.tlsPort)
+		if cn == "forwarded" {
+			target = fmt.Sprintf("http://allowed.test:%d/upload", e.up.plainPort)
+		}
+		for _, tc := range cases {
+			var body io.Reader = strings.NewReader(tc.body)
+			if tc.chunked {
+				body = io.MultiReader(strings.NewReader(tc.body)) // no length: chunked on h1
+			}
+			req, _ := http.NewRequest("POST", target, body)
+			req.Header.Set("Content-Type", tc.ctype)
+			resp, err := cl.Do(req)
+			if err != nil {
+				t.Fatalf("%s %s: %v", cn, tc.name, err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 || !tc.check(e.up.lastBody()) {
+				t.Errorf("%s %s: %d, upstream got %q", cn, tc.name, resp.StatusCode, e.up.lastBody())
+			}
+		}
+		// Over the bound: 413, nothing upstream (sized, and chunked).
+		before := e.up.requestsGot.Load()
+		for _, chunked := range []bool{false, true} {
+			var body io.Reader = strings.NewReader(strings.Repeat("x", credentials.MaxBody+1))
+			if chunked {
+				body = io.MultiReader(body)
+			}
+			req, _ := http.NewRequest("POST", target, body)
+			req.Header.Set("Content-Type", "text/plain")
+			resp, err := cl.Do(req)
+			if err != nil {
+				t.Fatalf("%s large: %v", cn, err)
+			}
+			var eb errorBody
+			json.NewDecoder(resp.Body).Decode(&eb)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusRequestEntityTooLarge || eb.Reason != credentials.ReasonBodyTooLarge {
+				t.Errorf("%s large body (chunked %v): %d %+v", cn, chunked, resp.StatusCode, eb)
+			}
+		}
+		if n := e.up.requestsGot.Load(); n != before {
+			t.Errorf("%s: a body too large reached the upstream", cn)
+		}
+	}
+	// other.test: no opt-in, the body is not read (the placeholder goes
+	// as it is); a header placeholder there is still refused.
+	cl := e.client(false)
+	resp, err := cl.Post(fmt.Sprintf("https://other.test:%d/x", e.up.tlsPort), "application/json", strings.NewReader(`{"t":"`+ph+`"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(e.up.lastBody(), ph) {
+		t.Errorf("no opt-in: %d %q", resp.StatusCode, e.up.lastBody())
+	}
+	// A body placeholder for an unbound key is refused.
+	resp, err = cl.Post(fmt.Sprintf("https://allowed.test:%d/x", e.up.tlsPort), "application/json", strings.NewReader(`{"t":"`+credentials.Placeholder("BOUND_TOKEN")+`"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d DenialBody
+	json.NewDecoder(resp.Body).Decode(&d)
+	resp.Body.Close()
+	if resp.StatusCode != 403 || d.Reason != credentials.ReasonUnknown {
+		t.Errorf("unknown key in a body: %d %+v", resp.StatusCode, d)
+	}
+	e.noSecrets(t)
+}
+
+// Expect: 100-continue on an opted-in endpoint: the proxy asks for the
+// body (100), resolves it and forwards it; a request refused for a
+// header placeholder is answered before the client sends the body.
+func TestCredentialBodyExpectContinue(t *testing.T) {
+	e := newCredEnv(t)
+	e.src.set(bodyCredFile(e.up))
+	e.writePolicy(bodyPolicy(e.up))
+	if _, err := e.p.Reload("test"); err != nil {
+		t.Fatal(err)
+	}
+	ph := credentials.Placeholder(credKey)
+	body := `{"token":"` + ph + `"}`
+	for _, target := range []string{fmt.Sprintf("http://allowed.test:%d/x", e.up.plainPort), fmt.Sprintf("http://other.test:%d/x", e.up.plainPort)} {
+		c := e.dial()
+		br := bufio.NewReader(c)
+		fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: h\r\nContent-Type: application/json\r\nContent-Length: %d\r\nExpect: 100-continue\r\nAuthorization: Bearer %s\r\n\r\n", target, len(body), ph)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", target, err)
+		}
+		if strings.Contains(target, "other.test") {
+			// other.test has no forwarded endpoint in bodyPolicy: refused
+			// by the policy before any 100.
+			if resp.StatusCode != 403 {
+				t.Errorf("%s: %d, want 403 before the body", target, resp.StatusCode)
+			}
+			continue
+		}
+		if resp.StatusCode != 100 {
+			t.Fatalf("%s: %d, want 100 Continue", target, resp.StatusCode)
+		}
+		io.WriteString(c, body)
+		resp, err = http.ReadResponse(br, nil)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("%s after the body: %v %v", target, resp, err)
+		}
+		want, _ := json.Marshal(map[string]string{"token": bodySecret})
+		if got := e.up.lastBody(); got != fmt.Sprintf("%d %s", len(want), want) || !strings.Contains(e.up.last(), "auth=Bearer "+bodySecret) {
+			t.Errorf("upstream got %q / %q", got, e.up.last())
+		}
+	}
+	// Inspected h1: a header placeholder bound elsewhere is refused with
+	// no 100 sent.
+	cl := e.client(false)
+	req, _ := http.NewRequest("POST", fmt.Sprintf("https://other.test:%d/x", e.up.tlsPort), strings.NewReader(body))
+	req.Header.Set("Expect", "100-continue")
+	req.Header.Set("Authorization", "Bearer "+ph)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := cl.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 403 {
+		t.Errorf("inspected, bound elsewhere: %d", resp.StatusCode)
 	}
 }

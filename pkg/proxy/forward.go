@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -225,6 +226,10 @@ func (p *Proxy) forward(c *net.TCPConn, br *bufio.Reader, up net.Conn, rec *Reco
 	var body *countingReader
 	var tb *trackedBody
 	switch {
+	case rq.body != nil:
+		// Read already, its placeholders resolved (forwardCredentials).
+		body = &countingReader{r: bytes.NewReader(rq.body)}
+		out.Body, out.ContentLength = io.NopCloser(body), int64(len(rq.body))
 	case fr.chunked:
 		tb = newChunkedBody(br)
 		body = &countingReader{r: tb}
@@ -236,7 +241,7 @@ func (p *Proxy) forward(c *net.TCPConn, br *bufio.Reader, up net.Conn, rec *Reco
 	default:
 		out.Body = http.NoBody
 	}
-	if fr.expect100 && out.Body != http.NoBody {
+	if fr.expect100 && out.Body != http.NoBody && rq.body == nil {
 		c.SetWriteDeadline(time.Now().Add(responseWriteTimeout))
 		if _, err := c.Write([]byte("HTTP/1.1 100 Continue\r\n\r\n")); err != nil {
 			c.Close()

@@ -67,6 +67,9 @@ type request struct {
 	// scrub removes the credential values resolved into the request
 	// from what is reported about it (nil: none were).
 	scrub func(string) string
+	// body, when set, is the request's body, read and its placeholders
+	// resolved before the dial (forward HTTP, request body rewrite).
+	body []byte
 }
 
 // handleExplicit serves one explicit-proxy connection: a CONNECT tunnel,
@@ -206,7 +209,7 @@ func (p *Proxy) serveRequest(c *net.TCPConn, br *bufio.Reader, rec *Record, rele
 		}
 	}
 
-	if rec.Kind == KindHTTP && !p.forwardCredentials(c, rec, &req, v.Endpoint) {
+	if rec.Kind == KindHTTP && !p.forwardCredentials(c, br, rec, &req, v.Endpoint) {
 		return false
 	}
 

@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"io"
 	"log"
 	"net"
@@ -20,6 +21,7 @@ import (
 
 	"golang.org/x/net/http2"
 
+	"github.com/palisade-sandbox/palisade/pkg/credentials"
 	"github.com/palisade-sandbox/palisade/pkg/l7"
 	"github.com/palisade-sandbox/palisade/pkg/l7/websocket"
 	"github.com/palisade-sandbox/palisade/pkg/policy"
@@ -592,11 +594,17 @@ func (ix *inspector) deny(w http.ResponseWriter, r *http.Request, rr *Record, re
 }
 
 func (ix *inspector) bad(w http.ResponseWriter, rr *Record, reason, detail string) {
-	rr.Outcome, rr.Reason, rr.Status, rr.Cause = OutcomeBadRequest, reason, http.StatusBadRequest, detail
+	ix.refuse(w, rr, http.StatusBadRequest, reason, detail)
+}
+
+// refuse answers a request that is not relayed with status (a 4xx),
+// and closes an HTTP/1.1 connection after it.
+func (ix *inspector) refuse(w http.ResponseWriter, rr *Record, status int, reason, detail string) {
+	rr.Outcome, rr.Reason, rr.Status, rr.Cause = OutcomeBadRequest, reason, status, detail
 	if cw, ok := w.(interface{ closeAfter() }); ok {
 		cw.closeAfter()
 	}
-	writeHTTPJSON(w, http.StatusBadRequest, errorBody{Error: OutcomeBadRequest, Reason: reason, Detail: detail})
+	writeHTTPJSON(w, status, errorBody{Error: OutcomeBadRequest, Reason: reason, Detail: detail})
 }
 
 func (ix *inspector) upstreamFailed(w http.ResponseWriter, rr *Record, err error) {
@@ -656,7 +664,24 @@ func (ix *inspector) relay(w http.ResponseWriter, r *http.Request, rr *Record, p
 		return
 	}
 	header := requestHeader(r.Header)
-	if res := ix.p.resolveCredentials(ix.host, ix.port, ep, header, &rawQuery, pathReadings(path)); res != nil {
+	ctype := header.Get("Content-Type")
+	withBody := ix.p.rewritesBody(ep, ctype, r.Body != http.NoBody && r.ContentLength != 0)
+	var body []byte
+	if res := ix.p.resolveCredentials(ix.host, ix.port, ep, header, &rawQuery, pathReadings(path), withBody); res != nil {
+		if withBody {
+			b, tooLarge, err := readRewriteBody(r.Body, r.ContentLength)
+			switch {
+			case tooLarge:
+				rr.CredentialRefused = true
+				ix.refuse(w, rr, http.StatusRequestEntityTooLarge, credentials.ReasonBodyTooLarge,
+					fmt.Sprintf("request body over %d bytes on an endpoint that resolves credential placeholders in bodies", credentials.MaxBody))
+				return
+			case err != nil:
+				ix.bad(w, rr, ReasonMalformed, "request body could not be read")
+				return
+			}
+			body = res.Body(b, ctype)
+		}
 		if err := res.Err(); err != nil {
 			refuseCredentials(rr, err)
 			ix.deny(w, r, rr, rr.Reason, path.Escaped)
@@ -688,6 +713,14 @@ func (ix *inspector) relay(w http.ResponseWriter, r *http.Request, rr *Record, p
 	}
 	if r.ContentLength == 0 {
 		out.Body = http.NoBody
+	}
+	if body != nil {
+		// Read already, its placeholders resolved: sent with its own
+		// length (a chunked request's trailers are not sent on).
+		out.Body, out.ContentLength, out.Trailer = io.NopCloser(bytes.NewReader(body)), int64(len(body)), nil
+		if len(body) == 0 {
+			out.Body = http.NoBody
+		}
 	}
 	ws := isWebSocket(r)
 	if ws {
