@@ -40,6 +40,8 @@ func behaviourWithin(e, w *policy.Endpoint, wPath string) (string, string) {
 	switch {
 	case e.CredentialBinding != nil && (w.CredentialBinding == nil || w.CredentialBinding.Provider != e.CredentialBinding.Provider):
 		return ".credential_binding", fmt.Sprintf("resolves provider %s's credentials in its requests, but the ceiling's %s does not bind them", e.CredentialBinding.Provider, wPath)
+	case e.CredentialSigning != "" && (w.CredentialSigning == "" || e.SigningService != w.SigningService || e.SigningRegion != w.SigningRegion):
+		return ".credential_signing", fmt.Sprintf("re-signs requests for %s with AWS credentials, but the ceiling's %s does not (for that service and region)", e.SigningService, wPath)
 	case e.RequestBodyCredentialRewrite && !w.RequestBodyCredentialRewrite:
 		return ".request_body_credential_rewrite", fmt.Sprintf("resolves credential placeholders in request bodies, but the ceiling's %s does not", wPath)
 	case raw(e) && !raw(w):

@@ -107,6 +107,9 @@ func TestRefusalMessages(t *testing.T) {
 		{"body rewrite", entry("gl", `    endpoints: [{host: "*.gitlab.test", port: 443, protocol: rest, access: read-only, request_body_credential_rewrite: true}]
     binaries: [{path: /usr/bin/git}]
 `), "network_policies.gl.endpoints[0].request_body_credential_rewrite: *.gitlab.test:443 resolves credential placeholders in request bodies, but the ceiling's network_policies.gl.endpoints[0] does not"},
+		{"signing", entry("gl", `    endpoints: [{host: "*.gitlab.test", port: 443, protocol: rest, access: read-only, credential_signing: sigv4, signing_service: s3}]
+    binaries: [{path: /usr/bin/git}]
+`), "network_policies.gl.endpoints[0].credential_signing: *.gitlab.test:443 re-signs requests for s3 with AWS credentials, but the ceiling's network_policies.gl.endpoints[0] does not (for that service and region)"},
 		{"tls skip", entry("npm", `    endpoints: [{host: registry.npmjs.org, port: 443, tls: skip}]
     binaries: [{path: /usr/bin/node}]
 `), "network_policies.npm.endpoints[0].tls: registry.npmjs.org:443 tls: skip relays tunnels without checking the TLS server name, but the ceiling's network_policies.npm.endpoints[0] checks it"},

@@ -28,6 +28,9 @@ func CheckPolicy(p *policy.Policy, f *File) error {
 			if fe := checkInspected(e, f, path); fe != nil {
 				errs = append(errs, fe)
 			}
+			if fe := checkSigning(e, f, path); fe != nil {
+				errs = append(errs, fe)
+			}
 		}
 	}
 	if len(errs) > 0 {
@@ -142,4 +145,36 @@ func portList(ports []int) string {
 		fmt.Fprint(&b, p)
 	}
 	return b.String()
+}
+
+// checkSigning: a credential_signing endpoint must have AWS credentials
+// bound to it (seed 004: the policy does not activate without a
+// source): a provider with AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY
+// named by its credential_binding, or whose endpoints meet it.
+func checkSigning(e *policy.Endpoint, f *File, path string) *FieldError {
+	if e.CredentialSigning == "" {
+		return nil
+	}
+	path += ".credential_signing"
+	if f == nil {
+		return &FieldError{Path: path, Msg: "needs AWS credentials, but no credentials file is loaded (--credentials FILE)"}
+	}
+	if e.CredentialBinding != nil {
+		if p, ok := f.Providers[e.CredentialBinding.Provider]; ok && !hasAWS(p) {
+			return &FieldError{Path: path, Msg: fmt.Sprintf("provider %s holds no AWS credentials (%s and %s)", p.Name, KeyAWSAccessKeyID, KeyAWSSecretAccessKey)}
+		}
+		return nil // a missing provider is checkBinding's
+	}
+	for _, name := range sortedKeys(f.Providers) {
+		p := f.Providers[name]
+		if !hasAWS(p) {
+			continue
+		}
+		for _, pe := range p.Endpoints {
+			if overlaps(e, pe) {
+				return nil
+			}
+		}
+	}
+	return &FieldError{Path: path, Msg: fmt.Sprintf("no AWS credentials are bound to this endpoint: bind a provider holding %s and %s with credential_binding, or list the endpoint in such a provider's endpoints", KeyAWSAccessKeyID, KeyAWSSecretAccessKey)}
 }

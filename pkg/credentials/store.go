@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/palisade-sandbox/palisade/pkg/sigv4"
 )
 
 // Store is one set of credentials in force: values and the endpoints
@@ -208,4 +210,52 @@ func (s *Store) Find(text string) string {
 		}
 	}
 	return ""
+}
+
+// The keys of a provider's AWS credentials (OpenShell's, and the AWS
+// SDKs' variable names).
+const (
+	KeyAWSAccessKeyID     = "AWS_ACCESS_KEY_ID"
+	KeyAWSSecretAccessKey = "AWS_SECRET_ACCESS_KEY"
+	KeyAWSSessionToken    = "AWS_SESSION_TOKEN"
+)
+
+// ReasonSigningUnbound: a request to a credential_signing endpoint for
+// which no provider with AWS credentials is bound (the credentials
+// changed since the policy loaded).
+const ReasonSigningUnbound = "sigv4_credentials_unavailable"
+
+// hasAWS reports whether p holds AWS credentials (an access key id and
+// a secret key).
+func hasAWS(p *Provider) bool {
+	_, id := p.Credentials[KeyAWSAccessKeyID]
+	_, secret := p.Credentials[KeyAWSSecretAccessKey]
+	return id && secret
+}
+
+// AWS returns the AWS credentials bound to t, for re-signing a request
+// with SigV4: those of the first provider (by name) that holds
+// AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN,
+// optional) and whose binding admits t. reason is ReasonRevoked or
+// ReasonSigningUnbound when there are none.
+func (s *Store) AWS(t *Target) (c sigv4.Credentials, reason string) {
+	switch {
+	case s == nil:
+		return c, ReasonSigningUnbound
+	case s.revoked:
+		return c, ReasonRevoked
+	}
+	for _, name := range sortedKeys(s.file.Providers) {
+		p := s.file.Providers[name]
+		if !hasAWS(p) || !s.bound(p, t) {
+			continue
+		}
+		c.AccessKeyID = s.creds[KeyAWSAccessKeyID].value
+		c.SecretAccessKey = s.creds[KeyAWSSecretAccessKey].value
+		if tok, ok := s.creds[KeyAWSSessionToken]; ok && tok.prov == p {
+			c.SessionToken = tok.value
+		}
+		return c, ""
+	}
+	return c, ReasonSigningUnbound
 }

@@ -28,7 +28,22 @@ func (e *Endpoint) Inspected() bool {
 }
 
 // credentialKeys are the endpoint keys of credential resolution.
-var credentialKeys = []string{"credential_binding", "allow_uninspected_credentials", "request_body_credential_rewrite"}
+var credentialKeys = []string{"credential_binding", "allow_uninspected_credentials", "request_body_credential_rewrite",
+	"credential_signing", "signing_service", "signing_region"}
+
+// credential_signing values (OpenShell's): sigv4 detects the payload mode
+// from the client's x-amz-content-sha256; sigv4:body always signs the
+// body; sigv4:no_body never does.
+const (
+	SigningSigV4       = "sigv4"
+	SigningSigV4Body   = "sigv4:body"
+	SigningSigV4NoBody = "sigv4:no_body"
+)
+
+var (
+	signingServiceRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9.-]{0,62}$`) })
+	signingRegionRE  = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`) })
+)
 
 // credentialFields decodes an endpoint's credential fields.
 func (d *decoder) credentialFields(fields map[string]field, path string, e *Endpoint) {
@@ -40,6 +55,30 @@ func (d *decoder) credentialFields(fields map[string]field, path string, e *Endp
 	if f, ok := fields["request_body_credential_rewrite"]; ok {
 		if b, ok := d.boolean(f.val, path+".request_body_credential_rewrite"); ok {
 			e.RequestBodyCredentialRewrite = b
+		}
+	}
+	for _, k := range []struct {
+		key string
+		re  *regexp.Regexp
+		dst *string
+		msg string
+	}{
+		{"signing_service", signingServiceRE(), &e.SigningService, "an AWS service name such as s3, bedrock or sts"},
+		{"signing_region", signingRegionRE(), &e.SigningRegion, "an AWS region such as us-east-1"},
+	} {
+		if f, ok := fields[k.key]; ok {
+			if s, ok := d.str(f.val, path+"."+k.key); ok {
+				if !k.re.MatchString(s) {
+					d.errf(f.val, path+"."+k.key, "must be %s, not %q", k.msg, s)
+				} else {
+					*k.dst = s
+				}
+			}
+		}
+	}
+	if f, ok := fields["credential_signing"]; ok {
+		if s, ok := d.oneOf(f.val, path+".credential_signing", SigningSigV4, SigningSigV4Body, SigningSigV4NoBody); ok {
+			e.CredentialSigning = s
 		}
 	}
 	f, ok := fields["credential_binding"]
@@ -83,7 +122,34 @@ func (d *decoder) credentialCross(fields map[string]field, path string, e *Endpo
 	if f, ok := fields["request_body_credential_rewrite"]; ok && e.RequestBodyCredentialRewrite && e.Protocol != ProtocolREST {
 		d.errf(f.key, path+".request_body_credential_rewrite", "bodies are read only on protocol: rest endpoints")
 	}
+	d.signingCross(fields, path, e)
 	if f, ok := fields["credential_binding"]; ok && !e.Inspected() && !e.AllowUninspectedCredentials {
 		d.errf(f.key, path+".credential_binding", "placeholders cannot be resolved on this endpoint's CONNECT tunnels: the proxy does not inspect them (set protocol: rest, or allow_uninspected_credentials: true to accept that they travel unresolved)")
+	}
+}
+
+// signingCross checks credential_signing against the other fields: it
+// needs protocol rest (requests are re-signed one by one) and a
+// signing_service, excludes request_body_credential_rewrite (seed 004:
+// a body rewritten after signing would not match its signature), and
+// signing_service and signing_region mean nothing without it.
+func (d *decoder) signingCross(fields map[string]field, path string, e *Endpoint) {
+	f, signing := fields["credential_signing"]
+	if !signing {
+		for _, k := range []string{"signing_service", "signing_region"} {
+			if g, ok := fields[k]; ok {
+				d.errf(g.key, path+"."+k, "goes with credential_signing")
+			}
+		}
+		return
+	}
+	if e.Protocol != ProtocolREST {
+		d.errf(f.key, path+".credential_signing", "requests are re-signed only on protocol: rest endpoints")
+	}
+	if _, ok := fields["signing_service"]; !ok {
+		d.errf(f.key, path+".signing_service", "is required with credential_signing (the AWS service signed for: s3, bedrock, sts, ...)")
+	}
+	if g, ok := fields["request_body_credential_rewrite"]; ok && e.RequestBodyCredentialRewrite {
+		d.errf(g.key, path+".request_body_credential_rewrite", "and credential_signing are mutually exclusive: a body rewritten after signing would not match its signature")
 	}
 }

@@ -33,6 +33,15 @@ func TestCredentialFields(t *testing.T) {
 	if err != nil || !rw.NetworkPolicies["e"].Endpoints[0].RequestBodyCredentialRewrite || !strings.Contains(string(rw.Canonical()), `"request_body_credential_rewrite":true`) {
 		t.Errorf("body rewrite: %v", err)
 	}
+	sg, err := Parse([]byte(withEndpoint("host: minio.example.com", "port: 9000", "protocol: rest", "access: full",
+		"credential_signing: sigv4:no_body", "signing_service: s3", "signing_region: auto")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if se := sg.NetworkPolicies["e"].Endpoints[0]; se.CredentialSigning != SigningSigV4NoBody || se.SigningService != "s3" || se.SigningRegion != "auto" ||
+		!strings.Contains(string(sg.Canonical()), `"credential_signing":"sigv4:no_body","signing_service":"s3","signing_region":"auto"`) {
+		t.Errorf("signing fields: %+v %s", se, sg.Canonical())
+	}
 	// Passthrough with the explicit acceptance loads.
 	if _, err := Parse([]byte(withEndpoint("host: api.example.com", "port: 443",
 		"credential_binding: {provider: svc}", "allow_uninspected_credentials: true"))); err != nil {
@@ -53,6 +62,14 @@ func TestCredentialFields(t *testing.T) {
 		{"unknown key", []string{"host: api.example.com", "port: 443", "protocol: rest", "access: full", "credential_binding: {provider: a, env: X}"}, ep0 + ".credential_binding.env", `unknown key "env"`},
 		{"not a bool", []string{"host: api.example.com", "port: 443", "allow_uninspected_credentials: yes-please"}, ep0 + ".allow_uninspected_credentials", "must be true or false"},
 		{"body rewrite without rest", []string{"host: api.example.com", "port: 443", "request_body_credential_rewrite: true"}, ep0 + ".request_body_credential_rewrite", "bodies are read only on protocol: rest endpoints"},
+		{"signing without rest", []string{"host: s3.us-east-1.amazonaws.com", "port: 443", "credential_signing: sigv4", "signing_service: s3"}, ep0 + ".credential_signing", "only on protocol: rest endpoints"},
+		{"signing without service", []string{"host: s3.us-east-1.amazonaws.com", "port: 443", "protocol: rest", "access: full", "credential_signing: sigv4"}, ep0 + ".signing_service", "is required with credential_signing"},
+		{"signing mode", []string{"host: s3.us-east-1.amazonaws.com", "port: 443", "protocol: rest", "access: full", "credential_signing: sigv2", "signing_service: s3"}, ep0 + ".credential_signing", "must be one of sigv4, sigv4:body, sigv4:no_body"},
+		{"signing and body rewrite", []string{"host: s3.us-east-1.amazonaws.com", "port: 443", "protocol: rest", "access: full", "credential_signing: sigv4", "signing_service: s3", "request_body_credential_rewrite: true"}, ep0 + ".request_body_credential_rewrite", "mutually exclusive"},
+		{"region without signing", []string{"host: s3.us-east-1.amazonaws.com", "port: 443", "protocol: rest", "access: full", "signing_region: us-east-1"}, ep0 + ".signing_region", "goes with credential_signing"},
+		{"bad region", []string{"host: s3.example.com", "port: 443", "protocol: rest", "access: full", "credential_signing: sigv4", "signing_service: s3", "signing_region: US East"}, ep0 + ".signing_region", "must be an AWS region"},
+		{"bad service", []string{"host: s3.example.com", "port: 443", "protocol: rest", "access: full", "credential_signing: sigv4", "signing_service: S3!"}, ep0 + ".signing_service", "must be an AWS service name"},
+		{"signing on tcp", []string{"host: db.example.com", "port: 5432", "protocol: tcp", "credential_signing: sigv4"}, ep0 + ".credential_signing", "protocol tcp relays bytes"},
 		{"body rewrite on tcp", []string{"host: db.example.com", "port: 5432", "protocol: tcp", "request_body_credential_rewrite: true"}, ep0 + ".request_body_credential_rewrite", "protocol tcp relays bytes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

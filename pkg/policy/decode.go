@@ -109,8 +109,7 @@ var nameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^
 // implement; they get a clearer message than "unknown key".
 var openShellOnly = map[string]bool{
 	"network_middlewares": true, "path": true, "allow_encoded_slash": true,
-	"websocket_credential_rewrite": true, "credential_signing": true,
-	"signing_service": true, "signing_region": true, "persisted_queries": true,
+	"websocket_credential_rewrite": true, "persisted_queries": true,
 	"graphql_persisted_queries": true, "graphql_max_body_bytes": true,
 	"mcp": true, "json_rpc": true, "harness": true, "command": true,
 	"operation_type": true, "operation_name": true, "fields": true,

@@ -119,6 +119,13 @@ type Endpoint struct {
 	// credential placeholders in request bodies (JSON, form and text, at
 	// most 256 KiB each); protocol rest only.
 	RequestBodyCredentialRewrite bool `json:"request_body_credential_rewrite,omitempty" yaml:"request_body_credential_rewrite,omitempty"`
+	// CredentialSigning re-signs requests with AWS SigV4 and the AWS
+	// credentials bound to the endpoint (SigningSigV4, SigningSigV4Body,
+	// SigningSigV4NoBody; "" none); SigningService is the service signed
+	// for, SigningRegion overrides the region the host names.
+	CredentialSigning string `json:"credential_signing,omitempty" yaml:"credential_signing,omitempty"`
+	SigningService    string `json:"signing_service,omitempty" yaml:"signing_service,omitempty"`
+	SigningRegion     string `json:"signing_region,omitempty" yaml:"signing_region,omitempty"`
 }
 
 // AccessAllows reports whether an access preset admits an HTTP method:

@@ -3,7 +3,6 @@ package proxy
 import (
 	"bufio"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"time"
@@ -111,20 +110,6 @@ func (p *Proxy) rewritesBody(ep *policy.Endpoint, contentType string, hasBody bo
 	return hasBody && ep != nil && ep.RequestBodyCredentialRewrite && p.creds.Load() != nil && credentials.RewritableBody(contentType)
 }
 
-// readRewriteBody reads a request body to be resolved: at most
-// credentials.MaxBody bytes (tooLarge when there are more, or when the
-// declared length says so before anything is read).
-func readRewriteBody(r io.Reader, declared int64) (b []byte, tooLarge bool, err error) {
-	if declared > credentials.MaxBody {
-		return nil, true, nil
-	}
-	b, err = io.ReadAll(io.LimitReader(r, credentials.MaxBody+1))
-	if len(b) > credentials.MaxBody {
-		return nil, true, nil
-	}
-	return b, false, err
-}
-
 // mayHoldPlaceholder is the cheap test every request pays when
 // credentials are configured.
 func mayHoldPlaceholder(h http.Header, rawQuery string) bool {
@@ -160,91 +145,58 @@ func targetReadings(escapedPath string) func() ([]string, bool) {
 	}
 }
 
-// refuseCredentials records a request refused for its placeholders: the
-// refusal's reason, and a Detection Finding when the placeholder went to
-// an endpoint it is not bound to.
-func refuseCredentials(rec *Record, err error) {
-	rf, _ := err.(*credentials.Refusal)
-	rec.Reason = credentials.ReasonUnknown
-	if rf != nil {
-		rec.Reason = rf.Reason
-	}
-	rec.CredentialRefused = true
-	rec.CredentialMisuse = rec.Reason == credentials.ReasonEndpointMismatch
-}
-
 // forwardCredentials resolves the placeholders of an admitted forwarded
-// http:// request (and of its body, where the endpoint opted in: read
-// here, after a 100 Continue if the client asked for one) before
-// anything is dialled; it answers 403 (413 for a body too large to
-// resolve) and reports false when one may not be resolved.
+// http:// request (and its body where the endpoint opts in: read here,
+// after a 100 Continue if the client asked for one) and re-signs it on
+// a credential_signing endpoint, before anything is dialled; it answers
+// the refusal (403, or 413/400) and reports false when the request may
+// not go.
 func (p *Proxy) forwardCredentials(c *net.TCPConn, br *bufio.Reader, rec *Record, req *request, ep *policy.Endpoint) bool {
 	req.header = forwardHeader(req.head)
-	query := req.url.RawQuery
-	paths := targetReadings(req.url.EscapedPath())
 	fr := req.framing
-	ctype := req.header.Get("Content-Type")
-	withBody := p.rewritesBody(ep, ctype, fr.chunked || fr.length > 0)
-	res := p.resolveCredentials(rec.Host, rec.Port, ep, req.header, &query, paths, withBody)
-	if res == nil {
-		return true
+	o := &outgoing{method: req.head.Method, host: rec.Host, port: rec.Port, hostHeader: req.url.Host, path: req.url.EscapedPath(),
+		query: req.url.RawQuery, header: req.header, ep: ep, paths: targetReadings(req.url.EscapedPath()),
+		hasBody: fr.chunked || fr.length > 0, length: fr.length}
+	if fr.chunked {
+		o.length = -1
+		o.body = newChunkedBody(br)
+	} else {
+		o.body = newSizedBody(br, fr.length)
 	}
-	if withBody {
-		if fr.length > credentials.MaxBody {
-			p.bodyTooLarge(c, rec)
-			return false
-		}
-		if fr.expect100 {
+	if fr.expect100 {
+		o.beforeBody = func() error {
 			c.SetWriteDeadline(time.Now().Add(responseWriteTimeout))
 			_, err := c.Write([]byte("HTTP/1.1 100 Continue\r\n\r\n"))
 			c.SetWriteDeadline(time.Time{})
-			if err != nil {
-				// Nothing went upstream, and there is no client to
-				// answer.
-				rec.Outcome, rec.Reason = OutcomeClientGone, ReasonClientClosed
-				c.Close()
-				return false
-			}
+			return err
 		}
-		var tb *trackedBody
-		if fr.chunked {
-			tb = newChunkedBody(br)
-		} else {
-			tb = newSizedBody(br, fr.length)
-		}
-		c.SetReadDeadline(time.Now().Add(p.cfg.Limits.IdleTimeout))
-		b, tooLarge, err := readRewriteBody(tb, fr.length)
-		c.SetReadDeadline(time.Time{})
-		switch {
-		case tooLarge:
-			p.bodyTooLarge(c, rec)
-			return false
-		case err != nil:
-			p.badRequest(c, rec, http.StatusBadRequest, ReasonMalformed, headErrorf("request body could not be read"))
-			return false
-		}
-		req.body = res.Body(b, ctype)
 	}
-	if err := res.Err(); err != nil {
-		refuseCredentials(rec, err)
-		p.deny(c, rec, OutcomePolicyDenied)
+	c.SetReadDeadline(time.Now().Add(p.cfg.Limits.IdleTimeout))
+	rf := p.prepareOutgoing(o)
+	c.SetReadDeadline(time.Time{})
+	if rf != nil {
+		rec.CredentialRefused = true
+		switch {
+		case rf.gone:
+			// The 100 Continue could not be written: nothing went
+			// upstream, and there is no client to answer.
+			rec.Outcome, rec.Reason = OutcomeClientGone, ReasonClientClosed
+			c.Close()
+		case rf.deny:
+			rec.Reason, rec.CredentialMisuse = rf.reason, rf.misuse
+			p.deny(c, rec, OutcomePolicyDenied)
+		default:
+			p.badRequest(c, rec, rf.status, rf.reason, headErrorf("%s", rf.detail))
+		}
 		return false
 	}
-	if res.Injected() {
+	if o.query != req.url.RawQuery {
 		// The record keeps the URL as the client sent it (placeholders);
 		// only what goes upstream holds values.
 		u := *req.url
-		u.RawQuery = query
+		u.RawQuery = o.query
 		req.url = &u
-		req.scrub = res.Scrub
 	}
+	req.body, req.scrub = o.read, o.scrub
 	return true
-}
-
-// bodyTooLarge answers a forwarded request whose body is too large to
-// resolve placeholders in (request_body_credential_rewrite): 413.
-func (p *Proxy) bodyTooLarge(c *net.TCPConn, rec *Record) {
-	rec.CredentialRefused = true
-	p.badRequest(c, rec, http.StatusRequestEntityTooLarge, credentials.ReasonBodyTooLarge,
-		headErrorf("request body over %d bytes on an endpoint that resolves credential placeholders in bodies", credentials.MaxBody))
 }

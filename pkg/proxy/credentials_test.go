@@ -80,6 +80,8 @@ type credUpstream struct {
 	seen        []string
 	bodies      []string // "content-length body" of each request
 	requestsGot atomic.Int64
+	// handler, when set (before any request), answers instead.
+	handler http.HandlerFunc
 }
 
 func newCredUpstream(t *testing.T) *credUpstream {
@@ -91,6 +93,10 @@ func newCredUpstream(t *testing.T) *credUpstream {
 	u := &credUpstream{ca: ca}
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		u.requestsGot.Add(1)
+		if u.handler != nil {
+			u.handler(w, r)
+			return
+		}
 		u.mu.Lock()
 		u.seen = append(u.seen, fmt.Sprintf("%s auth=%s key=%s q=%s", r.Host, r.Header.Get("Authorization"), r.Header.Get("X-Api-Key"), r.URL.Query().Get("key")))
 		u.mu.Unlock()

@@ -226,8 +226,11 @@ func (p *Proxy) forward(c *net.TCPConn, br *bufio.Reader, up net.Conn, rec *Reco
 	var body *countingReader
 	var tb *trackedBody
 	switch {
+	case rq.body != nil && len(rq.body) == 0:
+		out.Body = http.NoBody
 	case rq.body != nil:
-		// Read already, its placeholders resolved (forwardCredentials).
+		// Read already: its placeholders resolved, or hashed to sign it
+		// (forwardCredentials).
 		body = &countingReader{r: bytes.NewReader(rq.body)}
 		out.Body, out.ContentLength = io.NopCloser(body), int64(len(rq.body))
 	case fr.chunked:

@@ -7,7 +7,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
-	"fmt"
 	"io"
 	"log"
 	"net"
@@ -21,7 +20,6 @@ import (
 
 	"golang.org/x/net/http2"
 
-	"github.com/palisade-sandbox/palisade/pkg/credentials"
 	"github.com/palisade-sandbox/palisade/pkg/l7"
 	"github.com/palisade-sandbox/palisade/pkg/l7/websocket"
 	"github.com/palisade-sandbox/palisade/pkg/policy"
@@ -663,34 +661,6 @@ func (ix *inspector) relay(w http.ResponseWriter, r *http.Request, rr *Record, p
 		ix.upstreamFailed(w, rr, ix.upErr)
 		return
 	}
-	header := requestHeader(r.Header)
-	ctype := header.Get("Content-Type")
-	withBody := ix.p.rewritesBody(ep, ctype, r.Body != http.NoBody && r.ContentLength != 0)
-	var body []byte
-	if res := ix.p.resolveCredentials(ix.host, ix.port, ep, header, &rawQuery, pathReadings(path), withBody); res != nil {
-		if withBody {
-			b, tooLarge, err := readRewriteBody(r.Body, r.ContentLength)
-			switch {
-			case tooLarge:
-				rr.CredentialRefused = true
-				ix.refuse(w, rr, http.StatusRequestEntityTooLarge, credentials.ReasonBodyTooLarge,
-					fmt.Sprintf("request body over %d bytes on an endpoint that resolves credential placeholders in bodies", credentials.MaxBody))
-				return
-			case err != nil:
-				ix.bad(w, rr, ReasonMalformed, "request body could not be read")
-				return
-			}
-			body = res.Body(b, ctype)
-		}
-		if err := res.Err(); err != nil {
-			refuseCredentials(rr, err)
-			ix.deny(w, r, rr, rr.Reason, path.Escaped)
-			return
-		}
-		if res.Injected() {
-			rr.scrub = res.Scrub
-		}
-	}
 	hostport := ix.host
 	if strings.IndexByte(hostport, ':') >= 0 {
 		hostport = "[" + hostport + "]"
@@ -698,6 +668,23 @@ func (ix *inspector) relay(w http.ResponseWriter, r *http.Request, rr *Record, p
 	if ix.port != ix.defPort {
 		hostport += ":" + strconv.Itoa(ix.port)
 	}
+	header := requestHeader(r.Header)
+	o := &outgoing{method: r.Method, host: ix.host, port: ix.port, hostHeader: hostport, path: path.Escaped, query: rawQuery,
+		header: header, ep: ep, paths: pathReadings(path), hasBody: r.Body != http.NoBody && r.ContentLength != 0,
+		length: r.ContentLength, body: r.Body}
+	if rf := ix.p.prepareOutgoing(o); rf != nil {
+		rr.CredentialRefused = true
+		switch {
+		case rf.deny:
+			rr.CredentialMisuse = rf.misuse
+			ix.deny(w, r, rr, rf.reason, path.Escaped)
+		default:
+			ix.refuse(w, rr, rf.status, rf.reason, rf.detail)
+		}
+		return
+	}
+	rr.scrub, rawQuery = o.scrub, o.query
+	body := o.read
 	out := &http.Request{
 		Method:     r.Method,
 		URL:        &url.URL{Scheme: ix.scheme, Host: hostport, Path: path.Decoded, RawPath: path.Escaped, RawQuery: rawQuery},
@@ -715,8 +702,9 @@ func (ix *inspector) relay(w http.ResponseWriter, r *http.Request, rr *Record, p
 		out.Body = http.NoBody
 	}
 	if body != nil {
-		// Read already, its placeholders resolved: sent with its own
-		// length (a chunked request's trailers are not sent on).
+		// Read already (its placeholders resolved, or hashed to sign it):
+		// sent with its own length (a chunked request's trailers are not
+		// sent on).
 		out.Body, out.ContentLength, out.Trailer = io.NopCloser(bytes.NewReader(body)), int64(len(body)), nil
 		if len(body) == 0 {
 			out.Body = http.NoBody
