@@ -16,9 +16,11 @@ import (
 // Credentials (package credentials; docs/credentials.md): the sandbox
 // holds placeholders, the proxy holds the values. A request is resolved
 // after it was admitted (destination, binary, L7 rules), just before it
-// goes upstream: placeholders in its header fields and query are
-// replaced by their values where the credential is bound to the
-// request's endpoint, and the request is refused (403) where one is not.
+// goes upstream: placeholders in its header fields and query (and body,
+// where the endpoint opts in) are replaced by their values where the
+// credential is bound to the request's endpoint, and the request is
+// refused (403) where one is not; a credential_signing endpoint's
+// requests are re-signed (outgoing.go).
 
 // Credentials returns the credentials in force (nil when none are
 // configured).
@@ -153,6 +155,9 @@ func targetReadings(escapedPath string) func() ([]string, bool) {
 // not go.
 func (p *Proxy) forwardCredentials(c *net.TCPConn, br *bufio.Reader, rec *Record, req *request, ep *policy.Endpoint) bool {
 	req.header = forwardHeader(req.head)
+	if !p.preparesOutgoing(ep) {
+		return true
+	}
 	fr := req.framing
 	o := &outgoing{method: req.head.Method, host: rec.Host, port: rec.Port, hostHeader: req.url.Host, path: req.url.EscapedPath(),
 		query: req.url.RawQuery, header: req.header, ep: ep, paths: targetReadings(req.url.EscapedPath()),

@@ -669,22 +669,24 @@ func (ix *inspector) relay(w http.ResponseWriter, r *http.Request, rr *Record, p
 		hostport += ":" + strconv.Itoa(ix.port)
 	}
 	header := requestHeader(r.Header)
-	o := &outgoing{method: r.Method, host: ix.host, port: ix.port, hostHeader: hostport, path: path.Escaped, query: rawQuery,
-		header: header, ep: ep, paths: pathReadings(path), hasBody: r.Body != http.NoBody && r.ContentLength != 0,
-		length: r.ContentLength, body: r.Body}
-	if rf := ix.p.prepareOutgoing(o); rf != nil {
-		rr.CredentialRefused = true
-		switch {
-		case rf.deny:
-			rr.CredentialMisuse = rf.misuse
-			ix.deny(w, r, rr, rf.reason, path.Escaped)
-		default:
-			ix.refuse(w, rr, rf.status, rf.reason, rf.detail)
+	var body []byte
+	if ix.p.preparesOutgoing(ep) {
+		o := &outgoing{method: r.Method, host: ix.host, port: ix.port, hostHeader: hostport, path: path.Escaped, query: rawQuery,
+			header: header, ep: ep, paths: pathReadings(path), hasBody: r.Body != http.NoBody && r.ContentLength != 0,
+			length: r.ContentLength, body: r.Body}
+		if rf := ix.p.prepareOutgoing(o); rf != nil {
+			rr.CredentialRefused = true
+			switch {
+			case rf.deny:
+				rr.CredentialMisuse = rf.misuse
+				ix.deny(w, r, rr, rf.reason, path.Escaped)
+			default:
+				ix.refuse(w, rr, rf.status, rf.reason, rf.detail)
+			}
+			return
 		}
-		return
+		rr.scrub, rawQuery, body = o.scrub, o.query, o.read
 	}
-	rr.scrub, rawQuery = o.scrub, o.query
-	body := o.read
 	out := &http.Request{
 		Method:     r.Method,
 		URL:        &url.URL{Scheme: ix.scheme, Host: hostport, Path: path.Decoded, RawPath: path.Escaped, RawQuery: rawQuery},

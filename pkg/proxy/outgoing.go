@@ -64,6 +64,13 @@ const (
 	ReasonSigV4BodyTooLarge = "sigv4_body_too_large"         // 413
 )
 
+// preparesOutgoing reports whether requests admitted to ep go through
+// prepareOutgoing: credentials are configured, or ep signs (the load
+// refuses signing without credentials, so the second only guards).
+func (p *Proxy) preparesOutgoing(ep *policy.Endpoint) bool {
+	return p.creds.Load() != nil || ep != nil && ep.CredentialSigning != ""
+}
+
 // prepareOutgoing resolves the request's credential placeholders (header
 // fields, query, and the body where the endpoint opts in) and, on a
 // credential_signing endpoint, re-signs it. It returns nil when the
