@@ -162,15 +162,23 @@ func TestExamplesPassPolicySyncCheck(t *testing.T) {
 	}
 }
 
-// The model-provider example and its credentials file agree: every
-// endpoint a key is bound to is inspected (placeholders resolve there),
-// and each key is bound to its own provider's host only.
-func TestModelProviderCredentialsExample(t *testing.T) {
-	p, err := policy.LoadFile("examples/model-provider-credentials.yaml")
+// The model-api example with credentials is model-api.yaml's policy
+// (same routes, same binary) and agrees with its credentials file: the
+// key is bound to api.openai.com:443 under /v1 only, which the policy
+// inspects.
+func TestModelAPICredentialsExample(t *testing.T) {
+	p, err := policy.LoadFile("examples/model-api-credentials.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile("examples/credentials/model-provider.yaml")
+	plain, err := policy.LoadFile("examples/model-api.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Checksum() != plain.Checksum() {
+		t.Errorf("model-api-credentials.yaml is not model-api.yaml's policy")
+	}
+	b, err := os.ReadFile("examples/credentials/model-api.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,26 +189,25 @@ func TestModelProviderCredentialsExample(t *testing.T) {
 	if err := credentials.CheckPolicy(p, f); err != nil {
 		t.Fatalf("the example policy and its credentials disagree: %v", err)
 	}
-	s, err := credentials.Build(f, func(string) (string, bool) { return "sk-ant-example", true })
+	s, err := credentials.Build(f, func(string) (string, bool) { return "", false })
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
-		key, host, path string
-		ok              bool
+		host, path string
+		ok         bool
 	}{
-		{"OPENAI_API_KEY", "api.openai.com", "/v1/chat/completions", true},
-		{"OPENAI_API_KEY", "api.anthropic.com", "/v1/messages", false},
-		{"OPENAI_API_KEY", "api.openai.com", "/dashboard", false},
-		{"ANTHROPIC_API_KEY", "api.anthropic.com", "/v1/messages", true},
-		{"ANTHROPIC_API_KEY", "api.openai.com", "/v1/chat/completions", false},
+		{"api.openai.com", "/v1/chat/completions", true},
+		{"api.openai.com", "/v1", true},
+		{"api.openai.com", "/dashboard", false},
+		{"api.anthropic.com", "/v1/messages", false},
 	} {
 		path := tc.path
 		r := s.Resolver(&credentials.Target{Host: tc.host, Port: 443, Paths: func() ([]string, bool) { return []string{path}, true }})
-		h := http.Header{"Authorization": {"Bearer " + credentials.Placeholder(tc.key)}}
+		h := http.Header{"Authorization": {"Bearer " + credentials.Placeholder("OPENAI_API_KEY")}}
 		r.Header(h)
 		if ok := r.Err() == nil; ok != tc.ok {
-			t.Errorf("%s to %s%s: resolved %v, want %v", tc.key, tc.host, tc.path, ok, tc.ok)
+			t.Errorf("the key to %s%s: resolved %v, want %v", tc.host, tc.path, ok, tc.ok)
 		}
 	}
 }
