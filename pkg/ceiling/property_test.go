@@ -42,47 +42,57 @@ type request struct {
 	path      string
 	query     url.Values
 	ctype     string
+	// cred names the provider whose placeholder the request carries
+	// ("": none), in its body when credInBody, else in a header field.
+	cred       string
+	credInBody bool
 }
 
 func (r request) String() string {
-	return fmt.Sprintf("{kind %d %s:%d %s<-%v addr %s %s %s?%s ct=%q}", r.kind, r.host, r.port, r.binary, r.ancestors, r.addr, r.method, r.path, r.query.Encode(), r.ctype)
+	return fmt.Sprintf("{kind %d %s:%d %s<-%v addr %s %s %s?%s ct=%q cred=%q body=%v}", r.kind, r.host, r.port, r.binary, r.ancestors, r.addr, r.method, r.path, r.query.Encode(), r.ctype, r.cred, r.credInBody)
 }
 
 var guard = &ssrf.Guard{ControlPlanePorts: []int{}}
 
-func allowedBy(p *policy.Policy, eng *decision.Engine, r request) bool {
+// allowedBy says whether p lets r through and, for an HTTP request, what
+// the proxy does to it with credentials on the way (credentialEffects;
+// a refusal for a placeholder is an effect, not a refusal: it guards the
+// credential, and a policy that passes the placeholder unresolved
+// instead grants nothing more).
+func allowedBy(p *policy.Policy, eng *decision.Engine, r request) (bool, []string) {
 	res := eng.Decide(decision.Request{Host: r.host, Port: r.port, Binary: r.binary, Ancestors: r.ancestors})
 	if !res.Allowed {
-		return false
+		return false, nil
 	}
 	addr := r.addr
 	if a, ok := ssrf.ParseHostLiteral(r.host); ok {
 		addr = a
 	}
 	if guard.CheckScope(netip.AddrPortFrom(addr, uint16(r.port)), res.Scope()) != nil {
-		return false
+		return false, nil
 	}
 	ep := res.Endpoint
 	inspected := ep.TLS != policy.TLSSkip && (ep.Protocol == policy.ProtocolREST || ep.L7()) // handle.go, inspects
 	switch r.kind {
 	case tunnelSNI:
-		return !inspected
+		return !inspected, nil
 	case tunnelOther:
-		return !inspected && ep.TLS == policy.TLSSkip // connect(..., sni = TLS != skip)
+		return !inspected && ep.TLS == policy.TLSSkip, nil // connect(..., sni = TLS != skip)
 	case native:
 		// Bytes that are neither TLS nor HTTP to the name's synthetic
 		// address: the name must be one policy DNS answers on the port,
 		// and the tunnel one that relays them (transparent.go decides
 		// and serves it as a CONNECT).
 		n, ok := eng.Name(r.host)
-		return ok && slices.Contains(n.Ports, r.port) && !inspected
+		return ok && slices.Contains(n.Ports, r.port) && !inspected, nil
 	}
+	effects := credentialEffects(ep, r)
 	if !ep.L7() || res.Audit {
-		return true
+		return true, effects
 	}
 	path, err := l7.ParsePath(r.path)
 	if err != nil {
-		return false
+		return false, nil
 	}
 	ok, _ := l7.Check(ep, &l7.Request{Method: r.method, Path: &path, Query: r.query, Field: func(name string) []string {
 		if name == "Content-Type" && r.ctype != "" {
@@ -90,7 +100,31 @@ func allowedBy(p *policy.Policy, eng *decision.Engine, r request) bool {
 		}
 		return nil
 	}})
-	return ok
+	return ok, effects
+}
+
+// credentialEffects is what the proxy's request preparation (pkg/proxy
+// outgoing.go, after admission) does to an admitted HTTP request on
+// endpoint ep, as far as the policy decides it (providers bound here by
+// credential_binding; the credentials file's own endpoints are not the
+// policy's): a placeholder of a provider the endpoint binds is resolved
+// ("resolved:P"), one it does not bind is refused (false); a placeholder
+// in a body is read only where the endpoint opts in and passes unread
+// otherwise; a credential_signing endpoint re-signs every request
+// ("signed:SERVICE/REGION"). A policy is within its ceiling only if each
+// request it lets through gets no effect the ceiling would not give it.
+func credentialEffects(ep *policy.Endpoint, r request) []string {
+	var out []string
+	if ep.CredentialSigning != "" {
+		out = append(out, "signed:"+ep.SigningService+"/"+ep.SigningRegion)
+	}
+	if r.cred == "" || r.credInBody && !ep.RequestBodyCredentialRewrite {
+		return out
+	}
+	if ep.CredentialBinding == nil || ep.CredentialBinding.Provider != r.cred {
+		return []string{"refused"} // credential_endpoint_mismatch: nothing goes
+	}
+	return append(out, "resolved:"+r.cred)
 }
 
 // fsAllowed is what Landlock grants: a path beneath a read_only entry is
@@ -169,12 +203,34 @@ func randEndpoint(r *rand.Rand) *policy.Endpoint {
 		if r.IntN(6) == 0 {
 			e.Enforcement = policy.EnforcementAudit
 		}
+		randCredentials(r, e)
 	case 2:
 		e.Protocol = policy.ProtocolTCP
 	case 3:
 		e.TLS = policy.TLSSkip
 	}
 	return e
+}
+
+// The providers and AWS services credential fields name.
+var (
+	uProviders = []string{"p1", "p2"}
+	uServices  = []string{"s3", "sts"}
+	uRegions   = []string{"", "us-east-1"}
+)
+
+// randCredentials gives a protocol rest endpoint credential fields now
+// and then: a binding, and body rewrite or SigV4 signing (never both).
+func randCredentials(r *rand.Rand, e *policy.Endpoint) {
+	if r.IntN(3) == 0 {
+		e.CredentialBinding = &policy.CredentialBinding{Provider: pick(r, uProviders)}
+	}
+	switch r.IntN(6) {
+	case 0:
+		e.RequestBodyCredentialRewrite = true
+	case 1:
+		e.CredentialSigning, e.SigningService, e.SigningRegion = policy.SigningSigV4, pick(r, uServices), pick(r, uRegions)
+	}
 }
 
 func randPolicy(r *rand.Rand) *policy.Policy {
@@ -242,6 +298,9 @@ func narrow(r *rand.Rand, c *policy.Policy) *policy.Policy {
 			if r.IntN(4) == 0 {
 				widenEndpoint(r, e)
 			}
+			if e.CredentialBinding != nil && r.IntN(3) == 0 {
+				widenCredentials(r, e)
+			}
 			eps = append(eps, e)
 		}
 		if len(eps) == 0 {
@@ -293,12 +352,17 @@ func narrowEndpoint(r *rand.Rand, e *policy.Endpoint) {
 		if e.Protocol == policy.ProtocolREST {
 			e.DenyRules = append(e.DenyRules, randMatch(r))
 		}
+	case 6:
+		e.CredentialBinding = nil
+		e.RequestBodyCredentialRewrite = false
+	case 7:
+		e.CredentialSigning, e.SigningService, e.SigningRegion = "", "", ""
 	}
 }
 
 // widenEndpoint makes one change that may take e beyond what it was.
 func widenEndpoint(r *rand.Rand, e *policy.Endpoint) {
-	switch r.IntN(7) {
+	switch r.IntN(8) {
 	case 0:
 		e.Host, e.AllowedIPs = randHost(r)
 	case 1:
@@ -328,6 +392,27 @@ func widenEndpoint(r *rand.Rand, e *policy.Endpoint) {
 		}
 	case 6:
 		e.Enforcement = policy.EnforcementAudit
+	case 7:
+		widenCredentials(r, e)
+	}
+}
+
+// widenCredentials makes one change to a protocol rest endpoint's
+// credential fields that may take it beyond what it was: another (or a
+// first) binding, body rewrite, signing (for another service or region).
+func widenCredentials(r *rand.Rand, e *policy.Endpoint) {
+	if e.Protocol != policy.ProtocolREST {
+		return
+	}
+	switch r.IntN(3) {
+	case 0:
+		e.CredentialBinding = &policy.CredentialBinding{Provider: pick(r, uProviders)}
+	case 1:
+		e.RequestBodyCredentialRewrite = e.CredentialSigning == ""
+	case 2:
+		if !e.RequestBodyCredentialRewrite {
+			e.CredentialSigning, e.SigningService, e.SigningRegion = policy.SigningSigV4, pick(r, uServices), pick(r, uRegions)
+		}
 	}
 }
 
@@ -449,6 +534,9 @@ func randRequests(r *rand.Rand, p, c *policy.Policy, n int) []request {
 		if r.IntN(3) == 0 {
 			q.ctype = policy.GitUploadPackRequestType
 		}
+		if r.IntN(2) == 0 {
+			q.cred, q.credInBody = pick(r, uProviders), r.IntN(3) == 0
+		}
 		out = append(out, q)
 	}
 	return out
@@ -520,7 +608,15 @@ func TestContainsAgreesWithBruteForce(t *testing.T) {
 		reqs := randRequests(r, p, c, 400)
 		var witness *request
 		for i := range reqs {
-			if allowedBy(p, pe, reqs[i]) && !allowedBy(c, ce, reqs[i]) {
+			pOK, pEffects := allowedBy(p, pe, reqs[i])
+			cOK, cEffects := allowedBy(c, ce, reqs[i])
+			if slices.Contains(pEffects, "refused") {
+				continue
+			}
+			if slices.Contains(cEffects, "refused") {
+				cEffects = nil
+			}
+			if pOK && (!cOK || !subset(pEffects, cEffects)) {
 				witness = &reqs[i]
 				break
 			}
@@ -549,6 +645,16 @@ func TestContainsAgreesWithBruteForce(t *testing.T) {
 	if proved < 250 || witnessed < 700 {
 		t.Fatalf("weak coverage: proved %d, refused with a witness %d", proved, witnessed)
 	}
+}
+
+// subset reports whether every element of a is in b.
+func subset(a, b []string) bool {
+	for _, x := range a {
+		if !slices.Contains(b, x) {
+			return false
+		}
+	}
+	return true
 }
 
 // Every policy is within itself: the prover's incompleteness never
