@@ -101,7 +101,7 @@ func newUpstreamTLS(t testing.TB, h2 bool) *upstreamTLS {
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(map[string]any{"method": r.Method, "path": r.URL.Path, "proto": r.Proto, "host": r.Host, "body": len(body), "te": r.Header.Get("Te"), "trailer": len(r.Trailer)})
+		json.NewEncoder(w).Encode(map[string]any{"method": r.Method, "path": r.URL.Path, "proto": r.Proto, "host": r.Host, "body": len(body), "te": r.Header.Get("Te"), "trailer": len(r.Trailer), "authorization": r.Header.Get("Authorization")})
 	}))
 	leaf, err := ca.Leaf("allowed.test")
 	if err != nil {

@@ -29,7 +29,8 @@ import (
 // requests call an HTTPS upstream with "Authorization: Bearer
 // $API_TOKEN" and the upstream receives the real value; the same
 // placeholder to another allowed host is refused (403, a Detection
-// Finding); a scan of the sandbox's processes (environment, command
+// Finding); so is it for curl --noproxy '*', which reaches the names
+// through policy DNS and the transparent listener (issue 28); a scan of the sandbox's processes (environment, command
 // line, memory), of the files it can see and of every event and log
 // finds no value.
 
@@ -60,6 +61,8 @@ c() { n=$1; shift; printf '%s=' "$n"; curl -s -o /tmp/b -w '%{http_code}' --max-
 printf 'env_token=%s\n' "$API_TOKEN"
 c curl_bound -H "Authorization: Bearer $API_TOKEN" "https://api.test:8443/echo/curl?key=$ENV_TOKEN"
 c curl_other -H "Authorization: Bearer $API_TOKEN" "https://other.test:8443/echo/curl"
+c curl_transparent --noproxy '*' -H "Authorization: Bearer $API_TOKEN" "https://api.test:8443/echo/transparent"
+c curl_transparent_other --noproxy '*' -H "Authorization: Bearer $API_TOKEN" "https://other.test:8443/echo/transparent"
 printf 'urllib=%s\n' "$(/usr/bin/python3 -c '
 import os, urllib.request, urllib.error
 r = urllib.request.Request("https://api.test:8443/echo/urllib", headers={"Authorization": "Bearer " + os.environ["API_TOKEN"]})
@@ -190,8 +193,13 @@ providers:
 			t.Errorf("%s: %q, want 200", k, r[k])
 		}
 	}
-	if !strings.HasPrefix(r["curl_other"], "403") || !strings.Contains(r["curl_other"], `"reason":"credential_endpoint_mismatch"`) {
-		t.Errorf("curl to other.test: %q", r["curl_other"])
+	for _, k := range []string{"curl_other", "curl_transparent_other"} {
+		if !strings.HasPrefix(r[k], "403") || !strings.Contains(r[k], `"reason":"credential_endpoint_mismatch"`) {
+			t.Errorf("%s (to other.test): %q", k, r[k])
+		}
+	}
+	if !strings.HasPrefix(r["curl_transparent"], "200") {
+		t.Errorf("curl_transparent: %q, want 200", r["curl_transparent"])
 	}
 	if r["requests_other"] != "403 credential_endpoint_mismatch" {
 		t.Errorf("requests to other.test: %q", r["requests_other"])
@@ -201,6 +209,7 @@ providers:
 	mu.Unlock()
 	for _, want := range []string{
 		"api.test:8443/echo/curl auth=Bearer " + secret + " key=" + envSecret,
+		"api.test:8443/echo/transparent auth=Bearer " + secret + " key=",
 		"api.test:8443/echo/urllib auth=Bearer " + secret + " key=",
 		"api.test:8443/echo/requests auth=Bearer " + secret + " key=" + envSecret,
 	} {
@@ -216,9 +225,12 @@ providers:
 	// naming neither key, placeholder nor value; nothing anywhere holds a
 	// value.
 	events, _ := os.ReadFile(l.events)
-	var findings, denials int
+	var findings, denials, transparent int
 	for _, e := range l.eventLines() {
 		b, _ := json.Marshal(e)
+		if e["class_uid"] == 4002.0 && strings.Contains(string(b), `"listener":"transparent"`) && strings.Contains(string(b), "/echo/transparent") {
+			transparent++
+		}
 		if e["class_uid"] == 2004.0 && strings.Contains(string(b), "Credential Misuse") {
 			findings++
 			if strings.Contains(string(b), "API_TOKEN") || strings.Contains(string(b), "openshell:") {
@@ -229,8 +241,11 @@ providers:
 			denials++
 		}
 	}
-	if findings < 1 || denials < 1 {
-		t.Errorf("%d Credential Misuse findings, %d denied HTTP events", findings, denials)
+	if findings < 2 || denials < 2 {
+		t.Errorf("%d Credential Misuse findings, %d denied HTTP events; want one each for curl through the proxy and through policy DNS at least", findings, denials)
+	}
+	if transparent < 2 {
+		t.Errorf("%d HTTP events of the transparent listener for /echo/transparent, want 2: curl --noproxy did not go through it", transparent)
 	}
 	for what, data := range map[string][]byte{"events": events, "proxy log": proxyLog, "supervisor stderr": stderr.Bytes()} {
 		if len(data) == 0 && what != "supervisor stderr" {
