@@ -15,10 +15,12 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/palisade-sandbox/palisade/pkg/credentials"
 	"github.com/palisade-sandbox/palisade/pkg/fsutil"
@@ -704,4 +706,80 @@ func TestCredentialBodyExpectContinue(t *testing.T) {
 	if resp.StatusCode != 403 {
 		t.Errorf("inspected, bound elsewhere: %d", resp.StatusCode)
 	}
+}
+
+// Rotation is atomic: a reload that changes a credential's value and
+// its binding together (value A for allowed.test, then value B for
+// other.test, and back) while requests to both hosts are in flight
+// never sends a value where the set in force with it does not bind it:
+// allowed.test only ever gets A, other.test only ever B (each request
+// resolves against one store, swapped by one pointer store). The rounds
+// are bounded in count and time.
+func TestCredentialRotationIsAtomic(t *testing.T) {
+	e := newCredEnv(t)
+	const a, b = "sk-rotate-aaaa", "sk-rotate-bbbb"
+	file := func(value, host string) string {
+		return fmt.Sprintf("version: 1\nproviders:\n  api:\n    credentials:\n      %s: {value: %q}\n    endpoints:\n      - host: %s\n        port: %d\n",
+			credKey, value, host, e.up.tlsPort)
+	}
+	e.src.set(file(a, "allowed.test"))
+	e.p.Reload("test")
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	deadline := time.Now().Add(20 * time.Second)
+	for _, host := range []string{"allowed.test", "other.test"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cl := e.client(false)
+			ph := credentials.Placeholder(credKey)
+			for i := 0; i < 2000 && time.Now().Before(deadline); i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				req, _ := http.NewRequest("GET", fmt.Sprintf("https://%s:%d/r", host, e.up.tlsPort), nil)
+				req.Header.Set("Authorization", "Bearer "+ph)
+				resp, err := cl.Do(req)
+				if err != nil {
+					t.Errorf("%s: %v", host, err)
+					return
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		}()
+	}
+	for i := 0; i < 60 && time.Now().Before(deadline); i++ {
+		if i%2 == 0 {
+			e.src.set(file(b, "other.test"))
+		} else {
+			e.src.set(file(a, "allowed.test"))
+		}
+		if _, err := e.p.Reload("test"); err != nil {
+			t.Fatalf("reload %d: %v", i, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+	e.up.mu.Lock()
+	seen := slices.Clone(e.up.seen)
+	e.up.mu.Unlock()
+	var okA, okB int
+	for _, s := range seen {
+		switch {
+		case strings.HasPrefix(s, "allowed.test:") && strings.Contains(s, "auth=Bearer "+a):
+			okA++
+		case strings.HasPrefix(s, "other.test:") && strings.Contains(s, "auth=Bearer "+b):
+			okB++
+		default:
+			t.Errorf("a value went where the set in force with it does not bind it: %s", s)
+		}
+	}
+	if okA == 0 || okB == 0 {
+		t.Errorf("allowed.test got A %d times, other.test got B %d times: the rotation did not happen under traffic", okA, okB)
+	}
+	t.Logf("%d requests reached the upstream: allowed.test with A %d, other.test with B %d", len(seen), okA, okB)
 }
