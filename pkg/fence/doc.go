@@ -11,7 +11,17 @@
 // namespace already has, so concurrent sandboxes never share a /30 and a
 // pool that overlaps a host network fails with an error instead of
 // shadowing it. A small JSON record per sandbox in the state directory
-// names what was built.
+// names what was built. The lowest free /30 is taken, so a new sandbox
+// often gets the addresses of one that just ended: before the sandbox
+// side gets its address, the host's connection-tracking entries of
+// connections from that address are deleted. A closed connection's
+// entry lingers (two minutes in TIME_WAIT), and a redirected connection
+// of the new sandbox from the same client port would share its reply
+// tuple: the kernel's NAT would move it to another source port, which
+// no socket in the sandbox has, and the proxy could not attribute it.
+// (Within one sandbox the same happens when the kernel gives a new
+// connection to another synthetic address a client port used for one
+// shortly before; that case is not handled here.)
 //
 // Inside the sandbox namespace, table "inet palisade" (SandboxTable)
 // lets out: loopback; TCP to the proxy (host address, proxy port); any

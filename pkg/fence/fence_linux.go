@@ -177,6 +177,12 @@ func Setup(ctx context.Context, cfg Config) (_ *Fence, err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, wrap("setup", err)
 	}
+	// The prefix is this sandbox's now (its host address is in use), and
+	// nothing can come from the sandbox address until the sandbox side
+	// has it: what an earlier holder left in conntrack goes first.
+	if err := flushConntrack(hostNs, f.SandboxAddr); err != nil {
+		return nil, wrap("connection tracking", err)
+	}
 	// The sandbox side.
 	if err := writeSysctls(sbxNs, []sysctl{{path: "net/ipv6/conf/" + SandboxIf + "/disable_ipv6", value: "1", optional: true}}); err != nil {
 		return nil, wrap("sandbox sysctls on "+SandboxIf, err)

@@ -1,0 +1,135 @@
+//go:build linux
+
+package fence
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/netip"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/palisade-sandbox/palisade/pkg/nettest"
+	"github.com/palisade-sandbox/palisade/pkg/testutil"
+)
+
+const testTransparentPort = 3130
+
+// dialPort dials dst from ns with local port port (SO_REUSEADDR, so a
+// port whose last connection is in TIME_WAIT can be bound again).
+func dialPort(ns netns.NsHandle, port int, dst netip.AddrPort) (net.Conn, error) {
+	d := net.Dialer{
+		Timeout:   3 * time.Second,
+		LocalAddr: &net.TCPAddr{Port: port},
+		Control: func(_, _ string, rc syscall.RawConn) error {
+			var serr error
+			err := rc.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEADDR, 1) })
+			if err != nil {
+				return err
+			}
+			return serr
+		},
+	}
+	var c net.Conn
+	err := nettest.Do(ns, func() (err error) {
+		c, err = d.Dial("tcp4", dst.String())
+		return err
+	})
+	return c, err
+}
+
+// transparentRoundTrip connects from ns, local port port, to the
+// synthetic dst through f's redirect to ln, closes from the client first
+// (the host's conntrack entry ends in TIME_WAIT, as after any normally
+// closed connection) and returns the client address and the original
+// destination the listener saw.
+func transparentRoundTrip(t *testing.T, ns netns.NsHandle, ln *net.TCPListener, port int, dst netip.AddrPort) (client, orig netip.AddrPort) {
+	t.Helper()
+	done := acceptOne(t, ln, func(c *net.TCPConn) {
+		client = c.RemoteAddr().(*net.TCPAddr).AddrPort()
+		var err error
+		if orig, err = OriginalDst(c); err != nil {
+			t.Errorf("OriginalDst: %v", err)
+		}
+		c.SetDeadline(time.Now().Add(3 * time.Second))
+		io.Copy(io.Discard, c) // until the client's FIN
+	})
+	c, err := dialPort(ns, port, dst)
+	if err != nil {
+		t.Fatalf("dial %s from port %d: %v", dst, port, err)
+	}
+	c.Close()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	return netip.AddrPortFrom(client.Addr().Unmap(), client.Port()), orig
+}
+
+// A sandbox that gets the addresses an earlier one had starts with none
+// of its connection-tracking state. The earlier sandbox's connection,
+// closed normally, leaves an entry in TIME_WAIT; the new sandbox's
+// connection from the same client port to another synthetic address is
+// redirected to the same transparent port, so without the flush the two
+// share a reply tuple and the kernel's NAT moves the new one to another
+// source port: the listener sees a client no socket in the sandbox is,
+// and the proxy refuses the connection as attribution_failed (seen in
+// TestTransparentTCPEpochAcrossProxyRestart: the first connection of a
+// fresh sandbox refused, client port 8610 outside the ephemeral range).
+// Fails with the flushConntrack call removed from Setup.
+func TestFenceReusedAddressStartsClean(t *testing.T) {
+	testutil.CheckFDLeaks(t)
+	l := newLab(t)
+	const clientPort = 40123
+	start := func() (*Fence, netns.NsHandle, *net.TCPListener) {
+		t.Helper()
+		path, ns := l.sandbox()
+		cfg := l.config(path)
+		cfg.TransparentPort = testTransparentPort
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		f, err := Setup(ctx, cfg)
+		if err != nil {
+			t.Fatalf("Setup: %v", err)
+		}
+		var ln net.Listener
+		if err := nettest.Do(l.host, func() (err error) {
+			ln, err = net.Listen("tcp4", netip.AddrPortFrom(f.HostAddr, testTransparentPort).String())
+			return err
+		}); err != nil {
+			f.Teardown()
+			t.Fatalf("listen: %v", err)
+		}
+		t.Cleanup(func() {
+			ln.Close()
+			f.Teardown()
+		})
+		return f, ns, ln.(*net.TCPListener)
+	}
+
+	first, ns1, ln1 := start()
+	a := netip.MustParseAddrPort("198.18.0.10:7007")
+	if client, orig := transparentRoundTrip(t, ns1, ln1, clientPort, a); client != netip.AddrPortFrom(first.SandboxAddr, clientPort) || orig != a {
+		t.Fatalf("first sandbox: listener saw %s for %s, want %s:%d for %s", client, orig, first.SandboxAddr, clientPort, a)
+	}
+	ln1.Close()
+	if err := first.Teardown(); err != nil {
+		t.Fatal(err)
+	}
+
+	second, ns2, ln2 := start()
+	if second.Prefix != first.Prefix {
+		// The lab's host namespace is the test's own: the lowest free
+		// /30 is the one just released.
+		t.Fatalf("second sandbox got %s, want the released %s", second.Prefix, first.Prefix)
+	}
+	b := netip.MustParseAddrPort("198.18.0.11:7007")
+	if client, orig := transparentRoundTrip(t, ns2, ln2, clientPort, b); client != netip.AddrPortFrom(second.SandboxAddr, clientPort) || orig != b {
+		t.Errorf("second sandbox: listener saw %s for %s, want %s:%d for %s (the earlier sandbox's conntrack entry moved its source port)",
+			client, orig, second.SandboxAddr, clientPort, b)
+	}
+}
