@@ -48,8 +48,14 @@ const (
 	// sandbox's state directory.
 	ResolvName = "resolv.conf"
 	// HostsName is the sandbox's /etc/hosts, in its state directory.
-	HostsName           = "hosts"
-	DefaultReadyTimeout = 5 * time.Second
+	HostsName = "hosts"
+	// DefaultReadyTimeout bounds a proxy start that neither reports ready
+	// nor exits (an exit is seen at once). A start loads and verifies the
+	// eBPF programs, which on a loaded host (two CPUs, load 15-25: other
+	// sandboxes and test runs) took more than 5 s; a start given up on is
+	// killed, a restart given up on costs one of DefaultMaxRestarts and
+	// an epoch, and a sandbox's first start given up on fails the run.
+	DefaultReadyTimeout = 30 * time.Second
 	DefaultMaxRestarts  = 3
 	ControlSocketName   = "proxy.sock"
 	// CACertName is the proxy's inspection CA certificate (public) and

@@ -213,7 +213,7 @@ func TestAttachStartsProxyAndRestartsIt(t *testing.T) {
 	syscall.Kill(ppid, syscall.SIGKILL)
 	start := time.Now()
 	sawClosed := false
-	for time.Since(start) < 15*time.Second { // backoff + a start (at most DefaultReadyTimeout)
+	for time.Since(start) < DefaultReadyTimeout+10*time.Second { // backoff + a start (at most DefaultReadyTimeout)
 		got, err := dialFromSandbox(ns, addr)
 		if err != nil {
 			sawClosed = true
