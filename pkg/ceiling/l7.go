@@ -20,7 +20,7 @@ import (
 //     a CONNECT tunnel to the name would: raw or inspected as above;
 //   - HTTP requests (forwarded http:// or inside an inspected tunnel):
 //     every request when the endpoint has no L7 rules or its enforcement
-//     is audit, else those pkg/l7.Check allows (every reading of the
+//     is audit, else those pkg/l7/rest.Check allows (every reading of the
 //     path allowed by Endpoint.CheckReading, and a path outside ASCII
 //     only where no rule for the method names a path).
 func raw(e *policy.Endpoint) bool {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/palisade-sandbox/palisade/pkg/decision"
 	"github.com/palisade-sandbox/palisade/pkg/l7"
+	"github.com/palisade-sandbox/palisade/pkg/l7/rest"
 	"github.com/palisade-sandbox/palisade/pkg/policy"
 	"github.com/palisade-sandbox/palisade/pkg/ssrf"
 )
@@ -94,7 +95,7 @@ func allowedBy(p *policy.Policy, eng *decision.Engine, r request) (bool, []strin
 	if err != nil {
 		return false, nil
 	}
-	ok, _ := l7.Check(ep, &l7.Request{Method: r.method, Path: &path, Query: r.query, Field: func(name string) []string {
+	ok, _ := rest.Check(ep, &l7.Request{Method: r.method, Path: &path, Query: r.query, Field: func(name string) []string {
 		if name == "Content-Type" && r.ctype != "" {
 			return []string{r.ctype}
 		}

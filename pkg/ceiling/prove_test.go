@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/palisade-sandbox/palisade/pkg/l7"
+	"github.com/palisade-sandbox/palisade/pkg/l7/rest"
 	"github.com/palisade-sandbox/palisade/pkg/policy"
 )
 
@@ -232,8 +233,8 @@ func TestNonASCIIPathRule(t *testing.T) {
 		t.Fatal(err)
 	}
 	req := &l7.Request{Method: "GET", Path: &path, Field: func(string) []string { return nil }}
-	pok, _ := l7.Check(p.NetworkPolicies["api"].Endpoints[0], req)
-	cok, _ := l7.Check(c.NetworkPolicies["api"].Endpoints[0], req)
+	pok, _ := rest.Check(p.NetworkPolicies["api"].Endpoints[0], req)
+	cok, _ := rest.Check(c.NetworkPolicies["api"].Endpoints[0], req)
 	if !pok || cok {
 		t.Fatalf("the witness does not hold: policy %v, ceiling %v", pok, cok)
 	}

@@ -1,14 +1,18 @@
-// Package l7 holds the request checks the egress proxy applies to every
-// inspected HTTP request: the path parser (percent-decoding, dot
-// segments, repeated slashes, and every reading an upstream may take of
-// the spellings servers disagree on), the readings of query parameter
-// names (QueryAlternates), header names read folded as CGI and WSGI
-// servers fold them (FieldValues, CheckFieldName), the decision of a
-// request under each of those readings and each method it may be read
-// as (Check), and the authority check that keeps a request inside the
-// tunnel it came through. Package l7/websocket checks the framing of an
-// upgraded connection. The parsers take untrusted input and have fuzz
-// targets.
+// Package l7 is what the egress proxy's request inspection shares
+// across protocols: the Inspector interface every protocol package
+// implements (inspector.go: the proxy calls it once per inspected
+// request, and an Upgrader's Messages once per message after an
+// upgrade), and the readings of a request every protocol is decided
+// under: the path parser (percent-decoding, dot segments, repeated
+// slashes, and every reading an upstream may take of the spellings
+// servers disagree on), the readings of query parameter names
+// (QueryAlternates), header names read folded as CGI and WSGI servers
+// fold them (FieldValues, CheckFieldName), and the authority check that
+// keeps a request inside the tunnel it came through.
+//
+// The protocols live beside it, one package each: l7/rest (method, path
+// and query rules) and l7/websocket (the framing of an upgraded
+// connection). The parsers take untrusted input and have fuzz targets.
 package l7
 
 import (

@@ -26,10 +26,13 @@ func CompileDecision(p *policy.Policy, gen int64) (Decider, error) {
 	if err != nil {
 		return nil, err
 	}
-	return decisionEngine{e}, nil
+	return decisionEngine{e: e, inspectors: &inspectorCache{}}, nil
 }
 
-type decisionEngine struct{ e *decision.Engine }
+type decisionEngine struct {
+	e          *decision.Engine
+	inspectors *inspectorCache
+}
 
 func (d decisionEngine) Decide(r DecideRequest) Verdict {
 	res := d.e.Decide(decision.Request{Host: r.Host, Port: r.Port, Binary: r.Binary, Ancestors: r.Ancestors})
@@ -45,6 +48,9 @@ func (d decisionEngine) Decide(r DecideRequest) Verdict {
 	if ep := res.Endpoint; res.Allowed && ep != nil {
 		v.L7Rules = ep.Protocol == policy.ProtocolREST || ep.L7()
 		v.Endpoint = ep
+		if v.L7Rules {
+			v.Inspector = d.inspectors.get(ep)
+		}
 	}
 	if !res.Allowed {
 		v.Reason = res.Reason.String()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/palisade-sandbox/palisade/pkg/binaries"
 	"github.com/palisade-sandbox/palisade/pkg/credentials"
+	"github.com/palisade-sandbox/palisade/pkg/l7"
 	"github.com/palisade-sandbox/palisade/pkg/ocsf"
 	"github.com/palisade-sandbox/palisade/pkg/policy"
 	"github.com/palisade-sandbox/palisade/pkg/tlsca"
@@ -49,11 +50,15 @@ type Verdict struct {
 	// L7Rules is set when the matched endpoint carries L7 rules
 	// (protocol rest, access, rules or deny_rules). Forwarded http://
 	// requests and every request of an inspected CONNECT tunnel are
-	// checked against them (l7.Check).
+	// checked against them (Inspector).
 	L7Rules bool
 	// Endpoint is the matched endpoint when Allowed (nil for fakes that
 	// carry no L7 constraints).
 	Endpoint *policy.Endpoint
+	// Inspector is the endpoint's protocol inspector when L7Rules, built
+	// once for the generation; nil makes the proxy build one for the
+	// request.
+	Inspector l7.Inspector
 }
 
 // Decider is one compiled policy generation. Decide must be safe for

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bufio"
 	"fmt"
 	"net"
 	"net/http"
@@ -149,11 +148,12 @@ func targetReadings(escapedPath string) func() ([]string, bool) {
 
 // forwardCredentials resolves the placeholders of an admitted forwarded
 // http:// request (and its body where the endpoint opts in: read here,
+// through req.body — what an inspector read of it first, then the rest,
 // after a 100 Continue if the client asked for one) and re-signs it on
 // a credential_signing endpoint, before anything is dialled; it answers
 // the refusal (403, or 413/400) and reports false when the request may
 // not go.
-func (p *Proxy) forwardCredentials(c *net.TCPConn, br *bufio.Reader, rec *Record, req *request, ep *policy.Endpoint) bool {
+func (p *Proxy) forwardCredentials(c *net.TCPConn, rec *Record, req *request, ep *policy.Endpoint) bool {
 	req.header = forwardHeader(req.head)
 	if !p.preparesOutgoing(ep) {
 		return true
@@ -164,17 +164,9 @@ func (p *Proxy) forwardCredentials(c *net.TCPConn, br *bufio.Reader, rec *Record
 		hasBody: fr.chunked || fr.length > 0, length: fr.length}
 	if fr.chunked {
 		o.length = -1
-		o.body = newChunkedBody(br)
-	} else {
-		o.body = newSizedBody(br, fr.length)
 	}
-	if fr.expect100 {
-		o.beforeBody = func() error {
-			c.SetWriteDeadline(time.Now().Add(responseWriteTimeout))
-			_, err := c.Write([]byte("HTTP/1.1 100 Continue\r\n\r\n"))
-			c.SetWriteDeadline(time.Time{})
-			return err
-		}
+	if o.hasBody {
+		o.body, o.beforeBody = req.body.reader(), req.body.start
 	}
 	c.SetReadDeadline(time.Now().Add(p.cfg.Limits.IdleTimeout))
 	rf := p.prepareOutgoing(o)
@@ -202,6 +194,6 @@ func (p *Proxy) forwardCredentials(c *net.TCPConn, br *bufio.Reader, rec *Record
 		u.RawQuery = o.query
 		req.url = &u
 	}
-	req.body, req.scrub = o.read, o.scrub
+	req.prepared, req.scrub = o.read, o.scrub
 	return true
 }

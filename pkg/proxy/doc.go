@@ -13,6 +13,19 @@
 // same facts in a Proxy-Status field (RFC 9209) and in the status line's
 // text, which is what clients that drop a refused CONNECT's body show.
 //
+// The request path is one function per transport, each reading top to
+// bottom: serveConnect (a CONNECT tunnel) and serveForward (a forwarded
+// http:// request) in handle.go; handleTransparent (a connection to a
+// policy DNS synthetic address) in transparent.go; inspect and serveTLS
+// (an inspected tunnel: the client's TLS terminated, the upstream's
+// handshake) in inspect.go, then serveH1 (h1.go) or serveH2 (inspect.go)
+// for the tunnel's HTTP/1.x or HTTP/2, each handing every request to
+// inspector.serve. The steps they share are admit (attribution, binary
+// pin, decision: decide.go), dial, and the endpoint's protocol rules:
+// an l7.Inspector chosen by the endpoint's protocol (newInspector in
+// protocols.go; the rules themselves live in pkg/l7/<protocol>). This
+// package stays transport, TLS and decisions.
+//
 // Policy generations are compiled off the hot path and swapped atomically;
 // each connection pins the generation it started with. Reloads come from
 // an inotify watch on the policy file's directory, SIGHUP (wired by the

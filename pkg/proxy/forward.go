@@ -208,7 +208,6 @@ func (c *countingReader) Read(b []byte) (int, error) {
 // for no close, its body was read to the end and the response was
 // delimited (Content-Length or chunked).
 func (p *Proxy) forward(c *net.TCPConn, br *bufio.Reader, up net.Conn, rec *Record, rq request) bool {
-	fr := rq.framing
 	out := &http.Request{
 		Method:     rq.head.Method,
 		URL:        rq.url,
@@ -224,33 +223,25 @@ func (p *Proxy) forward(c *net.TCPConn, br *bufio.Reader, up net.Conn, rec *Reco
 	// The URL sent upstream carries no userinfo (ParseForwardTarget
 	// refused it) and the transport writes only its path and query.
 	var body *countingReader
-	var tb *trackedBody
+	tb := rq.body.tb
 	switch {
-	case rq.body != nil && len(rq.body) == 0:
-		out.Body = http.NoBody
-	case rq.body != nil:
+	case rq.prepared != nil && len(rq.prepared) == 0:
+		out.Body, tb = http.NoBody, nil
+	case rq.prepared != nil:
 		// Read already: its placeholders resolved, or hashed to sign it
 		// (forwardCredentials).
-		body = &countingReader{r: bytes.NewReader(rq.body)}
-		out.Body, out.ContentLength = io.NopCloser(body), int64(len(rq.body))
-	case fr.chunked:
-		tb = newChunkedBody(br)
-		body = &countingReader{r: tb}
-		out.Body, out.ContentLength = io.NopCloser(body), -1
-	case fr.length > 0:
-		tb = newSizedBody(br, fr.length)
-		body = &countingReader{r: tb}
-		out.Body, out.ContentLength = io.NopCloser(body), fr.length
-	default:
-		out.Body = http.NoBody
-	}
-	if fr.expect100 && out.Body != http.NoBody && rq.body == nil {
-		c.SetWriteDeadline(time.Now().Add(responseWriteTimeout))
-		if _, err := c.Write([]byte("HTTP/1.1 100 Continue\r\n\r\n")); err != nil {
+		body = &countingReader{r: bytes.NewReader(rq.prepared)}
+		out.Body, out.ContentLength, tb = io.NopCloser(body), int64(len(rq.prepared)), nil
+	case tb != nil:
+		// The body as received, what an inspector read of it first.
+		body = &countingReader{r: rq.body.reader()}
+		out.Body, out.ContentLength = io.NopCloser(body), rq.body.length
+		if err := rq.body.start(); err != nil { // 100 Continue, unless sent
 			c.Close()
 			return false
 		}
-		c.SetWriteDeadline(time.Time{})
+	default:
+		out.Body = http.NoBody
 	}
 	p.m.activeTunnels.Add(1)
 	defer p.m.activeTunnels.Add(-1)

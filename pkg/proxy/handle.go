@@ -56,20 +56,21 @@ func isHeadError(err error) bool {
 	return errors.As(err, &he)
 }
 
-// request is what handleExplicit learnt from the head.
+// request is a forwarded request as serveForward read it.
 type request struct {
 	head    *Head
-	url     *url.URL // forward HTTP only
-	framing framing  // forward HTTP only
-	// header is the header sent upstream, credentials resolved (forward
-	// HTTP only).
+	url     *url.URL
+	framing framing
+	body    *reqBody // the body as received; never nil (noBody)
+	// header is the header sent upstream, credentials resolved.
 	header http.Header
 	// scrub removes the credential values resolved into the request
 	// from what is reported about it (nil: none were).
 	scrub func(string) string
-	// body, when set, is the request's body, read and its placeholders
-	// resolved before the dial (forward HTTP, request body rewrite).
-	body []byte
+	// prepared, when set, is the request's body, read and its
+	// placeholders resolved (or hashed to sign it) before the dial
+	// (forwardCredentials); it goes upstream instead of body.
+	prepared []byte
 }
 
 // handleExplicit serves one explicit-proxy connection: a CONNECT tunnel,
@@ -92,21 +93,111 @@ func (p *Proxy) handleExplicit(c *net.TCPConn, rec *Record) *Record {
 	}
 }
 
-// serveRequest reads and serves one request head; it reports whether the
-// connection may carry another request.
+// serveRequest reads one request head and serves it by its method: a
+// CONNECT tunnel (serveConnect) or a forwarded http:// request
+// (serveForward). It reports whether the connection may carry another
+// request.
 func (p *Proxy) serveRequest(c *net.TCPConn, br *bufio.Reader, rec *Record, release func(), first bool) bool {
+	h, ok := p.readRequest(c, br, rec, first)
+	if !ok {
+		return false
+	}
+	rec.Method = h.Method
+	if h.Method == http.MethodConnect {
+		p.serveConnect(c, br, rec, h, release, first)
+		return false
+	}
+	return p.serveForward(c, br, rec, h, first)
+}
+
+// serveConnect serves a CONNECT request, in this order: the authority
+// parsed and canonicalised (target); the caller attributed on the
+// connection's first request and the destination decided for it
+// (admit), before any DNS lookup, so a denied name is never resolved;
+// only then the name resolved and the checked address dialled (dial,
+// chained through an upstream proxy when one is configured); then the
+// tunnel (tunnel, shared with transparent connections): an inspected
+// endpoint's TLS is terminated and each request inside decided on its
+// own (inspect), any other endpoint's bytes are relayed, after a check
+// of the ClientHello's server name unless tls: skip (connect).
+func (p *Proxy) serveConnect(c *net.TCPConn, br *bufio.Reader, rec *Record, h *Head, release func(), first bool) {
+	rec.Kind = KindConnect
+	host, port, err := ParseAuthority(h.Target)
+	rec.Port = port
+	if !p.target(c, rec, host, err) {
+		return
+	}
+	v, ok := p.admit(c, rec, p.gen.Load(), first)
+	if !ok {
+		p.refused(c, rec)
+		return
+	}
+	up, done, ok := p.dial(c, rec, v.Scope)
+	if !ok {
+		return
+	}
+	defer done()
+	rec.Outcome = OutcomeAllowed
+	p.tunnel(c, br, up, rec, v, release, true)
+}
+
+// serveForward serves a forwarded (absolute-form http://) request, in
+// this order: the target and the body's framing parsed, the host
+// canonicalised (target); the caller attributed on the connection's
+// first request and the destination decided for it (admit); the
+// request held to its endpoint's protocol rules (inspectForward): a
+// forwarded request is visible in full, so nothing of it reaches
+// upstream before the decision; its credential placeholders resolved
+// and, on a credential_signing endpoint, the request re-signed
+// (forwardCredentials), still before anything is dialled; only then
+// the name resolved and the checked address dialled (dial, always
+// directly), and the request relayed (forward). It reports whether the
+// connection may carry another request.
+func (p *Proxy) serveForward(c *net.TCPConn, br *bufio.Reader, rec *Record, h *Head, first bool) bool {
+	rec.Kind = KindHTTP
+	u, host, port, err := ParseForwardTarget(h.Target)
+	rec.URL, rec.Port = u, port
+	req := request{head: h, url: u}
+	if err == nil {
+		req.framing, err = requestFraming(h)
+	}
+	if !p.target(c, rec, host, err) {
+		return false
+	}
+	v, ok := p.admit(c, rec, p.gen.Load(), first)
+	if !ok {
+		p.refused(c, rec)
+		return false
+	}
+	req.body = p.forwardBody(c, br, req.framing)
+	if !p.inspectForward(c, rec, &req, &v) || !p.forwardCredentials(c, rec, &req, v.Endpoint) {
+		return false
+	}
+	up, done, ok := p.dial(c, rec, v.Scope)
+	if !ok {
+		return false
+	}
+	defer done()
+	rec.Outcome = OutcomeAllowed
+	return p.forward(c, br, up, rec, req)
+}
+
+// readRequest reads and parses one request head (after waiting, between
+// requests of a keep-alive connection, for the next one) and answers one
+// that is too large, too slow or malformed. ok is false when there is
+// no request to serve.
+func (p *Proxy) readRequest(c *net.TCPConn, br *bufio.Reader, rec *Record, first bool) (h *Head, ok bool) {
 	lim := &p.cfg.Limits
 	if !first {
 		c.SetReadDeadline(time.Now().Add(lim.IdleTimeout))
 		if _, err := br.Peek(1); err != nil {
 			rec.silent = true // the client closed its keep-alive connection
-			return false
+			return nil, false
 		}
 	}
 	c.SetReadDeadline(time.Now().Add(lim.HeadTimeout))
 	hb := headPool.Get().(*[]byte)
 	raw, err := readHead(br, lim.MaxHeadBytes, (*hb)[:0])
-	var h *Head
 	if err == nil {
 		h, err = ParseHead(raw)
 	}
@@ -130,106 +221,100 @@ func (p *Proxy) serveRequest(c *net.TCPConn, br *bufio.Reader, rec *Record, rele
 			rec.Outcome, rec.Reason = OutcomeBadRequest, ReasonMalformed
 			c.Close() // the client went away mid-head
 		}
-		return false
+		return nil, false
 	}
 	c.SetReadDeadline(time.Time{})
-	rec.Method = h.Method
-	req := request{head: h}
-	var host string
-	if h.Method == http.MethodConnect {
-		rec.Kind = KindConnect
-		host, rec.Port, err = ParseAuthority(h.Target)
-	} else {
-		rec.Kind = KindHTTP
-		req.url, host, rec.Port, err = ParseForwardTarget(h.Target)
-		rec.URL = req.url
+	return h, true
+}
+
+// target canonicalises the request's host into rec.Host. A target that
+// did not parse (perr) or whose host is no valid name or address is
+// answered with 400; it reports whether to go on.
+func (p *Proxy) target(c *net.TCPConn, rec *Record, host string, perr error) bool {
+	canon, err := p.cfg.Canonicalize(host)
+	if perr != nil {
 		if err == nil {
-			req.framing, err = requestFraming(h)
-		}
-	}
-	if err != nil {
-		if canon, cerr := p.cfg.Canonicalize(host); cerr == nil {
 			rec.Host = canon
 		}
-		p.badRequest(c, rec, http.StatusBadRequest, ReasonMalformed, err)
+		p.badRequest(c, rec, http.StatusBadRequest, ReasonMalformed, perr)
 		return false
 	}
-	canon, err := p.cfg.Canonicalize(host)
 	if err != nil {
 		rec.Host = ""
 		p.badRequest(c, rec, http.StatusBadRequest, ReasonInvalidHost, nil)
 		return false
 	}
 	rec.Host = canon
+	return true
+}
 
-	// One generation for the whole connection; the socket's owner is
-	// attributed (and its binary pinned) with the first request.
-	v, ok := p.admit(c, rec, p.gen.Load(), first)
-	if !ok {
-		if rec.Outcome == OutcomeClientGone {
-			c.Close()
-		} else {
-			p.deny(c, rec, OutcomePolicyDenied)
-		}
+// inspectForward holds a forwarded request to its endpoint's protocol
+// rules when the endpoint has L7 rules (a CONNECT tunnel's requests are
+// held to them inside the tunnel: inspect). The path the upstream gets
+// is the one decided (Path.Escaped), and a path or query that does not
+// parse is refused. It answers a refusal and reports whether to go on.
+func (p *Proxy) inspectForward(c *net.TCPConn, rec *Record, req *request, v *Verdict) bool {
+	if v.Endpoint == nil || !v.Endpoint.L7() {
+		return true
+	}
+	h := req.head
+	rec.L7Checked = true
+	path, err := l7.ParsePath(targetPath(h.Target))
+	switch {
+	case errors.Is(err, l7.ErrAmbiguousPath):
+		rec.Reason = policy.L7AmbiguousPath
+		req.url.Path, req.url.RawPath = "/", ""
+		p.deny(c, rec, OutcomePolicyDenied)
+		return false
+	case err != nil:
+		p.badRequest(c, rec, http.StatusBadRequest, ReasonInvalidPath, headErrorf("request path is not a valid path"))
 		return false
 	}
-	// A forwarded http:// request is visible in full: hold it to the
-	// endpoint's L7 rules before anything reaches upstream. (A CONNECT
-	// tunnel's requests are not visible without TLS termination.)
-	if rec.Kind == KindHTTP && v.Endpoint != nil && v.Endpoint.L7() {
-		rec.L7Checked = true
-		path, nerr := l7.ParsePath(targetPath(h.Target))
-		switch {
-		case errors.Is(nerr, l7.ErrAmbiguousPath):
-			rec.Reason = policy.L7AmbiguousPath
-			req.url.Path, req.url.RawPath = "/", ""
-			p.deny(c, rec, OutcomePolicyDenied)
-			return false
-		case nerr != nil:
-			p.badRequest(c, rec, http.StatusBadRequest, ReasonInvalidPath, headErrorf("request path is not a valid path"))
-			return false
-		}
-		req.url.Path, req.url.RawPath = path.Decoded, path.Escaped
-		// The query goes upstream as sent: one that does not parse (a
-		// ";" separator, a bad escape) is refused, not matched with its
-		// unparsable pairs dropped (servers that split on ";" read them).
-		q, qerr := url.ParseQuery(req.url.RawQuery)
-		if qerr != nil {
-			p.badRequest(c, rec, http.StatusBadRequest, ReasonInvalidQuery, headErrorf("query string does not parse"))
-			return false
-		}
-		fields := func(name string) []string { return headerValues(h, name) }
-		if ok, why := l7.Check(v.Endpoint, &l7.Request{Method: h.Method, Path: &path, Query: q, Field: fields}); !ok {
-			if !v.Audit {
-				rec.Reason = why
-				p.deny(c, rec, OutcomePolicyDenied)
-				return false
-			}
-			p.log.Warn("L7 rule violation allowed by enforcement: audit", "host", canon, "method", h.Method, "reason", why, "entry", v.Entry)
-		}
-	}
-
-	if rec.Kind == KindHTTP && !p.forwardCredentials(c, br, rec, &req, v.Endpoint) {
+	req.url.Path, req.url.RawPath = path.Decoded, path.Escaped
+	// The query goes upstream as sent: one that does not parse (a ";"
+	// separator, a bad escape) is refused, not matched with its
+	// unparsable pairs dropped (servers that split on ";" read them).
+	q, err := url.ParseQuery(req.url.RawQuery)
+	if err != nil {
+		p.badRequest(c, rec, http.StatusBadRequest, ReasonInvalidQuery, headErrorf("query string does not parse"))
 		return false
 	}
+	d := v.inspector().Request(&l7.Request{
+		Method: h.Method, Path: &path, Query: q, RawQuery: req.url.RawQuery, Proto: h.Proto,
+		Field: func(name string) []string { return headerValues(h, name) }, Body: req.body,
+	})
+	switch {
+	case d.Allow:
+		return true
+	case !d.Policy():
+		p.badRequest(c, rec, d.Status, d.Reason, headErrorf("%s", d.Detail))
+		return false
+	case !v.Audit:
+		rec.Reason = d.Reason
+		p.deny(c, rec, OutcomePolicyDenied)
+		return false
+	}
+	p.log.Warn("L7 rule violation allowed by enforcement: audit", "host", rec.Host, "method", h.Method, "reason", d.Reason, "entry", v.Entry)
+	return true
+}
 
-	// Only now may the name be resolved: policy allowed it.
-	up, err := p.dialUpstream(rec, v.Scope, nil)
+// dial resolves the record's host (only now: policy allowed it) and
+// connects to a checked address within the matched endpoint's scope,
+// recording the address reached (dialUpstream: a CONNECT tunnel may be
+// chained through an upstream proxy). A failure is answered (dialFailed:
+// 403 for an SSRF refusal, 502 or 504) and ok is false; done untracks
+// and closes the connection.
+func (p *Proxy) dial(c *net.TCPConn, rec *Record, sc Scope) (up net.Conn, done func(), ok bool) {
+	up, err := p.dialUpstream(rec, sc, nil)
 	if err != nil {
 		p.dialFailed(c, rec, err)
-		return false
+		return nil, nil, false
 	}
 	untrack := p.trackUpstream(up)
-	defer func() {
+	return up, func() {
 		untrack()
 		up.Close()
-	}()
-	rec.Outcome = OutcomeAllowed
-	if rec.Kind == KindConnect {
-		p.tunnel(c, br, up, rec, v, release, true)
-		return false
-	}
-	return p.forward(c, br, up, rec, req)
+	}, true
 }
 
 // partialRecord fills a malformed head's record with what can be read of
@@ -346,158 +431,6 @@ func (p *Proxy) tunnel(c *net.TCPConn, br *bufio.Reader, up net.Conn, rec *Recor
 		return
 	}
 	p.connect(c, br, up, rec, release, v.Endpoint == nil || v.Endpoint.TLS != policy.TLSSkip, reply)
-}
-
-// admit is the one decision every connection gets, whichever way it
-// came: an explicit CONNECT or forwarded request, or a transparent
-// connection to a policy DNS synthetic address (handleTransparent). With
-// attribute set (a connection's first request) the caller is attributed
-// and its binary pin checked (identify); then generation g decides on
-// rec's host and port for the caller, its ancestors and its socket's
-// recorded connector (decideConn). It sets the record's generation,
-// entry, reason and L7 flag. On a refusal the record's outcome is
-// policy_denied, and nothing has been resolved or dialled: the caller
-// answers the refusal its own way (a 403, a reset). One case is not a
-// refusal: a client that closed its end before it could be attributed
-// (the process exited mid-request: no process holds the socket any
-// more) is client_gone. Nothing was decided, and the caller closes the
-// connection without writing; a client still there gets the refusal of
-// a failed attribution, so closing early gains a client nothing.
-func (p *Proxy) admit(c *net.TCPConn, rec *Record, g *Generation, attribute bool) (Verdict, bool) {
-	if g == nil {
-		rec.Outcome, rec.Reason = OutcomePolicyDenied, ReasonAttributionFailed
-		return Verdict{}, false
-	}
-	rec.Generation, rec.PolicySHA = g.Number, g.SHA256
-	if attribute && !p.identify(c, rec) {
-		rec.Outcome = OutcomePolicyDenied
-		if rec.Reason == ReasonAttributionFailed && peerGone(c) {
-			rec.Outcome, rec.Reason = OutcomeClientGone, ReasonClientClosed
-		}
-		return Verdict{}, false
-	}
-	v, ok := decideConn(g.Decider, rec)
-	rec.L7Rules = v.L7Rules
-	if !ok {
-		rec.Outcome = OutcomePolicyDenied
-	}
-	return v, ok
-}
-
-// decideRequest is what the engine decides for the record's host, port
-// and caller: the caller's binary and ancestors, leaving out each that
-// lost its binary's identity (foreign code), as an unknown binary is.
-func decideRequest(rec *Record) DecideRequest { return decideIdentity(rec, false) }
-
-// decideIdentity is decideRequest; with trusting, foreign code is
-// ignored (what the decision would have been had the identities held).
-func decideIdentity(rec *Record, trusting bool) DecideRequest {
-	dr := DecideRequest{Host: rec.Host, Port: rec.Port}
-	if id := rec.Identity; id != nil {
-		if id.Code == nil || trusting {
-			dr.Binary = id.Exe
-		}
-		for _, a := range id.Ancestors {
-			if a.Code == nil || trusting {
-				dr.Ancestors = append(dr.Ancestors, a.Exe)
-			}
-		}
-	}
-	return dr
-}
-
-// decideConn decides the connection's caller on the record's host and
-// port, and sets the record's entry, reason and audit flag. A refusal
-// that only foreign code caused (trusting the identities that lost
-// their binary would have allowed) gets ReasonForeignCode and names the
-// process for its Detection Finding; then the connector rule applies.
-func decideConn(d Decider, rec *Record) (Verdict, bool) {
-	dr := decideRequest(rec)
-	v := d.Decide(dr)
-	rec.Entry, rec.Reason, rec.Audit = v.Entry, v.Reason, v.Audit
-	if !v.Allowed {
-		if fp := rec.Identity.foreign(); fp != nil {
-			if tv := d.Decide(decideIdentity(rec, true)); tv.Allowed {
-				rec.Entry, rec.Reason, rec.Foreign = tv.Entry, ReasonForeignCode, fp
-			}
-		}
-		return v, false
-	}
-	return v, connectorAllowed(d, dr, rec)
-}
-
-// identify attributes the caller, holds the connection to it (the send
-// guard, when there is one) and checks its binary pin. It returns false
-// (with the record's reason set) when the connection must be denied.
-// rec.Local must be the address the client connected to.
-func (p *Proxy) identify(c *net.TCPConn, rec *Record) bool {
-	if p.cfg.Attributor == nil {
-		return true // standalone: unknown caller, binary-scoped entries never match
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), attributionTimeout)
-	id, err := p.cfg.Attributor.Lookup(ctx, rec.Client, rec.Local)
-	cancel()
-	if err != nil || id == nil {
-		rec.Reason = ReasonAttributionFailed
-		if errors.Is(err, ErrAttributionIncomplete) {
-			rec.Reason = ReasonAttributionIncomplete
-			var ie *IncompleteError
-			if errors.As(err, &ie) {
-				rec.Identity = ie.Holder // for the record only
-			}
-		}
-		if err != nil {
-			rec.Cause = err.Error()
-		}
-		return false
-	}
-	rec.Identity = id
-	if !p.guard(c, rec) {
-		return false
-	}
-	if p.cfg.Pinner == nil || id.Exe == "" {
-		return true
-	}
-	if err := p.cfg.Pinner.Pin(id.Exe, id.SHA256); err != nil {
-		var me *MismatchError
-		if errors.As(err, &me) {
-			rec.Mismatch = me
-			rec.Reason = ReasonIdentityMismatch
-		} else {
-			rec.Reason = ReasonIdentityCheck
-			rec.Cause = err.Error()
-		}
-		return false
-	}
-	return true
-}
-
-// connectorAllowed applies the decision to the recorded connector of a
-// socket that was handed on (Identity.Connector): the holder was allowed,
-// and the connector must be too. A connector that can no longer be named
-// is not allowed; one that lost its binary's identity (foreign code) is
-// decided as an unknown binary. It sets the record's reason when it
-// refuses.
-func connectorAllowed(d Decider, dr DecideRequest, rec *Record) bool {
-	id := rec.Identity
-	if id == nil || id.Connector == nil {
-		return true
-	}
-	c := id.Connector
-	cr := DecideRequest{Host: dr.Host, Port: dr.Port}
-	if c.Code == nil {
-		cr.Binary = c.Exe
-	}
-	if (c.Exe != "" || c.Code != nil) && d.Decide(cr).Allowed {
-		return true
-	}
-	rec.Reason = ReasonConnectorDenied
-	if c.Code != nil && c.Exe != "" {
-		if d.Decide(DecideRequest{Host: dr.Host, Port: dr.Port, Binary: c.Exe}).Allowed {
-			rec.Reason, rec.Foreign = ReasonForeignCode, &ForeignProcess{PID: c.PID, Exe: c.Exe, Code: *c.Code}
-		}
-	}
-	return false
 }
 
 // deny answers 403 with the structured JSON body and closes.

@@ -68,138 +68,6 @@ type bufConn struct {
 
 func (b *bufConn) Read(p []byte) (int, error) { return b.r.Read(p) }
 
-// helloConn feeds crypto/tls the bytes of a ClientHello while recording
-// them, and swallows whatever the TLS stack writes back.
-type helloConn struct {
-	net.Conn
-	r   io.Reader
-	got []byte
-}
-
-func (h *helloConn) Read(p []byte) (int, error) {
-	n, err := h.r.Read(p)
-	h.got = append(h.got, p[:n]...)
-	return n, err
-}
-func (h *helloConn) Write(p []byte) (int, error) { return len(p), nil }
-
-var errHelloSeen = errors.New("client hello read")
-
-// readClientHello reads a TLS ClientHello from r with crypto/tls's own
-// parser and returns every byte it consumed (to be replayed upstream) and
-// the server name the client asked for ("" when it sent none). ok is
-// false when the bytes were not a ClientHello.
-func readClientHello(c net.Conn, r io.Reader) (raw []byte, sni string, ok bool) {
-	hc := &helloConn{Conn: c, r: r}
-	srv := tls.Server(hc, &tls.Config{GetConfigForClient: func(hi *tls.ClientHelloInfo) (*tls.Config, error) {
-		sni, ok = hi.ServerName, true
-		return nil, errHelloSeen
-	}})
-	srv.Handshake()
-	return hc.got, sni, ok
-}
-
-// sameHost compares a TLS server name with the tunnel's canonical host.
-func sameHost(serverName, host string) bool {
-	c, err := CanonicalHost(serverName)
-	return err == nil && c == host
-}
-
-// checkSNI runs before a passthrough tunnel relays the client's first
-// bytes: a ClientHello naming another host than the CONNECT target is
-// domain fronting and ends the tunnel, and so does a TLS record other
-// than a handshake before the ClientHello, or a handshake record that
-// is not a readable ClientHello (crypto/tls's parser reads one spread
-// over several records). Bytes that do not begin a TLS record are not
-// TLS and go through (SSH, a server-first protocol). It returns the bytes read, to be
-// sent upstream first. A PostgreSQL SSLRequest is sent upstream at once
-// and the check applies to the ClientHello that follows the server's
-// answer.
-func (p *Proxy) checkSNI(c *net.TCPConn, br *bufio.Reader, up net.Conn, rec *Record) ([]byte, bool) {
-	first, err := br.Peek(1) // no deadline: server-first protocols wait here
-	if err == nil && first[0] == pgSSLRequest[0] {
-		c.SetReadDeadline(time.Now().Add(p.cfg.Limits.HeadTimeout))
-		b, perr := br.Peek(len(pgSSLRequest))
-		c.SetReadDeadline(time.Time{})
-		if perr == nil && bytes.Equal(b, pgSSLRequest) {
-			up.SetWriteDeadline(time.Now().Add(p.cfg.Limits.IdleTimeout))
-			_, werr := up.Write(b)
-			up.SetWriteDeadline(time.Time{})
-			if werr != nil {
-				return nil, false
-			}
-			rec.BytesUp += int64(len(b))
-			br.Discard(len(b))
-		}
-		first, err = br.Peek(1) // (after the server's answer) Peek(8) may have moved the buffer
-	}
-	if err == nil && first[0] != tlsRecordHandshake && tlsRecordType(first[0]) {
-		// A TLS record that is not a handshake before the ClientHello (a
-		// warning alert, change-cipher-spec, application data): a Go
-		// crypto/tls server ignores a warning alert and completes the
-		// handshake for the ClientHello after it, which this check would
-		// never have read. Refused when the bytes are a record header,
-		// or stop before saying (the tunnel began like one).
-		c.SetReadDeadline(time.Now().Add(p.cfg.Limits.HeadTimeout))
-		hdr, perr := br.Peek(3)
-		c.SetReadDeadline(time.Time{})
-		if perr != nil || hdr[1] == 3 {
-			rec.Outcome, rec.Reason = OutcomePolicyDenied, ReasonClientHelloNotFirst
-			rec.Cause = "TLS " + tlsRecordName(first[0]) + " record before the ClientHello"
-			return nil, false
-		}
-	}
-	if err != nil || first[0] != tlsRecordHandshake {
-		n := br.Buffered()
-		b, _ := br.Peek(n)
-		return append([]byte(nil), b...), err == nil || n > 0
-	}
-	c.SetReadDeadline(time.Now().Add(p.cfg.Limits.HeadTimeout))
-	raw, sni, ok := readClientHello(c, br)
-	c.SetReadDeadline(time.Time{})
-	if !ok {
-		// A handshake record the proxy cannot read in time (a server
-		// name list crypto/tls refuses but OpenSSL reads by its first
-		// entry, a stall past the head timeout) is not let through
-		// unchecked.
-		rec.Outcome, rec.Reason = OutcomePolicyDenied, ReasonBadClientHello
-		rec.Cause = "TLS handshake record is not a ClientHello the proxy could read"
-		return nil, false
-	}
-	if sni != "" && !sameHost(sni, rec.Host) {
-		rec.Outcome, rec.Reason = OutcomePolicyDenied, ReasonSNIMismatch
-		rec.Cause = "ClientHello server name differs from the CONNECT host"
-		return nil, false
-	}
-	rest, _ := br.Peek(br.Buffered())
-	return append(raw, rest...), true
-}
-
-// TLS record content types (RFC 8446 §5.1; heartbeat RFC 6520).
-const (
-	tlsRecordCCS       = 0x14
-	tlsRecordAlert     = 0x15
-	tlsRecordHandshake = 0x16
-	tlsRecordAppData   = 0x17
-	tlsRecordHeartbeat = 0x18
-)
-
-func tlsRecordType(b byte) bool { return tlsRecordCCS <= b && b <= tlsRecordHeartbeat }
-
-func tlsRecordName(b byte) string {
-	switch b {
-	case tlsRecordCCS:
-		return "change-cipher-spec"
-	case tlsRecordAlert:
-		return "alert"
-	case tlsRecordAppData:
-		return "application-data"
-	case tlsRecordHeartbeat:
-		return "heartbeat"
-	}
-	return "handshake"
-}
-
 // inspect serves an allowed tunnel to an inspected endpoint: after the
 // 200 (reply: a CONNECT; a transparent connection gets none) it looks at
 // the client's first bytes — a TLS ClientHello is terminated with a leaf
@@ -474,6 +342,14 @@ func (ix *inspector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ix.p.finish(rr)
 }
 
+// serve decides one request of an inspected tunnel, HTTP/1.x (serveH1)
+// or HTTP/2 (serveH2), in this order: what every protocol shares
+// (checkHead: one Host naming the tunnel's authority, no "_" spelling
+// of a field the proxy reads, no upgrade but a WebSocket's; the path's
+// readings and the query parsed); the connection's verdict under the
+// generation in force now (current); the endpoint's protocol rules (its
+// l7.Inspector, which may read the body); then the request is relayed
+// (relay).
 func (ix *inspector) serve(w http.ResponseWriter, r *http.Request, rr *Record) {
 	p := ix.p
 	rawPath, rawQuery, _ := strings.Cut(r.RequestURI, "?")
@@ -502,19 +378,37 @@ func (ix *inspector) serve(w http.ResponseWriter, r *http.Request, rr *Record) {
 		ix.deny(w, r, rr, gv.v.Reason, path.Escaped)
 		return
 	}
+	body := newReqBody(r.Body, r.ContentLength)
+	req := &l7.Request{
+		Method: r.Method, Path: &path, Query: q, RawQuery: rawQuery, Proto: r.Proto,
+		Field: l7.FieldValues(r.Header), Upgrade: upgradeOf(r), Body: body,
+	}
+	switch d := gv.v.inspector().Request(req); {
+	case d.Allow:
+	case !d.Policy():
+		ix.refuse(w, rr, d.Status, d.Reason, d.Detail)
+		return
+	case !gv.v.Audit:
+		ix.deny(w, r, rr, d.Reason, path.Escaped)
+		return
+	default:
+		rr.Reason = d.Reason
+		p.log.Warn("L7 rule violation allowed by enforcement: audit", "host", ix.host, "method", r.Method, "path", path.Escaped, "reason", d.Reason, "entry", rr.Entry)
+	}
 	ep := gv.v.Endpoint
 	if ep == nil {
-		ep = &policy.Endpoint{} // a decider without endpoints: no L7 constraints
+		ep = &policy.Endpoint{} // a decider without endpoints: nothing to prepare
 	}
-	if ok, why := l7.Check(ep, &l7.Request{Method: r.Method, Path: &path, Query: q, Field: l7.FieldValues(r.Header)}); !ok {
-		if !gv.v.Audit {
-			ix.deny(w, r, rr, why, path.Escaped)
-			return
-		}
-		rr.Reason = why
-		p.log.Warn("L7 rule violation allowed by enforcement: audit", "host", ix.host, "method", r.Method, "path", path.Escaped, "reason", why, "entry", rr.Entry)
+	ix.relay(w, r, rr, &path, rawQuery, body, ep)
+}
+
+// upgradeOf is the protocol an inspected request asks to switch to
+// ("websocket"; checkHead refused any other upgrade), "" for none.
+func upgradeOf(r *http.Request) string {
+	if isWebSocket(r) {
+		return "websocket"
 	}
-	ix.relay(w, r, rr, &path, rawQuery, ep)
+	return ""
 }
 
 // checkHead refuses requests a server could read differently from the
@@ -655,8 +549,11 @@ func writeHTTPBody(w http.ResponseWriter, status int, ctype, proxyStatus string,
 
 // relay sends an allowed request upstream, with the path as decided
 // (Path.Escaped), and streams the response back (flushing as it arrives,
-// trailers included, so gRPC and server-sent events work).
-func (ix *inspector) relay(w http.ResponseWriter, r *http.Request, rr *Record, path *l7.Path, rawQuery string, ep *policy.Endpoint) {
+// trailers included, so gRPC and server-sent events work). Its
+// credential placeholders are resolved first, and on a
+// credential_signing endpoint (ep) it is re-signed; body is what the
+// inspector read of it first, then the rest.
+func (ix *inspector) relay(w http.ResponseWriter, r *http.Request, rr *Record, path *l7.Path, rawQuery string, body *reqBody, ep *policy.Endpoint) {
 	if ix.upErr != nil {
 		ix.upstreamFailed(w, rr, ix.upErr)
 		return
@@ -669,11 +566,15 @@ func (ix *inspector) relay(w http.ResponseWriter, r *http.Request, rr *Record, p
 		hostport += ":" + strconv.Itoa(ix.port)
 	}
 	header := requestHeader(r.Header)
-	var body []byte
+	var prepared []byte
 	if ix.p.preparesOutgoing(ep) {
+		in := io.Reader(r.Body)
+		if body.read {
+			in = body.reader()
+		}
 		o := &outgoing{method: r.Method, host: ix.host, port: ix.port, hostHeader: hostport, path: path.Escaped, query: rawQuery,
 			header: header, ep: ep, paths: pathReadings(path), hasBody: r.Body != http.NoBody && r.ContentLength != 0,
-			length: r.ContentLength, body: r.Body}
+			length: r.ContentLength, body: in}
 		if rf := ix.p.prepareOutgoing(o); rf != nil {
 			rr.CredentialRefused = true
 			switch {
@@ -685,7 +586,7 @@ func (ix *inspector) relay(w http.ResponseWriter, r *http.Request, rr *Record, p
 			}
 			return
 		}
-		rr.scrub, rawQuery, body = o.scrub, o.query, o.read
+		rr.scrub, rawQuery, prepared = o.scrub, o.query, o.read
 	}
 	out := &http.Request{
 		Method:     r.Method,
@@ -702,13 +603,15 @@ func (ix *inspector) relay(w http.ResponseWriter, r *http.Request, rr *Record, p
 	}
 	if r.ContentLength == 0 {
 		out.Body = http.NoBody
+	} else if body.read {
+		out.Body = io.NopCloser(body.reader()) // what the inspector read first
 	}
-	if body != nil {
+	if prepared != nil {
 		// Read already (its placeholders resolved, or hashed to sign it):
 		// sent with its own length (a chunked request's trailers are not
 		// sent on).
-		out.Body, out.ContentLength, out.Trailer = io.NopCloser(bytes.NewReader(body)), int64(len(body)), nil
-		if len(body) == 0 {
+		out.Body, out.ContentLength, out.Trailer = io.NopCloser(bytes.NewReader(prepared)), int64(len(prepared)), nil
+		if len(prepared) == 0 {
 			out.Body = http.NoBody
 		}
 	}
@@ -922,8 +825,3 @@ func flushCopy(w http.ResponseWriter, src io.Reader, streamed bool) int64 {
 		}
 	}
 }
-
-// pgSSLRequest is PostgreSQL's request to start TLS (length 8, code
-// 80877103): the server answers one byte and the client's ClientHello
-// follows.
-var pgSSLRequest = []byte{0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f}

@@ -1,4 +1,4 @@
-package l7
+package rest
 
 import (
 	"net/http"
@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/palisade-sandbox/palisade/pkg/l7"
 	"github.com/palisade-sandbox/palisade/pkg/policy"
 )
 
@@ -14,7 +15,7 @@ import (
 func checkPath(t *testing.T, ep *policy.Endpoint, method, target string, fields http.Header) (bool, string) {
 	t.Helper()
 	rawPath, rawQuery, _ := strings.Cut(target, "?")
-	p, err := ParsePath(rawPath)
+	p, err := l7.ParsePath(rawPath)
 	if err != nil {
 		t.Fatalf("ParsePath(%q): %v", rawPath, err)
 	}
@@ -25,7 +26,7 @@ func checkPath(t *testing.T, ep *policy.Endpoint, method, target string, fields 
 	if fields == nil {
 		fields = http.Header{}
 	}
-	return Check(ep, &Request{Method: method, Path: &p, Query: q, Field: FieldValues(fields)})
+	return Check(ep, &l7.Request{Method: method, Path: &p, Query: q, Field: l7.FieldValues(fields)})
 }
 
 // Refuse ambiguity only when it changes the decision: a path that
@@ -95,6 +96,19 @@ func TestCheckReadings(t *testing.T) {
 		ok, why := checkPath(t, c.ep, c.method, c.target, nil)
 		if ok != c.ok || why != c.reason {
 			t.Errorf("%s: %s %s = %v %q, want %v %q", c.name, c.method, c.target, ok, why, c.ok, c.reason)
+		}
+	}
+}
+
+// A method override spelt with "_" (WSGI and CGI read it as the "-"
+// spelling) is read as the method.
+func TestFoldedOverrideFields(t *testing.T) {
+	ro := &policy.Endpoint{Access: policy.AccessReadOnly}
+	for _, name := range []string{"X_HTTP_Method_Override", "x_http_method_override", "X-Http_Method-Override", "X_Method_Override", "X_HTTP_METHOD"} {
+		h := http.Header{}
+		h[name] = []string{"DELETE"} // as received: Go keeps a name with "_" as sent
+		if ok, why := checkPath(t, ro, "GET", "/item", h); ok || why != policy.L7AccessDenied {
+			t.Errorf("GET with %s: DELETE = %v %q, want refused", name, ok, why)
 		}
 	}
 }

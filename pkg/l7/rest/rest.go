@@ -1,19 +1,32 @@
-package l7
+// Package rest holds the requests of a protocol: rest endpoint (or of
+// any endpoint with access, rules or deny_rules) to its method, path and
+// query rules: the proxy's l7.Inspector for REST. A request is decided
+// under every reading an upstream may take of it (package l7 lists the
+// readings of its path and query names) and every method it may be read
+// as (override fields, "_method").
+package rest
 
 import (
 	"net/url"
 	"strings"
 
+	"github.com/palisade-sandbox/palisade/pkg/l7"
 	"github.com/palisade-sandbox/palisade/pkg/policy"
 )
 
-// Request is what Check reads of one HTTP request.
-type Request struct {
-	Method string
-	Path   *Path
-	Query  url.Values
-	// Field returns the values of a request header field by name.
-	Field func(name string) []string
+// Inspector is the l7.Inspector of a REST endpoint.
+type Inspector struct{ ep *policy.Endpoint }
+
+// New is the REST inspector of ep (never an error: REST rules need no
+// compiling).
+func New(ep *policy.Endpoint) *Inspector { return &Inspector{ep: ep} }
+
+// Request implements l7.Inspector with Check.
+func (in *Inspector) Request(r *l7.Request) l7.Decision {
+	if ok, why := Check(in.ep, r); !ok {
+		return l7.Denied(why, "")
+	}
+	return l7.Allowed()
 }
 
 // methodOverrideFields are the request fields web frameworks read as the
@@ -22,8 +35,8 @@ var methodOverrideFields = []string{"X-Http-Method-Override", "X-Http-Method", "
 
 // Check decides a request against the endpoint's L7 constraints.
 //
-// It decides the request under each reading of its path (Path) and of
-// its query's parameter names (QueryAlternates) and, within each, under
+// It decides the request under each reading of its path (l7.Path) and of
+// its query's parameter names (l7.QueryAlternates) and, within each, under
 // its own method and every method an override field
 // or the "_method" query parameter (Symfony, Laravel) names: an upstream
 // that honours them acts on that method, so a GET carrying
@@ -37,7 +50,7 @@ var methodOverrideFields = []string{"X-Http-Method-Override", "X-Http-Method", "
 // outside ASCII has readings no list enumerates (Unicode folding), so it
 // is refused as ambiguous when it would be allowed and a rule's path
 // could tell its readings apart (policy.Endpoint.PathMatters).
-func Check(ep *policy.Endpoint, r *Request) (bool, string) {
+func Check(ep *policy.Endpoint, r *l7.Request) (bool, string) {
 	var buf [4]string
 	methods := append(buf[:0], r.Method)
 	for _, f := range methodOverrideFields {
@@ -45,7 +58,7 @@ func Check(ep *policy.Endpoint, r *Request) (bool, string) {
 	}
 	methods = appendMethods(methods, r.Query["_method"])
 	ctype := singleValue(r.Field("Content-Type"))
-	queries := QueryAlternates(r.Query)
+	queries := l7.QueryAlternates(r.Query)
 	decide := func(path string, q url.Values) (bool, string) {
 		for _, m := range methods {
 			if ok, why := ep.CheckReading(m, path, q, ctype); !ok {
