@@ -2,6 +2,7 @@ package ceiling
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -23,14 +24,18 @@ import (
 //     is audit, else those pkg/l7/rest.Check allows (every reading of the
 //     path allowed by Endpoint.CheckReading, and a path outside ASCII
 //     only where no rule for the method names a path).
+//   - WebSocket messages after an upgrade (protocol websocket): those
+//     its websocket rules allow, the upgrade itself held to its REST
+//     rules when it has any. Its rules are proved within a ceiling's
+//     only syntactically (see webSocketWithin).
 func raw(e *policy.Endpoint) bool {
-	return !(e.TLS != policy.TLSSkip && (e.Protocol == policy.ProtocolREST || e.L7()))
+	return !(e.TLS != policy.TLSSkip && e.Inspected())
 }
 
 func rawNoSNI(e *policy.Endpoint) bool { return raw(e) && e.TLS == policy.TLSSkip }
 
 func everyRequest(e *policy.Endpoint) bool {
-	return !e.L7() || e.Enforcement == policy.EnforcementAudit
+	return (!e.L7() && e.Protocol != policy.ProtocolWebSocket) || e.Enforcement == policy.EnforcementAudit
 }
 
 // behaviourWithin checks that whatever a connection e decides may carry,
@@ -50,12 +55,17 @@ func behaviourWithin(e, w *policy.Endpoint, wPath string) (string, string) {
 		return ".tls", fmt.Sprintf("tls: skip relays tunnels without checking the TLS server name, but the ceiling's %s checks it", wPath)
 	case everyRequest(e) && !everyRequest(w):
 		why := "has no L7 rules"
-		if e.L7() {
+		if e.Enforcement == policy.EnforcementAudit {
 			why = "has enforcement: audit"
 		}
 		return "", fmt.Sprintf("%s, so every HTTP request passes, but the ceiling's %s enforces L7 rules", why, wPath)
 	case everyRequest(w):
 		return "", ""
+	}
+	if e.Protocol == policy.ProtocolWebSocket || w.Protocol == policy.ProtocolWebSocket {
+		if f, why := webSocketWithin(e, w, wPath); why != "" {
+			return f, why
+		}
 	}
 	cells := cellsOf(e)
 	for _, c := range cells {
@@ -200,6 +210,10 @@ func cellsOf(e *policy.Endpoint) []cell {
 		}
 		// git's fetch: POST .../git-upload-pack, no query, git's type.
 		out = append(out, cell{field: ".access", methods: methodSet{m: "POST"}, path: "*/git-upload-pack", noQuery: true, gitType: true})
+	}
+	if len(out) == 0 && e.Protocol == policy.ProtocolWebSocket {
+		// No REST rules: a WebSocket upgrade (GET) of any path.
+		out = append(out, cell{field: ".protocol", methods: methodSet{m: "GET"}, path: "*"})
 	}
 	return out
 }
@@ -377,4 +391,50 @@ func asciiLower(s string) string {
 		}
 	}
 	return string(b)
+}
+
+// webSocketWithin: the messages a protocol websocket endpoint e relays
+// must be relayed by the ceiling's w. Message matchers are compared by
+// what they say, not by the messages they admit: w must be protocol
+// websocket too, list every text matcher of e, deny nothing with a
+// deny_text matcher e does not list, allow binary messages when e
+// does, and bound messages no lower. Anything else is refused as
+// unprovable. An endpoint w of protocol websocket with e not one
+// relays messages w would refuse (e reads none).
+func webSocketWithin(e, w *policy.Endpoint, wPath string) (string, string) {
+	switch {
+	case e.Protocol != policy.ProtocolWebSocket:
+		return "", fmt.Sprintf("relays WebSocket messages unread, but the ceiling's %s holds them to websocket rules", wPath)
+	case w.Protocol != policy.ProtocolWebSocket:
+		return ".protocol", fmt.Sprintf("protocol websocket cannot be proved within the ceiling's %s, which is not protocol websocket (its requests are not held to REST rules alone)", wPath)
+	}
+	ew, ww := e.WebSocket, w.WebSocket
+	if ew == nil || ww == nil {
+		return ".websocket", "websocket rules are missing"
+	}
+	has := func(list []policy.MessageMatch, m policy.MessageMatch) bool {
+		return slices.ContainsFunc(list, func(x policy.MessageMatch) bool { return sameMatch(x, m) })
+	}
+	for i, m := range ew.Text {
+		if !has(ww.Text, m) {
+			return fmt.Sprintf(".websocket.text[%d]", i), fmt.Sprintf("is not one of the ceiling's %s.websocket.text matchers (matchers are compared as written)", wPath)
+		}
+	}
+	for i, m := range ww.DenyText {
+		if !has(ew.DenyText, m) {
+			return ".websocket.deny_text", fmt.Sprintf("does not list the ceiling's %s.websocket.deny_text[%d]", wPath, i)
+		}
+	}
+	switch {
+	case ew.Binary && !ww.Binary:
+		return ".websocket.binary", fmt.Sprintf("allows binary messages, but the ceiling's %s does not", wPath)
+	case ew.MaxMessageBytes > ww.MaxMessageBytes:
+		return ".websocket.max_message_bytes", fmt.Sprintf("is above the ceiling's %s (%d)", wPath, ww.MaxMessageBytes)
+	}
+	return "", ""
+}
+
+func sameMatch(a, b policy.MessageMatch) bool {
+	eq := func(x, y *string) bool { return (x == nil) == (y == nil) && (x == nil || *x == *y) }
+	return eq(a.Exact, b.Exact) && eq(a.Prefix, b.Prefix) && maps.Equal(a.JSON, b.JSON)
 }

@@ -258,3 +258,42 @@ func TestNarrowerWildcardOutranks(t *testing.T) {
 		t.Fatalf("got %v\nwant %s", xs, want)
 	}
 }
+
+// TestWebSocketWithin: a protocol websocket endpoint is within a
+// ceiling's only when its message rules are provably narrower (as
+// written) and its upgrades are within the ceiling's REST rules.
+func TestWebSocketWithin(t *testing.T) {
+	ceil := mustParse(t, entry("ws", `    endpoints:
+      - host: ws.example.test
+        port: 443
+        protocol: websocket
+        rules: [{allow: {method: GET, path: /stream}}]
+        websocket: {text: [{exact: ping}, {json: {type: subscribe}}], deny_text: [{prefix: "SUB admin"}], max_message_bytes: 4096}
+    binaries: [{path: /usr/bin/node}]
+`))
+	ep := func(rest, ws string) *policy.Policy {
+		return mustParse(t, entry("ws", `    endpoints:
+      - host: ws.example.test
+        port: 443
+        protocol: websocket
+`+rest+`        websocket: `+ws+`
+    binaries: [{path: /usr/bin/node}]
+`))
+	}
+	within := ep("        rules: [{allow: {method: GET, path: /stream}}]\n", `{text: [{json: {type: subscribe}}], deny_text: [{prefix: "SUB admin"}], max_message_bytes: 1024}`)
+	if xs := Contains(ceil, within, Options{}); len(xs) > 0 {
+		t.Errorf("narrower websocket endpoint refused: %v", xs[0])
+	}
+	for name, p := range map[string]*policy.Policy{
+		"other text":         ep("        rules: [{allow: {method: GET, path: /stream}}]\n", `{text: [{prefix: "SUB "}], deny_text: [{prefix: "SUB admin"}]}`),
+		"deny dropped":       ep("        rules: [{allow: {method: GET, path: /stream}}]\n", `{text: [{exact: ping}]}`),
+		"binary":             ep("        rules: [{allow: {method: GET, path: /stream}}]\n", `{text: [{exact: ping}], deny_text: [{prefix: "SUB admin"}], binary: true}`),
+		"bigger messages":    ep("        rules: [{allow: {method: GET, path: /stream}}]\n", `{text: [{exact: ping}], deny_text: [{prefix: "SUB admin"}], max_message_bytes: 8192}`),
+		"any upgrade path":   ep("", `{text: [{exact: ping}], deny_text: [{prefix: "SUB admin"}]}`),
+		"rest not websocket": mustParse(t, entry("ws", "    endpoints: [{host: ws.example.test, port: 443, protocol: rest, rules: [{allow: {method: GET, path: /stream}}]}]\n    binaries: [{path: /usr/bin/node}]\n")),
+	} {
+		if xs := Contains(ceil, p, Options{}); len(xs) == 0 {
+			t.Errorf("%s: within the ceiling, but it relays what the ceiling refuses", name)
+		}
+	}
+}

@@ -112,6 +112,7 @@ func canonicalEndpoint(e *Endpoint) *Endpoint {
 	}
 	slices.Sort(e.AllowedIPs)
 	e.AllowedIPs = slices.Compact(e.AllowedIPs)
+	canonicalWebSocket(e.WebSocket)
 	for i := range e.Rules {
 		canonicalMatch(&e.Rules[i].Allow)
 	}

@@ -19,12 +19,13 @@ type CredentialBinding struct {
 var ProviderNameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`) })
 
 // Inspected reports whether the proxy sees every request to the
-// endpoint, CONNECT tunnels included (protocol rest: TLS terminated,
-// requests decided one by one). Credential placeholders resolve only in
-// requests the proxy sees; on any other endpoint's CONNECT tunnels they
-// travel as they are.
+// endpoint, CONNECT tunnels included: protocol rest or websocket (or
+// REST rules), and TLS not skipped. The proxy terminates such an
+// endpoint's tunnels and hands each request to its protocol inspector.
+// Credential placeholders resolve only in requests the proxy sees; on
+// any other endpoint's CONNECT tunnels they travel as they are.
 func (e *Endpoint) Inspected() bool {
-	return e.Protocol == ProtocolREST && e.TLS != TLSSkip
+	return (e.Protocol == ProtocolREST || e.Protocol == ProtocolWebSocket || e.L7()) && e.TLS != TLSSkip
 }
 
 // credentialKeys are the endpoint keys of credential resolution.

@@ -577,7 +577,7 @@ func checkDisplayName(s string) error {
 	return nil
 }
 
-var endpointKeys = append([]string{"host", "port", "ports", "protocol", "tls", "enforcement", "access", "rules", "deny_rules", "allowed_ips"}, credentialKeys...)
+var endpointKeys = append([]string{"host", "port", "ports", "protocol", "tls", "enforcement", "access", "rules", "deny_rules", "allowed_ips", "websocket"}, credentialKeys...)
 
 func (d *decoder) endpoint(n *yaml.Node, path string) *Endpoint {
 	fields, ok := d.mapping(n, path, endpointKeys)
@@ -632,12 +632,12 @@ func (d *decoder) endpoint(n *yaml.Node, path string) *Endpoint {
 		protoNode = f.val
 		if s, ok := d.str(f.val, path+".protocol"); ok {
 			switch s {
-			case ProtocolREST, ProtocolTCP:
+			case ProtocolREST, ProtocolTCP, ProtocolWebSocket:
 				e.Protocol = s
-			case "websocket", "graphql", "sql", "json-rpc", "mcp":
-				d.errf(f.val, path+".protocol", "OpenShell protocol %q is not supported by Palisade (use rest or tcp, or omit it)", s)
+			case "graphql", "sql", "json-rpc", "mcp":
+				d.errf(f.val, path+".protocol", "OpenShell protocol %q is not supported by Palisade (use rest, websocket or tcp, or omit it)", s)
 			default:
-				d.errf(f.val, path+".protocol", "must be rest or tcp (or omitted for plain proxying), not %q", s)
+				d.errf(f.val, path+".protocol", "must be rest, websocket or tcp (or omitted for plain proxying), not %q", s)
 			}
 		}
 	}
@@ -728,6 +728,10 @@ func (d *decoder) endpoint(n *yaml.Node, path string) *Endpoint {
 	}
 
 	d.credentialFields(fields, path, e)
+	wsF, hasWS := fields["websocket"]
+	if hasWS {
+		e.WebSocket = d.webSocket(wsF.val, path+".websocket")
+	}
 
 	// Cross-field rules.
 	_, hasHost := fields["host"]
@@ -768,6 +772,16 @@ func (d *decoder) endpoint(n *yaml.Node, path string) *Endpoint {
 		if e.TLS == TLSSkip {
 			d.errf(tlsNode, path+".tls", "tls: skip disables inspection, so protocol rest rules could not be enforced")
 		}
+	case ProtocolWebSocket:
+		if hasRules && accessNode != nil {
+			d.errf(rulesF.key, path+".rules", "access and rules are mutually exclusive")
+		}
+		if !hasWS {
+			d.errf(protoNode, path+".websocket", "is required by protocol websocket (the messages the sandbox may send)")
+		}
+		if e.TLS == TLSSkip {
+			d.errf(tlsNode, path+".tls", "tls: skip disables inspection, so protocol websocket rules could not be enforced")
+		}
 	default:
 		if accessNode != nil {
 			d.errf(accessNode, path+".access", "requires protocol: rest (without it traffic is not inspected)")
@@ -780,6 +794,9 @@ func (d *decoder) endpoint(n *yaml.Node, path string) *Endpoint {
 		}
 	}
 	d.credentialCross(fields, path, e)
+	if hasWS && e.Protocol != ProtocolWebSocket {
+		d.errf(wsF.key, path+".websocket", "requires protocol: websocket")
+	}
 	if len(d.errs) > before {
 		return nil
 	}

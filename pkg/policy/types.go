@@ -91,7 +91,8 @@ type Endpoint struct {
 	Host string `json:"host,omitempty" yaml:"host,omitempty"`
 	// Ports holds the endpoint's ports, sorted (the file's port or ports).
 	Ports []int `json:"ports" yaml:"ports,flow"`
-	// Protocol is "" (plain proxy, no inspection), ProtocolREST or ProtocolTCP.
+	// Protocol is "" (plain proxy, no inspection), ProtocolREST,
+	// ProtocolWebSocket or ProtocolTCP.
 	Protocol string `json:"protocol,omitempty" yaml:"protocol,omitempty"`
 	// TLS is "" (auto-detect) or TLSSkip.
 	TLS string `json:"tls,omitempty" yaml:"tls,omitempty"`
@@ -126,6 +127,8 @@ type Endpoint struct {
 	CredentialSigning string `json:"credential_signing,omitempty" yaml:"credential_signing,omitempty"`
 	SigningService    string `json:"signing_service,omitempty" yaml:"signing_service,omitempty"`
 	SigningRegion     string `json:"signing_region,omitempty" yaml:"signing_region,omitempty"`
+	// WebSocket holds a protocol: websocket endpoint's message rules.
+	WebSocket *WebSocket `json:"websocket,omitempty" yaml:"websocket,omitempty"`
 }
 
 // AccessAllows reports whether an access preset admits an HTTP method:
@@ -263,6 +266,7 @@ func (e *Endpoint) clone() *Endpoint {
 	for _, r := range e.DenyRules {
 		c.DenyRules = append(c.DenyRules, r.clone())
 	}
+	c.WebSocket = e.WebSocket.clone()
 	return &c
 }
 

@@ -148,7 +148,19 @@ func TestParseRejects(t *testing.T) {
 		{"zero in ports", withEndpoint("host: example.com", "ports: [80, 0]"), ep0 + ".ports[1]", "1-65535", 10},
 
 		// Protocol, tls, enforcement, access, rules.
-		{"unknown protocol", withEndpoint("host: example.com", "port: 21", "protocol: ftp"), ep0 + ".protocol", "must be rest or tcp", 11},
+		{"unknown protocol", withEndpoint("host: example.com", "port: 21", "protocol: ftp"), ep0 + ".protocol", "must be rest, websocket or tcp", 11},
+		{"websocket without rules", withEndpoint("host: ws.example.com", "port: 443", "protocol: websocket"), ep0 + ".websocket", "required by protocol websocket", 11},
+		{"websocket field without protocol", withEndpoint("host: ws.example.com", "port: 443", "websocket: {text: [{exact: a}]}"), ep0 + ".websocket", "requires protocol: websocket", 11},
+		{"websocket empty text", withEndpoint("host: ws.example.com", "port: 443", "protocol: websocket", "websocket: {text: []}"), ep0 + ".websocket.text", "must not be empty", 12},
+		{"websocket no text", withEndpoint("host: ws.example.com", "port: 443", "protocol: websocket", "websocket: {binary: true}"), ep0 + ".websocket.text", "is required", 12},
+		{"websocket two matchers", withEndpoint("host: ws.example.com", "port: 443", "protocol: websocket", "websocket: {text: [{exact: a, prefix: b}]}"), ep0 + ".websocket.text[0]", "exactly one of", 12},
+		{"websocket empty prefix", withEndpoint("host: ws.example.com", "port: 443", "protocol: websocket", `websocket: {text: [{prefix: ""}]}`), ep0 + ".websocket.text[0].prefix", "must not be empty", 12},
+		{"websocket empty json", withEndpoint("host: ws.example.com", "port: 443", "protocol: websocket", "websocket: {text: [{json: {}}]}"), ep0 + ".websocket.text[0].json", "1-16 fields", 12},
+		{"websocket json bad path", withEndpoint("host: ws.example.com", "port: 443", "protocol: websocket", "websocket: {text: [{json: {a..b: x}}]}"), ep0 + `.websocket.text[0].json["a..b"]`, "empty segment", 12},
+		{"websocket json non-string", withEndpoint("host: ws.example.com", "port: 443", "protocol: websocket", "websocket: {text: [{json: {n: 1}}]}"), ep0 + ".websocket.text[0].json.n", "must be a string", 12},
+		{"websocket unknown key", withEndpoint("host: ws.example.com", "port: 443", "protocol: websocket", "websocket: {text: [{exact: a}], compress: true}"), ep0 + ".websocket.compress", "unknown key", 12},
+		{"websocket max too big", withEndpoint("host: ws.example.com", "port: 443", "protocol: websocket", "websocket: {text: [{exact: a}], max_message_bytes: 99999999}"), ep0 + ".websocket.max_message_bytes", "must be 1-16777216", 12},
+		{"websocket tls skip", withEndpoint("host: ws.example.com", "port: 443", "protocol: websocket", "tls: skip", "websocket: {text: [{exact: a}]}"), ep0 + ".tls", "could not be enforced", 12},
 		{"OpenShell protocol unsupported", withEndpoint("host: example.com", "port: 443", "protocol: graphql", "access: full"), ep0 + ".protocol", "not supported by Palisade", 11},
 		{"unknown enforcement", withEndpoint("host: example.com", "port: 443", "protocol: rest", "access: full", "enforcement: block"), ep0 + ".enforcement", "enforce, audit", 13},
 		{"unknown access", withEndpoint("host: example.com", "port: 443", "protocol: rest", "access: write"), ep0 + ".access", "read-only, read-write, full", 12},
@@ -425,5 +437,37 @@ func TestDottedEntryNameIsQuotedInPaths(t *testing.T) {
 	_, err := Parse([]byte("version: 1\nnetwork_policies:\n  a.b:\n    endpoints: [{host: example.com, port: 0}]\n    binaries: [{path: /usr/bin/x}]\n"))
 	if errs, ok := AsErrors(err); !ok || !errs.Has(`network_policies["a.b"].endpoints[0].port`) {
 		t.Errorf("err = %v", err)
+	}
+}
+
+// TestWebSocketEndpointParses checks a protocol: websocket endpoint's
+// normalised form: defaults materialised, matchers sorted, and the
+// checksum independent of their order.
+func TestWebSocketEndpointParses(t *testing.T) {
+	a := withEndpoint("host: ws.example.com", "port: 443", "protocol: websocket",
+		`websocket: {text: [{prefix: "SUB "}, {json: {type: subscribe, "params.channel": "ticker.*"}}, {exact: ping}], deny_text: [{prefix: "SUB admin"}]}`)
+	b := withEndpoint("host: ws.example.com", "port: 443", "protocol: websocket",
+		`websocket: {text: [{exact: ping}, {json: {"params.channel": "ticker.*", type: subscribe}}, {prefix: "SUB "}], deny_text: [{prefix: "SUB admin"}], binary: false, max_message_bytes: 1048576}`)
+	pa, err := Parse([]byte(a))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pb, err := Parse([]byte(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pa.Checksum() != pb.Checksum() {
+		t.Fatalf("checksums differ:\n%s\n%s", pa.Canonical(), pb.Canonical())
+	}
+	ep := pa.NetworkPolicies["e"].Endpoints[0]
+	if ep.Protocol != ProtocolWebSocket || ep.WebSocket == nil || ep.WebSocket.MaxMessageBytes != DefaultWebSocketMaxMessage || ep.WebSocket.Binary || len(ep.WebSocket.Text) != 3 {
+		t.Fatalf("endpoint = %+v, websocket %+v", ep, ep.WebSocket)
+	}
+	if !ep.Inspected() || ep.L7() {
+		t.Fatalf("Inspected %v L7 %v: a websocket endpoint is inspected and has no REST rules", ep.Inspected(), ep.L7())
+	}
+	back, err := Parse([]byte(pa.Canonical()))
+	if err != nil || back.Checksum() != pa.Checksum() {
+		t.Fatalf("canonical form does not parse back to itself: %v", err)
 	}
 }

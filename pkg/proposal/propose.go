@@ -248,7 +248,7 @@ func (b *builder) binaryFor(d Denial) (string, bool) {
 func copyBehaviour(dst, src *policy.Endpoint) {
 	c := cloneEndpoint(src)
 	dst.Protocol, dst.TLS, dst.Enforcement, dst.Access = c.Protocol, c.TLS, c.Enforcement, c.Access
-	dst.Rules, dst.DenyRules = c.Rules, c.DenyRules
+	dst.Rules, dst.DenyRules, dst.WebSocket = c.Rules, c.DenyRules, c.WebSocket
 	if dst.Protocol == policy.ProtocolTCP {
 		dst.Enforcement = ""
 	}

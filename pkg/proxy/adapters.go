@@ -46,7 +46,7 @@ func (d decisionEngine) Decide(r DecideRequest) Verdict {
 		v.Entry = res.Entry
 	}
 	if ep := res.Endpoint; res.Allowed && ep != nil {
-		v.L7Rules = ep.Protocol == policy.ProtocolREST || ep.L7()
+		v.L7Rules = ep.Inspected()
 		v.Endpoint = ep
 		if v.L7Rules {
 			v.Inspector = d.inspectors.get(ep)

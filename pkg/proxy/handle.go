@@ -254,7 +254,7 @@ func (p *Proxy) target(c *net.TCPConn, rec *Record, host string, perr error) boo
 // is the one decided (Path.Escaped), and a path or query that does not
 // parse is refused. It answers a refusal and reports whether to go on.
 func (p *Proxy) inspectForward(c *net.TCPConn, rec *Record, req *request, v *Verdict) bool {
-	if v.Endpoint == nil || !v.Endpoint.L7() {
+	if v.Endpoint == nil || !v.Endpoint.Inspected() {
 		return true
 	}
 	h := req.head

@@ -56,7 +56,7 @@ const ErrorUpstreamTLS = "upstream_tls"
 // requests decided one by one: endpoints with protocol rest or L7 rules,
 // unless tls: skip.
 func inspects(ep *policy.Endpoint) bool {
-	return ep != nil && ep.TLS != policy.TLSSkip && (ep.Protocol == policy.ProtocolREST || ep.L7())
+	return ep != nil && ep.TLS != policy.TLSSkip && ep.Inspected()
 }
 
 // bufConn reads through a bufio.Reader that may hold bytes already read
@@ -96,7 +96,7 @@ func (p *Proxy) inspect(c *net.TCPConn, br *bufio.Reader, up net.Conn, rec *Reco
 		ix.scheme, ix.defPort = "http", 80
 		t := ix.h1Transport(nil)
 		defer t.CloseIdleConnections()
-		ix.rt = newConnRT(up, t, p.cfg.Limits.IdleTimeout)
+		ix.rt, ix.ws = newConnRT(up, t, p.cfg.Limits.IdleTimeout), t
 		p.serveH1(c, br, ix, c)
 	default:
 		rec.Outcome, rec.Reason = OutcomePolicyDenied, ReasonNotHTTP
@@ -115,9 +115,12 @@ type inspector struct {
 	defPort int
 	proto   string // HTTP/1.1 or HTTP/2.0 on the client leg
 	rt      http.RoundTripper
-	upErr   error            // upstream handshake failure: every request gets 502
-	events  *sharedEventConn // what every request's event shares
-	h2      *h2Watch         // an h2 client leg's frame watch (nil on HTTP/1.1)
+	// ws relays WebSocket upgrades: over HTTP/1.1 on a new connection to
+	// the checked address (an h2 client's extended CONNECT included).
+	ws     http.RoundTripper
+	upErr  error            // upstream handshake failure: every request gets 502
+	events *sharedEventConn // what every request's event shares
+	h2     *h2Watch         // an h2 client leg's frame watch (nil on HTTP/1.1)
 }
 
 func (ix *inspector) serveTLS(c *net.TCPConn, br *bufio.Reader, up net.Conn) {
@@ -178,12 +181,15 @@ func (ix *inspector) serveTLS(c *net.TCPConn, br *bufio.Reader, up net.Conn) {
 			defer cc.Close()
 			ix.rt = cc
 		}
+		t := ix.h1Transport(ucfg)
+		defer t.CloseIdleConnections()
+		ix.ws = t
 	} else {
 		t := ix.h1Transport(ucfg)
 		defer t.CloseIdleConnections()
 		crt := newConnRT(utc, t, p.cfg.Limits.IdleTimeout)
 		crt.pend = big.pending
-		ix.rt = crt
+		ix.rt, ix.ws = crt, t
 	}
 	if alpn == "h2" {
 		ix.proto = "HTTP/2.0"
@@ -379,11 +385,16 @@ func (ix *inspector) serve(w http.ResponseWriter, r *http.Request, rr *Record) {
 		return
 	}
 	body := newReqBody(r.Body, r.ContentLength)
+	method := r.Method
+	if isExtendedConnect(r) {
+		method, body = http.MethodGet, noBody // RFC 8441: the stream carries the frames
+	}
 	req := &l7.Request{
-		Method: r.Method, Path: &path, Query: q, RawQuery: rawQuery, Proto: r.Proto,
+		Method: method, Path: &path, Query: q, RawQuery: rawQuery, Proto: r.Proto,
 		Field: l7.FieldValues(r.Header), Upgrade: upgradeOf(r), Body: body,
 	}
-	switch d := gv.v.inspector().Request(req); {
+	in := gv.v.inspector()
+	switch d := in.Request(req); {
 	case d.Allow:
 	case !d.Policy():
 		ix.refuse(w, rr, d.Status, d.Reason, d.Detail)
@@ -399,7 +410,11 @@ func (ix *inspector) serve(w http.ResponseWriter, r *http.Request, rr *Record) {
 	if ep == nil {
 		ep = &policy.Endpoint{} // a decider without endpoints: nothing to prepare
 	}
-	ix.relay(w, r, rr, &path, rawQuery, body, ep)
+	var msgs l7.Messages
+	if u, ok := in.(l7.Upgrader); ok && req.Upgrade != "" {
+		msgs = u.Upgrade(req)
+	}
+	ix.relay(w, r, rr, &path, rawQuery, body, ep, msgs)
 }
 
 // upgradeOf is the protocol an inspected request asks to switch to
@@ -421,6 +436,9 @@ func (ix *inspector) checkHead(w http.ResponseWriter, r *http.Request, rr *Recor
 		return false
 	}
 	for k := range r.Header {
+		if k == ":protocol" {
+			continue // RFC 8441's, checked below
+		}
 		if l7.CheckFieldName(k) != nil {
 			ix.bad(w, rr, ReasonMalformed, "header "+k+" spells a field the proxy reads, with '_' for '-'")
 			return false
@@ -429,6 +447,17 @@ func (ix *inspector) checkHead(w http.ResponseWriter, r *http.Request, rr *Recor
 	if err := l7.CheckAuthority(r.Host, ix.host, ix.port, ix.defPort); err != nil {
 		ix.bad(w, rr, ReasonAuthorityMismatch, "request authority differs from the CONNECT host")
 		return false
+	}
+	if r.ProtoMajor == 2 && r.Method == http.MethodConnect {
+		if !isExtendedConnect(r) {
+			ix.bad(w, rr, ReasonUnsupportedUpgrade, "only WebSocket extended CONNECT (RFC 8441) is proxied over HTTP/2")
+			return false
+		}
+		if r.Header.Get("Sec-WebSocket-Version") != "13" {
+			ix.bad(w, rr, ReasonUnsupportedUpgrade, "a WebSocket extended CONNECT needs Sec-WebSocket-Version: 13")
+			return false
+		}
+		return true
 	}
 	if up := r.Header.Values("Upgrade"); len(up) > 0 {
 		for _, u := range up {
@@ -449,7 +478,13 @@ func (ix *inspector) checkHead(w http.ResponseWriter, r *http.Request, rr *Recor
 	return true
 }
 
+// isWebSocket reports whether r asks for a WebSocket: an HTTP/1.1 GET
+// with Upgrade: websocket, or an HTTP/2 extended CONNECT (RFC 8441)
+// with :protocol websocket.
 func isWebSocket(r *http.Request) bool {
+	if isExtendedConnect(r) {
+		return true
+	}
 	if r.Method != http.MethodGet || r.ProtoMajor != 1 {
 		return false
 	}
@@ -463,6 +498,14 @@ func isWebSocket(r *http.Request) bool {
 		}
 	}
 	return false
+}
+
+// isExtendedConnect reports whether r is an HTTP/2 extended CONNECT for
+// a WebSocket (RFC 8441). golang.org/x/net/http2 passes :protocol as a
+// header field (package xconnect turns the server's support on).
+func isExtendedConnect(r *http.Request) bool {
+	p := r.Header.Values(":protocol")
+	return r.ProtoMajor == 2 && r.Method == http.MethodConnect && len(p) == 1 && p[0] == "websocket"
 }
 
 // deny answers a refused request with 403 and the denial body; on HTTP/2
@@ -552,8 +595,10 @@ func writeHTTPBody(w http.ResponseWriter, status int, ctype, proxyStatus string,
 // trailers included, so gRPC and server-sent events work). Its
 // credential placeholders are resolved first, and on a
 // credential_signing endpoint (ep) it is re-signed; body is what the
-// inspector read of it first, then the rest.
-func (ix *inspector) relay(w http.ResponseWriter, r *http.Request, rr *Record, path *l7.Path, rawQuery string, body *reqBody, ep *policy.Endpoint) {
+// inspector read of it first, then the rest. A WebSocket upgrade goes
+// on in upgrade, with msgs the connection's message rules (nil: framing
+// checks only); its stream is no body to prepare.
+func (ix *inspector) relay(w http.ResponseWriter, r *http.Request, rr *Record, path *l7.Path, rawQuery string, body *reqBody, ep *policy.Endpoint, msgs l7.Messages) {
 	if ix.upErr != nil {
 		ix.upstreamFailed(w, rr, ix.upErr)
 		return
@@ -573,7 +618,7 @@ func (ix *inspector) relay(w http.ResponseWriter, r *http.Request, rr *Record, p
 			in = body.reader()
 		}
 		o := &outgoing{method: r.Method, host: ix.host, port: ix.port, hostHeader: hostport, path: path.Escaped, query: rawQuery,
-			header: header, ep: ep, paths: pathReadings(path), hasBody: r.Body != http.NoBody && r.ContentLength != 0,
+			header: header, ep: ep, paths: pathReadings(path), hasBody: r.Body != http.NoBody && r.ContentLength != 0 && !isExtendedConnect(r),
 			length: r.ContentLength, body: in}
 		if rf := ix.p.prepareOutgoing(o); rf != nil {
 			rr.CredentialRefused = true
@@ -615,17 +660,16 @@ func (ix *inspector) relay(w http.ResponseWriter, r *http.Request, rr *Record, p
 			out.Body = http.NoBody
 		}
 	}
-	ws := isWebSocket(r)
-	if ws {
-		out.Header.Set("Connection", "Upgrade")
-		out.Header.Set("Upgrade", "websocket")
+	if ctx := r.Context(); ctx != context.Background() {
+		out = out.WithContext(ctx) // an h2 stream's: it ends with the stream
+	}
+	if isWebSocket(r) {
+		ix.upgrade(w, r, rr, out, msgs)
+		return
 	}
 	counted := &countingReader{r: out.Body}
 	if out.Body != nil && out.Body != http.NoBody {
 		out.Body = io.NopCloser(counted)
-	}
-	if ctx := r.Context(); ctx != context.Background() {
-		out = out.WithContext(ctx) // an h2 stream's: it ends with the stream
 	}
 	resp, err := ix.rt.RoundTrip(out)
 	rr.BytesUp = counted.n
@@ -634,9 +678,16 @@ func (ix *inspector) relay(w http.ResponseWriter, r *http.Request, rr *Record, p
 		return
 	}
 	defer resp.Body.Close()
+	ix.respond(w, rr, resp)
+}
+
+// respond relays an upstream's response to a request that asked for no
+// upgrade (a 101 to one is answered 502).
+func (ix *inspector) respond(w http.ResponseWriter, rr *Record, resp *http.Response) {
 	rr.Outcome, rr.Status = OutcomeAllowed, resp.StatusCode
 	if resp.StatusCode == http.StatusSwitchingProtocols {
-		ix.switchProtocols(w, rr, resp, ws, r.Header.Get("Sec-WebSocket-Key"))
+		rr.Outcome, rr.Reason, rr.Status = OutcomeUpstreamFailed, ReasonUpstreamError, http.StatusBadGateway
+		writeHTTPJSON(w, http.StatusBadGateway, errorBody{Error: OutcomeUpstreamFailed, Reason: ReasonUpstreamError, Detail: "unexpected 101 Switching Protocols"})
 		return
 	}
 	stripResponseHeader(resp.Header)
@@ -651,65 +702,6 @@ func (ix *inspector) relay(w http.ResponseWriter, r *http.Request, rr *Record, p
 	rr.BytesDown = flushCopy(w, resp.Body, resp.ContentLength < 0)
 	for k, vv := range resp.Trailer {
 		h[http.TrailerPrefix+k] = vv
-	}
-}
-
-// switchProtocols completes an allowed WebSocket upgrade. The 101 is
-// relayed only when it is one: Upgrade: websocket, and a
-// Sec-WebSocket-Accept that answers the client's key (an upstream that
-// answers 101 without switching, still speaking HTTP, gets a 502).
-// Then the client's bytes go upstream only as well-formed masked
-// WebSocket frames (websocket.Relay): the first that is not one (raw
-// HTTP to an upstream that never switched) closes both sides and the
-// request's event says why. The upstream's bytes are relayed as they
-// come.
-func (ix *inspector) switchProtocols(w http.ResponseWriter, rr *Record, resp *http.Response, ws bool, key string) {
-	rwc, ok := resp.Body.(io.ReadWriteCloser)
-	hj, hok := w.(http.Hijacker)
-	if !ws || !ok || !hok {
-		rr.Outcome, rr.Reason, rr.Status = OutcomeUpstreamFailed, ReasonUpstreamError, http.StatusBadGateway
-		writeHTTPJSON(w, http.StatusBadGateway, errorBody{Error: OutcomeUpstreamFailed, Reason: ReasonUpstreamError, Detail: "unexpected 101 Switching Protocols"})
-		return
-	}
-	if detail := checkWebSocketAccept(resp.Header, key); detail != "" {
-		rr.Outcome, rr.Reason, rr.Status, rr.Cause = OutcomeUpstreamFailed, ReasonWebSocketHandshake, http.StatusBadGateway, detail
-		writeHTTPJSON(w, http.StatusBadGateway, errorBody{Error: OutcomeUpstreamFailed, Reason: ReasonWebSocketHandshake, Detail: detail})
-		return
-	}
-	c, brw, err := hj.Hijack()
-	if err != nil {
-		return
-	}
-	defer c.Close()
-	brw.WriteString("HTTP/1.1 101 Switching Protocols\r\n")
-	chk := &websocket.Checker{Client: true, RSV1: hasToken(resp.Header.Values("Sec-WebSocket-Extensions"), "permessage-deflate")}
-	stripResponseHeader(resp.Header)
-	resp.Header.Set("Connection", "Upgrade")
-	resp.Header.Set("Upgrade", "websocket")
-	resp.Header.Write(brw)
-	brw.WriteString("\r\n")
-	if err := brw.Flush(); err != nil {
-		return
-	}
-	type result struct {
-		n   int64
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		n, err := websocket.Relay(rwc, brw.Reader, chk)
-		rwc.Close()
-		if err != nil {
-			c.Close()
-		}
-		done <- result{n, err}
-	}()
-	rr.BytesDown, _ = io.Copy(c, rwc)
-	c.Close()
-	up := <-done
-	rr.BytesUp += up.n
-	if errors.Is(up.err, websocket.ErrFrame) {
-		rr.Outcome, rr.Reason, rr.Cause = OutcomeBadRequest, ReasonWebSocketFrame, up.err.Error()
 	}
 }
 

@@ -11,7 +11,9 @@ import (
 
 	"github.com/palisade-sandbox/palisade/pkg/l7"
 	"github.com/palisade-sandbox/palisade/pkg/l7/rest"
+	"github.com/palisade-sandbox/palisade/pkg/l7/websocket"
 	"github.com/palisade-sandbox/palisade/pkg/policy"
+	"github.com/palisade-sandbox/palisade/pkg/proxy/internal/xconnect"
 )
 
 // ReasonInspectorUnavailable: the endpoint's protocol inspector could
@@ -27,6 +29,8 @@ func newInspector(ep *policy.Endpoint) l7.Inspector {
 	var in l7.Inspector
 	var err error
 	switch ep.Protocol {
+	case policy.ProtocolWebSocket:
+		in, err = wsInspector(ep)
 	default: // protocol rest; or access or rules on a plain endpoint (which validation refuses)
 		in = rest.New(ep)
 	}
@@ -34,6 +38,14 @@ func newInspector(ep *policy.Endpoint) l7.Inspector {
 		return refuseAll{}
 	}
 	return in
+}
+
+func wsInspector(ep *policy.Endpoint) (l7.Inspector, error) {
+	in, err := websocket.New(ep)
+	if err != nil {
+		return nil, err
+	}
+	return in, nil
 }
 
 // refuseAll refuses every request: the inspector of an endpoint whose
@@ -173,3 +185,7 @@ func (b *reqBody) reader() io.Reader {
 	}
 	return io.MultiReader(bytes.NewReader(b.buf), b.r)
 }
+
+// GODEBUG goes back as it was: golang.org/x/net/http2 read
+// http2xconnect=1 from it (package xconnect) as it initialised.
+func init() { xconnect.Restore() }

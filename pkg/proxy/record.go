@@ -111,13 +111,17 @@ type Record struct {
 	Outcome    string // Outcome* constant
 	Entry      string // matched policy entry ("" when none)
 	Reason     string
-	Audit      bool
-	L7Rules    bool // the endpoint has L7 rules
-	L7Checked  bool // and this request was checked against them (forward HTTP)
-	Status     int  // HTTP status sent to the client (0: none)
-	Method     string
-	Proto      string   // HTTP version of a request ("" means HTTP/1.1)
-	URL        *url.URL // request URL (redacted when emitted: no query)
+	// Rule names the endpoint's rule an L7 refusal rests on, as a field
+	// path within the endpoint ("websocket.deny_text[0]"); "" when no
+	// single rule decided.
+	Rule      string
+	Audit     bool
+	L7Rules   bool // the endpoint has L7 rules
+	L7Checked bool // and this request was checked against them (forward HTTP)
+	Status    int  // HTTP status sent to the client (0: none)
+	Method    string
+	Proto     string   // HTTP version of a request ("" means HTTP/1.1)
+	URL       *url.URL // request URL (redacted when emitted: no query)
 	// PerRequest marks the record of one request on an inspected
 	// connection: its event is always an HTTP Activity.
 	PerRequest bool
@@ -307,6 +311,7 @@ func (r *Record) unmapped() map[string]any {
 		L7:          l7State(r.L7Rules, r.L7Checked),
 		Listener:    r.Listener,
 		Reason:      r.Reason,
+		L7Rule:      r.Rule,
 		Transparent: r.Mapping,
 		Denials:     r.Tallies,
 	}
@@ -354,8 +359,10 @@ type proxyUnmapped struct {
 	Generation  int64            `json:"generation"`
 	Kind        string           `json:"kind"`
 	L7          string           `json:"l7"`
-	Listener    string           `json:"listener"`
-	Reason      string           `json:"reason"`
+	// L7Rule is the endpoint rule an L7 refusal rests on (Record.Rule).
+	L7Rule   string `json:"l7_rule,omitempty"`
+	Listener string `json:"listener"`
+	Reason   string `json:"reason"`
 	// Transparent is the mapping of a transparent TCP connection.
 	Transparent *MappingInfo `json:"transparent,omitempty"`
 	// UpstreamProxy says how a CONNECT tunnel went when an upstream
@@ -457,6 +464,10 @@ func (u proxyUnmapped) AppendJSON(b []byte) []byte {
 	b = ocsf.AppendJSONString(b, u.Kind)
 	b = append(b, `,"l7":`...)
 	b = ocsf.AppendJSONString(b, u.L7)
+	if u.L7Rule != "" {
+		b = append(b, `,"l7_rule":`...)
+		b = ocsf.AppendJSONString(b, u.L7Rule)
+	}
 	b = append(b, `,"listener":`...)
 	b = ocsf.AppendJSONString(b, u.Listener)
 	b = append(b, `,"reason":`...)

@@ -199,17 +199,24 @@ func (c *Checker) Check(h Header) error {
 // io.Copy's 63.4 (median of 8; spread 62.5-71.1 and 57.9-67.1), the
 // same within the spread.
 func Relay(dst io.Writer, src *bufio.Reader, c *Checker) (int64, error) {
-	var n int64
+	n, _, err := RelayFrames(dst, src, c)
+	return n, err
+}
+
+// RelayFrames is Relay, and also reports whether it ended between two
+// frames (aligned: what it wrote ends with a whole frame, so a frame the
+// caller writes next to dst is read as one).
+func RelayFrames(dst io.Writer, src *bufio.Reader, c *Checker) (n int64, aligned bool, err error) {
 	for {
 		h, hn, err := peekHeader(src)
 		if err != nil {
 			if err == io.EOF {
-				return n, nil
+				return n, true, nil
 			}
-			return n, err
+			return n, src.Buffered() == 0, err
 		}
 		if err := c.Check(h); err != nil {
-			return n, err
+			return n, true, err
 		}
 		// span: checked bytes to write; end: where the frame being
 		// gathered ends, from the buffer's start.
@@ -238,7 +245,7 @@ func Relay(dst io.Writer, src *bufio.Reader, c *Checker) (int64, error) {
 					if err == io.EOF {
 						err = io.ErrUnexpectedEOF
 					}
-					return n, err
+					return n, false, err
 				}
 			}
 			b, _ := src.Peek(int(min(end, int64(src.Buffered()))))
@@ -247,11 +254,11 @@ func Relay(dst io.Writer, src *bufio.Reader, c *Checker) (int64, error) {
 			src.Discard(w)
 			end -= int64(w)
 			if err != nil {
-				return n, err
+				return n, end == 0, err
 			}
 		}
 		if refused != nil {
-			return n, refused
+			return n, true, refused
 		}
 	}
 }

@@ -1,0 +1,236 @@
+package websocket
+
+import (
+	"bufio"
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"unicode/utf8"
+
+	"github.com/palisade-sandbox/palisade/pkg/l7"
+)
+
+// Close codes (RFC 6455 §7.4.1) the proxy closes a refused connection
+// with.
+const (
+	CloseInvalidData     = 1007 // a text message that is not UTF-8
+	ClosePolicyViolation = 1008 // a message the rules refuse
+	CloseTooBig          = 1009 // a message over the endpoint's bound
+)
+
+// Refusal ends RelayMessages: a message was refused, and the connection
+// is to be closed with Code. Decision is the rules' decision (a policy
+// refusal: 1008); for 1007 and 1009 its Reason is one of the
+// Reason* constants below and Rule is empty.
+type Refusal struct {
+	Code     int
+	Decision l7.Decision
+}
+
+func (r *Refusal) Error() string {
+	return fmt.Sprintf("websocket message refused (%d): %s", r.Code, r.Decision.Reason)
+}
+
+// Reasons of refusals that are not the rules'.
+const (
+	ReasonInvalidUTF8 = "websocket_text_not_utf8"
+	ReasonTooBig      = "websocket_message_too_big"
+)
+
+// maxBatch bounds the allowed frames gathered before one write.
+const maxBatch = 64 << 10
+
+// RelayMessages copies the client's frames from src to dst, each header
+// checked by c first (as Relay does), and holds every data message to
+// msgs: its frames are gathered (as sent, masked) until its last one
+// has arrived, up to msgs.MaxMessage() bytes of payload; a text
+// message must be UTF-8; then msgs.Message decides the unmasked
+// payload, and only an allowed message's frames are written. Control
+// frames pass as they come (one arriving inside a fragmented message
+// goes out after it). Allowed messages are written in batches: whatever
+// was decided while src had more bytes buffered goes out in one write.
+//
+// It returns the bytes written and, at the first refused message, a
+// *Refusal (nothing of that message written; what came before it was).
+// With audit set, a policy refusal (1008) is reported to audit and the
+// message relayed instead; 1007 and 1009 always end the relay. Other
+// errors are as Relay's: ErrFrame, read and write errors; io.EOF
+// between frames is a clean end (nil).
+func RelayMessages(dst io.Writer, src *bufio.Reader, c *Checker, msgs l7.Messages, audit func(l7.Decision)) (int64, error) {
+	r := &msgRelay{dst: dst, src: src, c: c, msgs: msgs, max: msgs.MaxMessage(), audit: audit}
+	err := r.run()
+	if ferr := r.flush(); err == nil {
+		err = ferr
+	}
+	return r.n, err
+}
+
+type msgRelay struct {
+	dst   io.Writer
+	src   *bufio.Reader
+	c     *Checker
+	msgs  l7.Messages
+	max   int64
+	audit func(l7.Decision)
+	n     int64
+
+	out      []byte // allowed bytes not yet written
+	msgStart int    // where the message being gathered starts in out (-1: none)
+	ctl      []byte // control frames that arrived inside it
+	data     []byte // its unmasked payload
+	text     bool
+}
+
+func (r *msgRelay) run() error {
+	r.msgStart = -1
+	for {
+		if r.src.Buffered() == 0 {
+			if err := r.flush(); err != nil {
+				return err
+			}
+		}
+		h, hn, err := peekHeader(r.src)
+		if err != nil {
+			if err == io.EOF {
+				if r.msgStart >= 0 {
+					return io.ErrUnexpectedEOF
+				}
+				return nil
+			}
+			return err
+		}
+		if err := r.c.Check(h); err != nil {
+			return err
+		}
+		if h.Opcode >= OpClose {
+			if err := r.control(h, hn); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := r.dataFrame(h, hn); err != nil {
+			return err
+		}
+	}
+}
+
+// control passes a control frame (at most 2+4+125 bytes).
+func (r *msgRelay) control(h Header, hn int) error {
+	b, err := r.src.Peek(hn + int(h.Length))
+	if err != nil {
+		return unexpected(err)
+	}
+	if r.msgStart >= 0 {
+		r.ctl = append(r.ctl, b...)
+	} else {
+		r.out = append(r.out, b...)
+	}
+	r.src.Discard(len(b))
+	return r.flushIfFull()
+}
+
+// dataFrame gathers one frame of a data message and decides the message
+// after its last frame.
+func (r *msgRelay) dataFrame(h Header, hn int) error {
+	if h.Opcode != OpContinuation {
+		r.msgStart, r.text, r.data = len(r.out), h.Opcode == OpText, r.data[:0]
+	}
+	if int64(len(r.data))+h.Length > r.max {
+		return &Refusal{Code: CloseTooBig, Decision: l7.Denied(ReasonTooBig, "")}
+	}
+	hb, _ := r.src.Peek(hn)
+	r.out = append(r.out, hb...)
+	r.src.Discard(hn)
+	if int64(r.src.Buffered()) < h.Length {
+		if err := r.flush(); err != nil { // what was allowed does not wait for this frame
+			return err
+		}
+	}
+	start := len(r.out)
+	r.out = append(r.out, make([]byte, h.Length)...)
+	if _, err := io.ReadFull(r.src, r.out[start:]); err != nil {
+		return unexpected(err)
+	}
+	pay := r.out[start:]
+	d0 := len(r.data)
+	r.data = append(r.data, pay...)
+	Unmask(r.data[d0:], h.Mask, 0)
+	if !h.Fin {
+		return nil
+	}
+	return r.decide()
+}
+
+// decide holds the gathered message to the rules.
+func (r *msgRelay) decide() error {
+	if r.text && !utf8.Valid(r.data) {
+		r.out = r.out[:r.msgStart]
+		return &Refusal{Code: CloseInvalidData, Decision: l7.Denied(ReasonInvalidUTF8, "")}
+	}
+	d := r.msgs.Message(&l7.Message{Text: r.text, Data: r.data})
+	if !d.Allow {
+		if r.audit == nil || !d.Policy() {
+			r.out = r.out[:r.msgStart]
+			return &Refusal{Code: ClosePolicyViolation, Decision: d}
+		}
+		r.audit(d)
+	}
+	r.out = append(r.out, r.ctl...)
+	r.ctl, r.msgStart = r.ctl[:0], -1
+	if cap(r.data) > maxBatch {
+		r.data = nil // a large message's buffer is not kept
+	}
+	return r.flushIfFull()
+}
+
+func (r *msgRelay) flushIfFull() error {
+	if r.msgStart < 0 && len(r.out) >= maxBatch {
+		return r.flush()
+	}
+	return nil
+}
+
+// flush writes the allowed bytes gathered (never a message still being
+// decided).
+func (r *msgRelay) flush() error {
+	end := len(r.out)
+	if r.msgStart >= 0 {
+		end = r.msgStart
+	}
+	if end == 0 {
+		return nil
+	}
+	w, err := r.dst.Write(r.out[:end])
+	r.n += int64(w)
+	r.out = append(r.out[:0], r.out[end:]...)
+	if r.msgStart >= 0 {
+		r.msgStart = 0
+	}
+	if cap(r.out) > 4*maxBatch && len(r.out) == 0 {
+		r.out = nil
+	}
+	return err
+}
+
+func unexpected(err error) error {
+	if err == io.EOF {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// CloseFrame is a close frame with code, as a server sends it
+// (unmasked), or, with masked set, as a client sends it (masked with a
+// random key).
+func CloseFrame(code int, masked bool) []byte {
+	var pay [2]byte
+	binary.BigEndian.PutUint16(pay[:], uint16(code))
+	if !masked {
+		return []byte{0x80 | OpClose, 2, pay[0], pay[1]}
+	}
+	var key [4]byte
+	rand.Read(key[:])
+	Unmask(pay[:], key, 0)
+	return []byte{0x80 | OpClose, 0x80 | 2, key[0], key[1], key[2], key[3], pay[0], pay[1]}
+}

@@ -1,0 +1,215 @@
+package websocket
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/palisade-sandbox/palisade/pkg/l7"
+	"github.com/palisade-sandbox/palisade/pkg/policy"
+)
+
+func str(s string) *string { return &s }
+
+func testRules(t testing.TB) *Rules {
+	r, err := Compile(&policy.WebSocket{
+		Text: []policy.MessageMatch{
+			{Exact: str("ping")},
+			{Prefix: str("SUB ")},
+			{JSON: map[string]string{"type": "subscribe", "params.channel": "ticker.*"}},
+			{JSON: map[string]string{"op": "42", "ok": "true"}},
+		},
+		DenyText:        []policy.MessageMatch{{Prefix: str("SUB admin")}, {JSON: map[string]string{"params.channel": "*secret*"}}},
+		MaxMessageBytes: 64,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// Every matcher kind, deny before allow, and the JSON readings servers
+// could disagree on refused (mutation-checked: without the duplicate
+// check the "duplicate key" case is allowed and this fails).
+func TestRulesMessage(t *testing.T) {
+	r := testRules(t)
+	for _, c := range []struct {
+		msg    string
+		binary bool
+		allow  bool
+		reason string
+		rule   string
+	}{
+		{msg: "ping", allow: true},
+		{msg: "ping ", reason: ReasonNoRule},
+		{msg: "SUB trades", allow: true},
+		{msg: "SUB admin/x", reason: ReasonDenyRule, rule: "websocket.deny_text[0]"},
+		{msg: `{"type":"subscribe","params":{"channel":"ticker.btc"},"id":1}`, allow: true},
+		{msg: ` {"params":{"channel":"ticker.eth"},"type":"subscribe"} `, allow: true},
+		{msg: `{"type":"subscribe","params":{"channel":"ticker.secret"}}`, reason: ReasonDenyRule, rule: "websocket.deny_text[1]"},
+		{msg: `{"type":"subscribe","params":{"channel":"trades.btc"}}`, reason: ReasonNoRule},
+		{msg: `{"type":"subscribe","params":{"channel":["ticker.btc"]}}`, reason: ReasonNoRule},
+		{msg: `{"type":"subscribe"}`, reason: ReasonNoRule},
+		{msg: `{"type":"subscribe","params":{"channel":"ticker.btc"}} x`, reason: ReasonNoRule},
+		{msg: `[{"type":"subscribe","params":{"channel":"ticker.btc"}}]`, reason: ReasonNoRule},
+		{msg: `{"op":42,"ok":true}`, allow: true},
+		{msg: `{"op":"42","ok":"true"}`, allow: true},
+		{msg: `{"op":42.0,"ok":true}`, reason: ReasonNoRule},
+		{msg: `{"type":"subscribe","type":"subscribe","params":{"channel":"ticker.btc"}}`, reason: ReasonAmbiguousJSON},
+		{msg: `{"type":"subscribe","params":{"channel":"ticker.btc"},"params.channel":"ticker.secret"}`, reason: ReasonAmbiguousJSON},
+		{msg: `{"type":"subscribe","params":{"channel":"ticker.btc","x":{"a":1,"a":2}}}`, reason: ReasonAmbiguousJSON},
+		{msg: `{"a":` + strings.Repeat(`{"a":`, 70) + `1` + strings.Repeat("}", 71), reason: ReasonAmbiguousJSON},
+		{msg: "ping", binary: true, reason: ReasonBinaryDenied, rule: "websocket.binary"},
+	} {
+		d := r.Message(&l7.Message{Text: !c.binary, Data: []byte(c.msg)})
+		if d.Allow != c.allow || d.Reason != c.reason || d.Rule != c.rule {
+			t.Errorf("%q (binary %v): %+v, want allow %v reason %q rule %q", c.msg, c.binary, d, c.allow, c.reason, c.rule)
+		}
+	}
+}
+
+// RelayMessages writes exactly the allowed messages' frames, as sent,
+// reassembles fragments, passes control frames, and stops at the first
+// refusal with its close code.
+func TestRelayMessages(t *testing.T) {
+	r := testRules(t)
+	ok1 := frame(true, 0, OpText, true, []byte("ping"))
+	frag := cat(frame(false, 0, OpText, true, []byte("SUB tr")), frame(true, 0, OpPing, true, []byte("p")), frame(true, 0, OpContinuation, true, []byte("ades")))
+	for _, c := range []struct {
+		name string
+		in   []byte
+		out  []byte
+		code int
+	}{
+		{"allowed", cat(ok1, frag, ok1), cat(ok1, frame(false, 0, OpText, true, []byte("SUB tr")), frame(true, 0, OpContinuation, true, []byte("ades")), frame(true, 0, OpPing, true, []byte("p")), ok1), 0},
+		{"refused after allowed", cat(ok1, frame(true, 0, OpText, true, []byte("pong")), ok1), ok1, ClosePolicyViolation},
+		{"fragments over the bound", cat(frame(false, 0, OpText, true, bytes.Repeat([]byte("S"), 40)), frame(true, 0, OpContinuation, true, bytes.Repeat([]byte("S"), 30))), nil, CloseTooBig},
+		{"one frame over the bound", frame(true, 0, OpText, true, bytes.Repeat([]byte("S"), 65)), nil, CloseTooBig},
+		{"not utf-8", frame(true, 0, OpText, true, []byte{'S', 'U', 'B', ' ', 0xc3}), nil, CloseInvalidData},
+		{"binary", frame(true, 0, OpBinary, true, []byte("ping")), nil, ClosePolicyViolation},
+	} {
+		var out bytes.Buffer
+		n, err := RelayMessages(&out, bufio.NewReader(bytes.NewReader(c.in)), &Checker{Client: true}, r, nil)
+		var ref *Refusal
+		code := 0
+		if errors.As(err, &ref) {
+			code = ref.Code
+		} else if err != nil {
+			t.Errorf("%s: %v", c.name, err)
+		}
+		if code != c.code || !bytes.Equal(out.Bytes(), c.out) || n != int64(out.Len()) {
+			t.Errorf("%s: code %d wrote %q (%d), want %d and %q", c.name, code, out.Bytes(), n, c.code, c.out)
+		}
+	}
+	// Under audit a policy refusal is reported and relayed.
+	var out bytes.Buffer
+	var audited []string
+	in := cat(frame(true, 0, OpText, true, []byte("pong")), ok1)
+	if _, err := RelayMessages(&out, bufio.NewReader(bytes.NewReader(in)), &Checker{Client: true}, r, func(d l7.Decision) { audited = append(audited, d.Reason) }); err != nil || !bytes.Equal(out.Bytes(), in) || len(audited) != 1 {
+		t.Errorf("audit: %v %q %v", err, out.Bytes(), audited)
+	}
+}
+
+// FuzzRulesMessage: the matcher never panics; a message it allows
+// matches an allow matcher and no deny matcher under a straightforward
+// reading (encoding/json into a map, for JSON without duplicate keys),
+// and a text message holding a duplicate key is never allowed by a
+// json matcher alone.
+func FuzzRulesMessage(f *testing.F) {
+	for _, s := range []string{"ping", "SUB x", "SUB admin", `{"type":"subscribe","params":{"channel":"ticker.a"}}`,
+		`{"type":"subscribe","params":{"channel":"ticker.secret"}}`, `{"op":42,"ok":true}`, `{"a":1,"a":2}`, `{"params.channel":"x","params":{"channel":"y"}}`} {
+		f.Add([]byte(s), false)
+	}
+	r := testRules(f)
+	f.Fuzz(func(t *testing.T, msg []byte, binary bool) {
+		if !binary && !utf8.Valid(msg) {
+			return // RelayMessages closes with 1007 before Message (l7.Messages's contract)
+		}
+		d := r.Message(&l7.Message{Text: !binary, Data: msg})
+		if !d.Allow {
+			return
+		}
+		if binary {
+			t.Fatal("binary message allowed without binary: true")
+		}
+		s := string(msg)
+		if strings.HasPrefix(s, "SUB admin") {
+			t.Fatalf("deny prefix passed: %q", s)
+		}
+		if s == "ping" || strings.HasPrefix(s, "SUB ") {
+			return
+		}
+		var v map[string]any
+		dec := json.NewDecoder(bytes.NewReader(msg))
+		dec.UseNumber()
+		if err := dec.Decode(&v); err != nil {
+			t.Fatalf("allowed %q, which is no JSON object and matches no exact or prefix", s)
+		}
+		if p, ok := v["params"].(map[string]any); ok {
+			if ch, ok := p["channel"].(string); ok && strings.Contains(ch, "secret") {
+				t.Fatalf("allowed %q whose channel the deny rule names", s)
+			}
+		}
+		if v["type"] == "subscribe" {
+			return
+		}
+		if op, ok := v["op"]; !ok || (op != json.Number("42") && op != "42") {
+			t.Fatalf("allowed %q, which no matcher names", s)
+		}
+	})
+}
+
+// FuzzRelayMessages: whatever the client sends, every data message
+// RelayMessages writes is whole, well-framed and allowed by the rules.
+func FuzzRelayMessages(f *testing.F) {
+	f.Add(cat(frame(true, 0, OpText, true, []byte("ping")), frame(true, 0, OpText, true, []byte("pong"))))
+	f.Add(cat(frame(false, 0, OpText, true, []byte("SUB ")), frame(true, 0, OpPing, true, nil), frame(true, 0, OpContinuation, true, []byte("admin"))))
+	f.Add(frame(true, 0, OpBinary, true, []byte("x")))
+	r := testRules(f)
+	f.Fuzz(func(t *testing.T, in []byte) {
+		var out bytes.Buffer
+		n, _ := RelayMessages(&out, bufio.NewReader(bytes.NewReader(in)), &Checker{Client: true}, r, nil)
+		if n != int64(out.Len()) {
+			t.Fatalf("reported %d bytes, wrote %d", n, out.Len())
+		}
+		br := bufio.NewReader(bytes.NewReader(out.Bytes()))
+		c := &Checker{Client: true}
+		var msg []byte
+		text := false
+		for {
+			h, _, err := ReadHeader(br)
+			if err != nil {
+				if len(msg) > 0 || br.Buffered() > 0 {
+					t.Fatalf("output ends inside a message or frame (%v)", err)
+				}
+				return
+			}
+			if err := c.Check(h); err != nil {
+				t.Fatalf("wrote a frame the checker refuses: %v", err)
+			}
+			p := make([]byte, h.Length)
+			if _, err := io.ReadFull(br, p); err != nil {
+				t.Fatalf("output ends inside a frame")
+			}
+			Unmask(p, h.Mask, 0)
+			if h.Opcode >= OpClose {
+				continue
+			}
+			if h.Opcode != OpContinuation {
+				text = h.Opcode == OpText
+			}
+			msg = append(msg, p...)
+			if h.Fin {
+				if d := r.Message(&l7.Message{Text: text, Data: msg}); !d.Allow || text && !utf8.Valid(msg) {
+					t.Fatalf("wrote a refused message %q", msg)
+				}
+				msg = nil
+			}
+		}
+	})
+}
