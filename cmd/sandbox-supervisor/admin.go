@@ -154,6 +154,12 @@ func listCmd(args []string, stdout, stderr io.Writer) error {
 const statusUsage = `usage: sandbox-supervisor status NAME [--json | --config] [--state-dir DIR]
 
 Shows one sandbox's labels. Exit status 1 when it does not exist.
+While it runs, each inspected endpoint of its network policy follows
+with the last result the egress proxy observed for it (seed 004's tool
+server connection status): policy_denied, credential_unavailable,
+tls_or_network_failure, upstream_rejected (HTTP 400 or more),
+http_response_received, or no_observed_exchange; with --json under
+"endpoints". Each change is also an event (logs: "Endpoint Status").
 --config prints the sandbox's full configuration instead, as JSON: the OCI
 spec, the Landlock rules, whether seccomp is on and the filter's
 instruction count (from init.conf in its state directory).
@@ -226,8 +232,19 @@ func statusCmd(args []string, stdout, stderr io.Writer) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(out)
 	}
+	var eps []endpointStatus
+	if l.Status == state.StatusRunning {
+		if sdir, err := store.Dir(name); err == nil {
+			if eps, err = proxyEndpoints(sdir); err != nil {
+				fmt.Fprintf(stderr, "status: %v\n", err)
+			}
+		}
+	}
 	if *asJSON {
-		return json.NewEncoder(stdout).Encode(l)
+		return json.NewEncoder(stdout).Encode(struct {
+			state.Labels
+			Endpoints []endpointStatus `json:"endpoints,omitempty"`
+		}{l, eps})
 	}
 	fmt.Fprintf(stdout, "name:          %s\nid:            %s\nkind:          %s\nstatus:        %s\nowner:         %s\ncreated:       %s\nkeep:          %v\ncreator pid:   %d\nagent id:      %s\npolicy sha256: %s (%s)\ncgroup:        %s\n",
 		l.Name, l.ID, l.Kind, l.Status, l.Owner, l.Created.Format(time.RFC3339), l.Keep, l.CreatorPID, l.AgentID, l.PolicySHA256, l.PolicySource, cgroupPath(l.Cgroup))
@@ -237,6 +254,7 @@ func statusCmd(args []string, stdout, stderr io.Writer) error {
 	if l.Outcome != "" {
 		fmt.Fprintf(stdout, "outcome:       %s (%s)\n", l.Outcome, l.Reason)
 	}
+	printEndpoints(stdout, eps)
 	return nil
 }
 

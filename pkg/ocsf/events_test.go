@@ -81,6 +81,8 @@ func examples() []struct {
 		{"policy-proposal-approved", policySync.PolicyProposal(ocsf.ProposalInfo{Stage: ocsf.ProposalApproved, Base: policy,
 			ResultSHA256: "9f2b5c1d0e8a7b6c5d4e3f2a1b0c9d8e7f6a5b4c3d2e1f0a9b8c7d6e5f4a3b2c", File: "/root/proposal.yaml",
 			Operations: 3, Answered: 5, Unanswered: 1}, nil)},
+		{"endpoint-status", p.EndpointStatus(ocsf.EndpointStatusInfo{ID: "mcp.endpoints[0]", Entry: "mcp", Address: "tools.example.com:443",
+			Protocol: "rest", Result: "upstream_rejected", ObservedAt: time.Date(2026, 3, 14, 9, 26, 53, 0, time.UTC)})},
 		{"confinement-applied", s.ConfinementApplied(ocsf.Confinement{
 			Landlock:   &ocsf.LandlockState{ABI: 7, Mode: "hard_requirement", ReadOnlyRules: 9, ReadWriteRules: 2, Scopes: []string{"abstract_unix_socket", "signal"}},
 			Seccomp:    &ocsf.SeccompState{Mode: "filter", Instructions: 212, AllThreads: true},

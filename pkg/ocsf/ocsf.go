@@ -66,6 +66,7 @@ const (
 	ActivityAttributionBackend = "Attribution Backend"
 	ActivitySendGuard          = "Send Guard"
 	ActivityPolicyProposal     = "Policy Proposal"
+	ActivityEndpointStatus     = "Endpoint Status"
 )
 
 // Detection Finding (2004) activity_id.

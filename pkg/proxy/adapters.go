@@ -45,6 +45,9 @@ func (d decisionEngine) Decide(r DecideRequest) Verdict {
 	if v.Entry == "" {
 		v.Entry = res.Entry
 	}
+	if res.Endpoint != nil {
+		v.EndpointID = endpointID(res.Entry, res.EndpointIndex)
+	}
 	if ep := res.Endpoint; res.Allowed && ep != nil {
 		v.L7Rules = ep.Inspected()
 		v.Endpoint = ep

@@ -55,6 +55,11 @@ type Verdict struct {
 	// Endpoint is the matched endpoint when Allowed (nil for fakes that
 	// carry no L7 constraints).
 	Endpoint *policy.Endpoint
+	// EndpointID names the endpoint the decision rests on,
+	// "ENTRY.endpoints[I]", refusals included when the engine names one
+	// (a binary not allowed to reach it); "" when none. Endpoint status
+	// is kept by it.
+	EndpointID string
 	// Inspector is the endpoint's protocol inspector when L7Rules, built
 	// once for the generation; nil makes the proxy build one for the
 	// request.

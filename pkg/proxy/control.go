@@ -25,6 +25,9 @@ type Status struct {
 	// Credentials describes the credentials in force (nil: none are
 	// configured); never a key or a value.
 	Credentials *CredentialsStatus `json:"credentials,omitempty"`
+	// Endpoints is the last observed result of each inspected endpoint
+	// (also GET /endpoints alone).
+	Endpoints []EndpointStatus `json:"endpoints,omitempty"`
 }
 
 // CredentialsStatus describes the credentials in force.
@@ -64,6 +67,7 @@ func (p *Proxy) Status() Status {
 		},
 	}
 	s.Attribution = p.attributionCounters()
+	s.Endpoints = p.Endpoints()
 	s.Credentials = p.credsStatus.Load()
 	if e := p.lastReloadErr.Load(); e != nil {
 		s.LastReloadError = *e
@@ -71,13 +75,19 @@ func (p *Proxy) Status() Status {
 	return s
 }
 
-// ControlHandler is the control API: GET /status (JSON), GET /metrics
+// ControlHandler is the control API: GET /status (JSON), GET /endpoints
+// (JSON: the inspected endpoints' last results), GET /metrics
 // (Prometheus text), POST /reload (JSON ReloadResult; 422 with the error
 // when the file is rejected and the last-known-good stays).
 func (p *Proxy) ControlHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, p.Status())
+	})
+	mux.HandleFunc("GET /endpoints", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, struct {
+			Endpoints []EndpointStatus `json:"endpoints"`
+		}{p.Endpoints()})
 	})
 	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")

@@ -35,7 +35,7 @@ func (p *Proxy) admit(c *net.TCPConn, rec *Record, g *Generation, attribute bool
 		return Verdict{}, false
 	}
 	v, ok := decideConn(g.Decider, rec)
-	rec.L7Rules = v.L7Rules
+	rec.L7Rules, rec.EndpointID = v.L7Rules, v.EndpointID
 	if !ok {
 		rec.Outcome = OutcomePolicyDenied
 	}

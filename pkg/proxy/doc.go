@@ -20,10 +20,15 @@
 // (an inspected tunnel: the client's TLS terminated, the upstream's
 // handshake) in inspect.go, then serveH1 (h1.go) or serveH2 (inspect.go)
 // for the tunnel's HTTP/1.x or HTTP/2, each handing every request to
-// inspector.serve. The steps they share are admit (attribution, binary
-// pin, decision: decide.go), dial, and the endpoint's protocol rules:
-// an l7.Inspector chosen by the endpoint's protocol (newInspector in
-// protocols.go; the rules themselves live in pkg/l7/<protocol>). This
+// inspector.serve, and upgrade (websocket.go) for a WebSocket after it.
+// The steps they share are admit (attribution, binary pin, decision:
+// decide.go), dialUpstream (direct, chained through an upstream proxy,
+// or to a mapping's pinned addresses), tunnel (what an allowed tunnel
+// becomes, CONNECT or transparent), credential preparation after
+// admission (outgoing.go) and the endpoint's protocol rules: an
+// l7.Inspector chosen by the endpoint's protocol (newInspector in
+// protocols.go; the rules themselves live in pkg/l7/<protocol>). Every
+// finished record updates its endpoint's status (endpoints.go). This
 // package stays transport, TLS and decisions.
 //
 // Policy generations are compiled off the hot path and swapped atomically;

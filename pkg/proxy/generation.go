@@ -108,6 +108,7 @@ func (p *Proxy) Reload(trigger string) (ReloadResult, error) {
 		return p.rejectReload(cur, trigger, err)
 	}
 	p.gen.Store(g)
+	p.endpoints.install(g.Number, endpointInventory(pol))
 	p.policy = pol
 	p.lastReloadErr.Store(nil)
 	p.logBinaryNotes(pol, cur == nil)

@@ -324,7 +324,7 @@ func (ix *inspector) requestRecord(r *http.Request) *Record {
 	c := ix.conn
 	return &Record{
 		ConnID: c.ConnID, Listener: c.Listener, Kind: KindHTTP, Start: ix.p.now(),
-		Client: c.Client, Local: c.Local, Host: c.Host, Port: c.Port, Upstream: c.Upstream, Route: c.Route,
+		Client: c.Client, Local: c.Local, Host: c.Host, Port: c.Port, Upstream: c.Upstream, Route: c.Route, EndpointID: c.EndpointID,
 		Identity: c.Identity, Generation: c.Generation, PolicySHA: c.PolicySHA, Mapping: c.Mapping,
 		Entry: c.Entry, Audit: c.Audit, L7Rules: true, L7Checked: true,
 		Method: r.Method, Proto: ix.proto, PerRequest: true, shared: ix.events,
@@ -379,7 +379,7 @@ func (ix *inspector) serve(w http.ResponseWriter, r *http.Request, rr *Record) {
 		return
 	}
 	gv := ix.current()
-	rr.Generation, rr.PolicySHA, rr.Entry, rr.Audit = gv.gen, gv.sha, gv.v.Entry, gv.v.Audit
+	rr.Generation, rr.PolicySHA, rr.Entry, rr.Audit, rr.EndpointID = gv.gen, gv.sha, gv.v.Entry, gv.v.Audit, gv.v.EndpointID
 	if !gv.v.Allowed {
 		ix.deny(w, r, rr, gv.v.Reason, path.Escaped)
 		return

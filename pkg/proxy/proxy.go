@@ -34,7 +34,8 @@ type Proxy struct {
 	now    func() time.Time
 
 	gen           atomic.Pointer[Generation]
-	reloadMu      sync.Mutex // serialises reloads; genSeq is guarded by it
+	endpoints     endpointBook // the inspected endpoints' last results
+	reloadMu      sync.Mutex   // serialises reloads; genSeq is guarded by it
 	genSeq        int64
 	baseStatic    string
 	baseTCP       bool // the first generation had a protocol: tcp endpoint
@@ -345,6 +346,7 @@ func (p *Proxy) finish(r *Record) {
 		r.Cause = r.scrub(r.Cause)
 	}
 	r.End = p.now()
+	p.observeEndpoint(r)
 	switch r.Outcome {
 	case OutcomeAllowed:
 		p.m.allowed.Add(1)

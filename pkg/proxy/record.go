@@ -110,6 +110,9 @@ type Record struct {
 	PolicySHA  string
 	Outcome    string // Outcome* constant
 	Entry      string // matched policy entry ("" when none)
+	// EndpointID is the policy endpoint decided on (Verdict.EndpointID),
+	// whose status the record's result updates.
+	EndpointID string
 	Reason     string
 	// Rule names the endpoint's rule an L7 refusal rests on, as a field
 	// path within the endpoint ("websocket.deny_text[0]"); "" when no

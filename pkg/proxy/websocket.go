@@ -84,6 +84,9 @@ func (ix *inspector) upgrade(w http.ResponseWriter, r *http.Request, rr *Record,
 	if h2 {
 		rr.Status = http.StatusOK
 	}
+	// The upgrade's answer is a result of its own; the connection's end
+	// (a refused message) may be another.
+	ix.p.observeResult(rr, ResultHTTPResponse, ix.p.now())
 	ix.relayWebSocket(cl, rwc, chk, msgs, rr)
 }
 
