@@ -2,10 +2,8 @@ package websocket
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 
 	"github.com/palisade-sandbox/palisade/pkg/l7"
 	"github.com/palisade-sandbox/palisade/pkg/l7/rest"
@@ -89,7 +87,8 @@ func (in *Inspector) Upgrade(*l7.Request) l7.Messages { return in.rules }
 // matcher is a json one: servers disagree on which value counts.
 type Rules struct {
 	allow, deny []matcher
-	json        bool // some matcher reads JSON
+	json        bool           // some matcher reads JSON
+	paths       map[string]int // every field path a matcher names -> its index
 	binary      bool
 	max         int64
 }
@@ -101,6 +100,7 @@ type matcher struct {
 
 type fieldMatch struct {
 	path string // dotted, as written
+	idx  int    // its index in Rules.paths
 	glob string
 }
 
@@ -109,7 +109,7 @@ func Compile(ws *policy.WebSocket) (*Rules, error) {
 	if ws == nil || len(ws.Text) == 0 {
 		return nil, errors.New("websocket: endpoint has no text rules")
 	}
-	r := &Rules{binary: ws.Binary, max: ws.MaxMessageBytes}
+	r := &Rules{binary: ws.Binary, max: ws.MaxMessageBytes, paths: map[string]int{}}
 	if r.max <= 0 {
 		r.max = policy.DefaultWebSocketMaxMessage
 	}
@@ -123,7 +123,12 @@ func (r *Rules) compile(ms []policy.MessageMatch) []matcher {
 	for _, m := range ms {
 		c := matcher{exact: m.Exact, prefix: m.Prefix}
 		for p, g := range m.JSON {
-			c.fields = append(c.fields, fieldMatch{path: p, glob: g})
+			j, ok := r.paths[p]
+			if !ok {
+				j = len(r.paths)
+				r.paths[p] = j
+			}
+			c.fields = append(c.fields, fieldMatch{path: p, idx: j, glob: g})
 			r.json = true
 		}
 		out = append(out, c)
@@ -144,9 +149,20 @@ func (r *Rules) Message(m *l7.Message) l7.Decision {
 	}
 	var doc *jsonFields
 	if r.json {
-		var ok bool
-		if doc, ok = readJSON(m.Data, r); !ok {
+		var vb [8][]byte
+		var sb [8]bool
+		d := jsonFields{values: vb[:0], set: sb[:0]}
+		if n := len(r.paths); n > len(vb) {
+			d.values, d.set = make([][]byte, n), make([]bool, n)
+		} else {
+			d.values, d.set = vb[:n], sb[:n]
+		}
+		isObject, ok := readJSON(m.Data, r, &d)
+		if !ok {
 			return l7.Denied(ReasonAmbiguousJSON, "")
+		}
+		if isObject {
+			doc = &d
 		}
 	}
 	for i, d := range r.deny {
@@ -173,133 +189,33 @@ func (m *matcher) match(data []byte, doc *jsonFields) bool {
 		return false // not a JSON object
 	}
 	for _, f := range m.fields {
-		v, ok := doc.values[f.path]
-		if !ok || !policy.StarMatch(f.glob, v) {
+		if !doc.set[f.idx] || !policy.StarMatch(f.glob, string(doc.values[f.idx])) {
 			return false
 		}
 	}
 	return true
 }
 
-// jsonFields holds the scalar values of a JSON object that the rules'
-// field paths reach, by path; a path reaching an object or array (or
-// nothing) is absent.
+// jsonFields holds the scalars of a JSON object that the rules' field
+// paths reach, by the path's index (Rules.paths); a path reaching an
+// object or array (or nothing) is not set.
 type jsonFields struct {
-	values map[string]string
+	values [][]byte // slices of the message, or of its unescaped copies
+	set    []bool
 }
 
-// readJSON reads data as one JSON object and keeps the values at the
-// paths r names. ok is false for JSON servers may read differently
-// (duplicate keys, too deep); a message that is no JSON object is ok
-// with a nil doc (json matchers do not match it).
-func readJSON(data []byte, r *Rules) (doc *jsonFields, ok bool) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	t, err := dec.Token()
-	if d, isDelim := t.(json.Delim); err != nil || !isDelim || d != '{' {
-		return nil, true
-	}
-	w := &jsonWalker{dec: dec, want: r.paths(), doc: &jsonFields{values: map[string]string{}}}
-	switch err := w.object("", 1); {
-	case errors.Is(err, errAmbiguous):
-		return nil, false
-	case err != nil:
-		return nil, true
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, true // trailing bytes: not one JSON value
-	}
-	return w.doc, true
-}
-
-// paths is every field path (and each of its prefixes) r's matchers
-// name.
-func (r *Rules) paths() map[string]bool {
-	out := map[string]bool{}
-	for _, l := range [][]matcher{r.allow, r.deny} {
-		for _, m := range l {
-			for _, f := range m.fields {
-				out[f.path] = true
-			}
-		}
-	}
-	return out
-}
-
-var errAmbiguous = errors.New("ambiguous JSON")
-
-type jsonWalker struct {
-	dec  *json.Decoder
-	want map[string]bool
-	doc  *jsonFields
-}
-
-// object reads an object's members after its '{' (prefix is its path
-// with a trailing dot, "" at the top).
-func (w *jsonWalker) object(prefix string, depth int) error {
-	if depth > maxJSONDepth {
-		return errAmbiguous
-	}
-	seen := map[string]bool{}
-	for w.dec.More() {
-		t, err := w.dec.Token()
-		if err != nil {
-			return err
-		}
-		key, _ := t.(string)
-		if seen[key] {
-			return errAmbiguous
-		}
-		seen[key] = true
-		if err := w.value(prefix+key, depth); err != nil {
-			return err
-		}
-	}
-	_, err := w.dec.Token() // '}'
-	return err
-}
-
-func (w *jsonWalker) value(path string, depth int) error {
-	t, err := w.dec.Token()
-	if err != nil {
-		return err
-	}
-	switch v := t.(type) {
-	case json.Delim:
-		if v == '{' {
-			return w.object(path+".", depth+1)
-		}
-		if depth+1 > maxJSONDepth {
-			return errAmbiguous
-		}
-		for w.dec.More() {
-			if err := w.value("", depth+1); err != nil { // array members are reached by no path
-				return err
-			}
-		}
-		_, err := w.dec.Token() // ']'
-		return err
-	case string:
-		return w.set(path, v)
-	case json.Number:
-		return w.set(path, v.String())
-	case bool:
-		return w.set(path, fmt.Sprint(v))
+// readJSON reads data as one JSON object (jsonScanner) and keeps the
+// values at the paths r names in doc (sized len(r.paths)). ok is false
+// for JSON servers may read differently (duplicate keys, too deep); a
+// message that is no JSON object is ok but not isObject (json matchers
+// do not match it).
+func readJSON(data []byte, r *Rules, doc *jsonFields) (isObject, ok bool) {
+	sc := jsonScanner{data: data, paths: r.paths, values: doc.values, set: doc.set}
+	switch err := sc.scanObject(); err {
 	case nil:
-		return w.set(path, "null")
+		return true, true
+	case errDup:
+		return false, false
 	}
-	return nil
-}
-
-// set keeps a scalar reached by a wanted path. A path reached twice (a
-// key holding a dot, {"a.b": 1, "a": {"b": 2}}) is ambiguous.
-func (w *jsonWalker) set(path, v string) error {
-	if path == "" || !w.want[path] {
-		return nil
-	}
-	if _, dup := w.doc.values[path]; dup {
-		return errAmbiguous
-	}
-	w.doc.values[path] = v
-	return nil
+	return false, true
 }

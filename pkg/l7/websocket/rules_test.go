@@ -213,3 +213,25 @@ func FuzzRelayMessages(f *testing.F) {
 		}
 	})
 }
+
+// Unmask's word-at-a-time path is the byte-at-a-time definition, at
+// every offset and length.
+func TestUnmaskWords(t *testing.T) {
+	key := [4]byte{0x12, 0x34, 0x56, 0x78}
+	for pos := int64(0); pos < 8; pos++ {
+		for n := 0; n < 40; n++ {
+			p := make([]byte, n)
+			for i := range p {
+				p[i] = byte(i * 7)
+			}
+			want := bytes.Clone(p)
+			for i := range want {
+				want[i] ^= key[(pos+int64(i))&3]
+			}
+			Unmask(p, key, pos)
+			if !bytes.Equal(p, want) {
+				t.Fatalf("pos %d len %d: %x, want %x", pos, n, p, want)
+			}
+		}
+	}
+}

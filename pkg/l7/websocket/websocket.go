@@ -266,7 +266,17 @@ func RelayFrames(dst io.Writer, src *bufio.Reader, c *Checker) (n int64, aligned
 // Unmask unmasks (or masks) p in place: the payload bytes at offset pos
 // of a frame masked with key.
 func Unmask(p []byte, key [4]byte, pos int64) {
-	for i := range p {
+	// Byte by byte to a word boundary of the key, then eight at a time.
+	i := 0
+	for ; i < len(p) && (pos+int64(i))&3 != 0; i++ {
+		p[i] ^= key[(pos+int64(i))&3]
+	}
+	k32 := uint64(binary.LittleEndian.Uint32(key[:]))
+	k64 := k32 | k32<<32
+	for ; i+8 <= len(p); i += 8 {
+		binary.LittleEndian.PutUint64(p[i:], binary.LittleEndian.Uint64(p[i:])^k64)
+	}
+	for ; i < len(p); i++ {
 		p[i] ^= key[(pos+int64(i))&3]
 	}
 }
