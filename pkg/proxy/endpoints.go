@@ -179,7 +179,7 @@ func endpointResult(r *Record) string {
 	switch {
 	case r.CredentialRefused && credentialUnavailable(r.Reason):
 		return ResultCredentialUnavailable
-	case r.Outcome == OutcomePolicyDenied, r.Outcome == OutcomeSSRFDenied, r.CredentialRefused:
+	case r.Outcome == OutcomePolicyDenied, r.Outcome == OutcomeSSRFDenied, r.CredentialRefused, r.protocolRefused:
 		return ResultPolicyDenied
 	case r.Outcome == OutcomeUpstreamFailed:
 		return ResultTLSOrNetwork

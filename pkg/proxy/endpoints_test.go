@@ -165,3 +165,29 @@ func getStatus(t *testing.T, cl *http.Client, u string) int {
 	resp.Body.Close()
 	return resp.StatusCode
 }
+
+// endpointResult's classes, record by record (the ones the proxy test
+// above cannot reach with REST: an inspector's Invalid refusal, a
+// client's malformed request, a tunnel's own record).
+func TestEndpointResultClasses(t *testing.T) {
+	for _, c := range []struct {
+		r    Record
+		want string
+	}{
+		{Record{Outcome: OutcomeBadRequest, Kind: KindHTTP, Status: 400, protocolRefused: true}, ResultPolicyDenied},
+		{Record{Outcome: OutcomeBadRequest, Kind: KindHTTP, Status: 400}, ""},
+		{Record{Outcome: OutcomeAllowed, Kind: KindConnect, Status: 200}, ""},
+		{Record{Outcome: OutcomeAllowed, Kind: KindHTTP, Status: 101}, ResultHTTPResponse},
+		{Record{Outcome: OutcomeAllowed, Kind: KindHTTP, Status: 399}, ResultHTTPResponse},
+		{Record{Outcome: OutcomeAllowed, Kind: KindHTTP, Status: 400}, ResultUpstreamRejected},
+		{Record{Outcome: OutcomeUpstreamFailed, Kind: KindConnect, Status: 502}, ResultTLSOrNetwork},
+		{Record{Outcome: OutcomeSSRFDenied, Kind: KindConnect}, ResultPolicyDenied},
+		{Record{Outcome: OutcomePolicyDenied, Kind: KindHTTP, CredentialRefused: true, CredentialMisuse: true, Reason: "credential_endpoint_mismatch"}, ResultPolicyDenied},
+		{Record{Outcome: OutcomePolicyDenied, Kind: KindHTTP, CredentialRefused: true, Reason: "credentials_revoked"}, ResultCredentialUnavailable},
+		{Record{Outcome: OutcomePolicyDenied, Kind: KindHTTP, CredentialRefused: true, Reason: "sigv4_credentials_unavailable"}, ResultCredentialUnavailable},
+	} {
+		if got := endpointResult(&c.r); got != c.want {
+			t.Errorf("%+v: %q, want %q", c.r, got, c.want)
+		}
+	}
+}

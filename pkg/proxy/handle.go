@@ -287,6 +287,7 @@ func (p *Proxy) inspectForward(c *net.TCPConn, rec *Record, req *request, v *Ver
 	case d.Allow:
 		return true
 	case !d.Policy():
+		rec.protocolRefused = true
 		p.badRequest(c, rec, d.Status, d.Reason, headErrorf("%s", d.Detail))
 		return false
 	case !v.Audit:

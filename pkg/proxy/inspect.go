@@ -397,6 +397,7 @@ func (ix *inspector) serve(w http.ResponseWriter, r *http.Request, rr *Record) {
 	switch d := in.Request(req); {
 	case d.Allow:
 	case !d.Policy():
+		rr.protocolRefused = true // a request its protocol cannot accept: a policy result for the endpoint's status
 		ix.refuse(w, rr, d.Status, d.Reason, d.Detail)
 		return
 	case !gv.v.Audit:

@@ -158,6 +158,13 @@ type Record struct {
 	// request from what is recorded about it (Cause).
 	scrub func(string) string
 
+	// protocolRefused marks a request its endpoint's inspector refused
+	// as one its protocol cannot accept (l7.Invalid: 400, 413): for the
+	// endpoint's status a policy result, not a client's malformed
+	// request (seed 004: MCP version and body rejections are
+	// PolicyDenied).
+	protocolRefused bool
+
 	// silent marks a connection that closed without sending a byte: no
 	// request, no event.
 	silent bool
