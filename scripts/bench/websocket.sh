@@ -4,10 +4,12 @@
 # tunnel (BenchmarkWebSocketMessages in pkg/proxy):
 #  - raw:     an endpoint without protocol, the tunnel relayed unread
 #  - framing: protocol rest, every frame header checked (no messages read)
+#  - prefix:  protocol websocket with a prefix matcher: every message
+#             reassembled, UTF-8 checked, its start compared
 #  - rules:   protocol websocket with a json matcher: every message
 #             reassembled, UTF-8 checked, parsed and matched
 # Target: rules >= 0.7x raw in messages/s. ROUNDS rounds (default 8), the
-# three modes side by side in each (the order rotated round by round);
+# four modes side by side in each (the order rotated round by round);
 # prints per-round ratios and their median and spread (min-max), and the
 # proxy process's CPU per message. MSGS messages per mode and round
 # (default 200000). Run it under the heavy lock:
@@ -21,10 +23,10 @@ tmp=$(mktemp)
 trap 'rm -f "$bin" "$tmp"' EXIT
 go test -c -o "$bin" ./pkg/proxy
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) CPUs"
-modes=(raw framing rules)
+modes=(raw framing prefix rules)
 for r in $(seq "$ROUNDS"); do
-  for i in 0 1 2; do
-    m=${modes[$(((i + r) % 3))]}
+  for i in 0 1 2 3; do
+    m=${modes[$(((i + r) % 4))]}
     "$bin" -test.run '^$' -test.bench "^BenchmarkWebSocketMessages\$/^$m\$" -test.benchtime "${MSGS}x" |
       grep '^BenchmarkWebSocketMessages/' | sed "s/^/$r /" | tee -a "$tmp"
   done
@@ -36,12 +38,14 @@ function median(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <=
   return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
 { r = $1; split($2, p, "/"); m = p[2]; sub(/-[0-9]+$/, "", m); mps[m, r] = metric($0, "msgs/s"); cpu[m, r] = metric($0, "cpu-ns/op"); if (r > rounds) rounds = r }
 END {
-  for (r = 1; r <= rounds; r++) { a[r] = mps["rules", r] / mps["raw", r]; b[r] = mps["rules", r] / mps["framing", r]; c[r] = mps["framing", r] / mps["raw", r]
-    printf "round %d: rules/raw %.2fx  rules/framing %.2fx  framing/raw %.2fx\n", r, a[r], b[r], c[r] }
-  for (k = 1; k <= 3; k++) { n = 0; lo = 1e9; hi = 0
-    for (r = 1; r <= rounds; r++) { v = (k == 1 ? a[r] : k == 2 ? b[r] : c[r]); x[++n] = v; if (v < lo) lo = v; if (v > hi) hi = v }
-    printf "%s: median %.2fx, spread %.2f-%.2fx\n", (k == 1 ? "rules/raw" : k == 2 ? "rules/framing" : "framing/raw"), median(x, n), lo, hi }
-  split("raw framing rules", ms, " ")
-  for (k = 1; k <= 3; k++) { n = 0; m2 = ms[k]; for (r = 1; r <= rounds; r++) { y[++n] = mps[m2, r]; z[n] = cpu[m2, r] }
+  split("rules/raw prefix/raw rules/framing framing/raw", rn, " ")
+  for (r = 1; r <= rounds; r++) { q[1, r] = mps["rules", r] / mps["raw", r]; q[2, r] = mps["prefix", r] / mps["raw", r]
+    q[3, r] = mps["rules", r] / mps["framing", r]; q[4, r] = mps["framing", r] / mps["raw", r]
+    printf "round %d: rules/raw %.2fx  prefix/raw %.2fx  rules/framing %.2fx  framing/raw %.2fx\n", r, q[1, r], q[2, r], q[3, r], q[4, r] }
+  for (k = 1; k <= 4; k++) { n = 0; lo = 1e9; hi = 0
+    for (r = 1; r <= rounds; r++) { v = q[k, r]; x[++n] = v; if (v < lo) lo = v; if (v > hi) hi = v }
+    printf "%s: median %.2fx, spread %.2f-%.2fx\n", rn[k], median(x, n), lo, hi }
+  split("raw framing prefix rules", ms, " ")
+  for (k = 1; k <= 4; k++) { n = 0; m2 = ms[k]; for (r = 1; r <= rounds; r++) { y[++n] = mps[m2, r]; z[n] = cpu[m2, r] }
     printf "%s: median %.0f msgs/s, %.0f ns of CPU per message\n", m2, median(y, n), median(z, n) }
 }' "$tmp"
