@@ -20,9 +20,12 @@ import (
 // FuzzJSONScan checks it agrees with encoding/json on every input:
 // which texts are JSON, which are ambiguous, and the values kept.
 type jsonScanner struct {
-	data   []byte
-	i      int
-	paths  map[string]int // field path -> index in values
+	data  []byte
+	i     int
+	paths map[string]int // field path -> index in values
+	// lens has bit min(len(path), 63) set for each path: most keys are
+	// told apart from every path by their length, without a map lookup.
+	lens   uint64
 	values [][]byte
 	set    []bool
 	dup    bool // an ambiguity was seen; the text is read on to tell whether it is JSON at all
@@ -206,7 +209,7 @@ func (s *jsonScanner) literal(lit, path string) error {
 // keepBytes stores v when a rule's path is path; a path reached twice
 // is ambiguous.
 func (s *jsonScanner) keepBytes(path string, v []byte) error {
-	if path == "" || len(path) > 0 && path[0] == 0 {
+	if path == "" || path[0] == 0 || s.lens&(1<<min(len(path), 63)) == 0 {
 		return nil
 	}
 	j, ok := s.paths[path]

@@ -122,7 +122,7 @@ var scanWant = map[string]int{"type": 0, "params.channel": 1, "op": 2, "a.b": 3,
 
 func scan(data []byte) ([]string, []bool, error) {
 	values, set := make([][]byte, len(scanWant)), make([]bool, len(scanWant))
-	s := jsonScanner{data: data, paths: scanWant, values: values, set: set}
+	s := jsonScanner{data: data, paths: scanWant, lens: lensOf(scanWant), values: values, set: set}
 	err := s.scanObject()
 	out := make([]string, len(values))
 	for i, v := range values {
@@ -160,10 +160,11 @@ func FuzzJSONScan(f *testing.F) {
 func BenchmarkJSONScan(b *testing.B) {
 	msg := []byte(`{"type":"subscribe","channel":"ticker.btc-usd","id":12345678901}`)
 	want := map[string]int{"type": 0, "channel": 1}
+	lens := lensOf(want)
 	b.Run("scanner", func(b *testing.B) {
 		for range b.N {
 			values, set := make([][]byte, 2), make([]bool, 2)
-			s := jsonScanner{data: msg, paths: want, values: values, set: set}
+			s := jsonScanner{data: msg, paths: want, lens: lens, values: values, set: set}
 			if s.scanObject() != nil {
 				b.Fatal("scan")
 			}
@@ -176,4 +177,12 @@ func BenchmarkJSONScan(b *testing.B) {
 			}
 		}
 	})
+}
+
+func lensOf(paths map[string]int) uint64 {
+	var l uint64
+	for p := range paths {
+		l |= 1 << min(len(p), 63)
+	}
+	return l
 }

@@ -89,6 +89,7 @@ type Rules struct {
 	allow, deny []matcher
 	json        bool           // some matcher reads JSON
 	paths       map[string]int // every field path a matcher names -> its index
+	pathLens    uint64         // jsonScanner.lens of paths
 	binary      bool
 	max         int64
 }
@@ -129,6 +130,7 @@ func (r *Rules) compile(ms []policy.MessageMatch) []matcher {
 				r.paths[p] = j
 			}
 			c.fields = append(c.fields, fieldMatch{path: p, idx: j, glob: g})
+			r.pathLens |= 1 << min(len(p), 63)
 			r.json = true
 		}
 		out = append(out, c)
@@ -210,7 +212,7 @@ type jsonFields struct {
 // message that is no JSON object is ok but not isObject (json matchers
 // do not match it).
 func readJSON(data []byte, r *Rules, doc *jsonFields) (isObject, ok bool) {
-	sc := jsonScanner{data: data, paths: r.paths, values: doc.values, set: doc.set}
+	sc := jsonScanner{data: data, paths: r.paths, lens: r.pathLens, values: doc.values, set: doc.set}
 	switch err := sc.scanObject(); err {
 	case nil:
 		return true, true
