@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
 
 	"github.com/palisade-sandbox/palisade/pkg/l7"
 	"github.com/palisade-sandbox/palisade/pkg/l7/rest"
@@ -90,6 +92,7 @@ type Rules struct {
 	json        bool           // some matcher reads JSON
 	paths       map[string]int // every field path a matcher names -> its index
 	pathLens    uint64         // jsonScanner.lens of paths
+	fields      sync.Pool      // *jsonFields sized len(paths), one per message being decided
 	binary      bool
 	max         int64
 }
@@ -102,7 +105,39 @@ type matcher struct {
 type fieldMatch struct {
 	path string // dotted, as written
 	idx  int    // its index in Rules.paths
-	glob string
+	glob glob
+}
+
+// glob is a json matcher's value pattern ("*" matches any run of
+// characters), with the shapes rules mostly take decided without
+// policy.StarMatch's general matcher.
+type glob struct {
+	kind    byte   // '=' exact, '^' prefix*, '$' *suffix, '*' anything else
+	s, full string // s: the literal part; full: the pattern
+}
+
+func compileGlob(p string) glob {
+	switch i := strings.IndexByte(p, '*'); {
+	case i < 0:
+		return glob{kind: '=', s: p, full: p}
+	case i == len(p)-1:
+		return glob{kind: '^', s: p[:i], full: p}
+	case i == 0 && strings.Count(p, "*") == 1:
+		return glob{kind: '$', s: p[1:], full: p}
+	}
+	return glob{kind: '*', full: p}
+}
+
+func (g glob) match(v []byte) bool {
+	switch g.kind {
+	case '=':
+		return string(v) == g.s
+	case '^':
+		return len(v) >= len(g.s) && string(v[:len(g.s)]) == g.s
+	case '$':
+		return len(v) >= len(g.s) && string(v[len(v)-len(g.s):]) == g.s
+	}
+	return policy.StarMatch(g.full, string(v))
 }
 
 // Compile builds the Rules of an endpoint's websocket field.
@@ -116,6 +151,8 @@ func Compile(ws *policy.WebSocket) (*Rules, error) {
 	}
 	r.allow = r.compile(ws.Text)
 	r.deny = r.compile(ws.DenyText)
+	n := len(r.paths)
+	r.fields.New = func() any { return &jsonFields{values: make([][]byte, n), set: make([]bool, n)} }
 	return r, nil
 }
 
@@ -129,7 +166,7 @@ func (r *Rules) compile(ms []policy.MessageMatch) []matcher {
 				j = len(r.paths)
 				r.paths[p] = j
 			}
-			c.fields = append(c.fields, fieldMatch{path: p, idx: j, glob: g})
+			c.fields = append(c.fields, fieldMatch{path: p, idx: j, glob: compileGlob(g)})
 			r.pathLens |= 1 << min(len(p), 63)
 			r.json = true
 		}
@@ -151,20 +188,14 @@ func (r *Rules) Message(m *l7.Message) l7.Decision {
 	}
 	var doc *jsonFields
 	if r.json {
-		var vb [8][]byte
-		var sb [8]bool
-		d := jsonFields{values: vb[:0], set: sb[:0]}
-		if n := len(r.paths); n > len(vb) {
-			d.values, d.set = make([][]byte, n), make([]bool, n)
-		} else {
-			d.values, d.set = vb[:n], sb[:n]
-		}
-		isObject, ok := readJSON(m.Data, r, &d)
+		d := r.fields.Get().(*jsonFields)
+		defer r.putFields(d)
+		isObject, ok := readJSON(m.Data, r, d)
 		if !ok {
 			return l7.Denied(ReasonAmbiguousJSON, "")
 		}
 		if isObject {
-			doc = &d
+			doc = d
 		}
 	}
 	for i, d := range r.deny {
@@ -191,7 +222,7 @@ func (m *matcher) match(data []byte, doc *jsonFields) bool {
 		return false // not a JSON object
 	}
 	for _, f := range m.fields {
-		if !doc.set[f.idx] || !policy.StarMatch(f.glob, string(doc.values[f.idx])) {
+		if !doc.set[f.idx] || !f.glob.match(doc.values[f.idx]) {
 			return false
 		}
 	}
@@ -204,6 +235,13 @@ func (m *matcher) match(data []byte, doc *jsonFields) bool {
 type jsonFields struct {
 	values [][]byte // slices of the message, or of its unescaped copies
 	set    []bool
+}
+
+// putFields clears d (it holds slices of a message) and pools it.
+func (r *Rules) putFields(d *jsonFields) {
+	clear(d.values)
+	clear(d.set)
+	r.fields.Put(d)
 }
 
 // readJSON reads data as one JSON object (jsonScanner) and keeps the

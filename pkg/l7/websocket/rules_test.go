@@ -235,3 +235,15 @@ func TestUnmaskWords(t *testing.T) {
 		}
 	}
 }
+
+// FuzzGlob: a compiled json matcher glob decides as policy.StarMatch.
+func FuzzGlob(f *testing.F) {
+	for _, p := range [][2]string{{"ticker.*", "ticker.btc"}, {"*.btc", "ticker.btc"}, {"a*b*c", "axxbyc"}, {"*", ""}, {"exact", "exact"}, {"**", "x"}, {"*a*", "bab"}} {
+		f.Add(p[0], p[1])
+	}
+	f.Fuzz(func(t *testing.T, pattern, v string) {
+		if got, want := compileGlob(pattern).match([]byte(v)), policy.StarMatch(pattern, v); got != want {
+			t.Fatalf("%q ~ %q: %v, StarMatch %v", pattern, v, got, want)
+		}
+	})
+}
