@@ -26,6 +26,9 @@ import (
 // internet, made by python3 (testdata/connrate.py): "direct" (the host
 // forwards), then through a CONNECT tunnel of egress-proxy in sandbox
 // mode (so every connection is attributed among the cgroup's processes),
+// "transparent" (the same proxy's transparent listener: the client
+// connects to echo.test's policy DNS address, which the host namespace
+// redirects there, with no CONNECT; the proxy CPU is that proxy's),
 // squid and tinyproxy (when installed), all on the host side of the same
 // veth. It runs with no extra processes in the cgroup and with 2,000
 // sleeping ones, which cost a /proc-based attribution its fd-table scan.
@@ -53,14 +56,27 @@ func BenchmarkSandboxConnectRate(b *testing.B) {
 	echo := net.JoinHostPort(sb.inet.V4[0].String(), strconv.Itoa(nettest.EchoPort))
 	// Events to a file, as sandbox-supervisor runs it: every connection's
 	// event is part of its cost.
-	proxyAddr := sb.startProxy(b, "echo.test", nettest.EchoPort, exe, "--events", filepath.Join(b.TempDir(), "events.jsonl"))
+	proxyAddr := sb.startProxy(b, "echo.test", nettest.EchoPort, exe, "--events", filepath.Join(b.TempDir(), "events.jsonl"),
+		"--dns-listen", benchDNSAddr, "--transparent-listen", net.JoinHostPort(benchHostAddr, strconv.Itoa(benchTransparentPort)), "--dns-ttl", "30s")
+	// Transparent: the client connects to echo.test's synthetic address
+	// (policy DNS, asked again before each row: a mapping lives at most
+	// 30 s, a row at most 20), redirected to the same proxy's
+	// transparent listener, which decides it as the CONNECT to echo.test
+	// would be.
+	sb.redirectSynthetic(b, benchTransparentPort)
+	synthetic := func() string {
+		return net.JoinHostPort(sb.resolvePolicyDNS(b, exe, "echo.test").String(), strconv.Itoa(nettest.EchoPort))
+	}
 	dir := b.TempDir()
 	squid := sb.startSquid(b, dir)
 	tiny := sb.startTinyproxy(b, dir)
 
-	rate := func(b *testing.B, mode, proxy, target string) {
+	// rate runs the client through proxy (or "-") to target; the CPU
+	// per connection is that of the proxy listening at cpuOf ("" for
+	// none).
+	rate := func(b *testing.B, mode, proxy, target, cpuOf string) {
 		var out bytes.Buffer
-		pid, proxied := sb.pids[proxy]
+		pid, proxied := sb.pids[cpuOf]
 		var cpu0 time.Duration
 		if proxied {
 			cpu0 = cpuTime(b, pid)
@@ -100,7 +116,7 @@ func BenchmarkSandboxConnectRate(b *testing.B) {
 	// with 2,000 processes, measured later in the same round.
 	for _, w := range []struct{ mode, proxy, target string }{
 		{"direct", "-", echo}, {"connect", proxyAddr, "echo.test:" + strconv.Itoa(nettest.EchoPort)},
-		{"connect", squid, echo}, {"connect", tiny, echo},
+		{"direct", "-", synthetic()}, {"connect", squid, echo}, {"connect", tiny, echo},
 	} {
 		if w.proxy == "" {
 			continue
@@ -115,21 +131,22 @@ func BenchmarkSandboxConnectRate(b *testing.B) {
 			if procs > 0 {
 				sb.sleepers(b, procs)
 			}
-			b.Run("direct", func(b *testing.B) { rate(b, "direct", "-", echo) })
+			b.Run("direct", func(b *testing.B) { rate(b, "direct", "-", echo, "") })
 			b.Run("egress-proxy", func(b *testing.B) {
-				rate(b, "connect", proxyAddr, "echo.test:"+strconv.Itoa(nettest.EchoPort))
+				rate(b, "connect", proxyAddr, "echo.test:"+strconv.Itoa(nettest.EchoPort), proxyAddr)
 			})
+			b.Run("transparent", func(b *testing.B) { rate(b, "direct", "-", synthetic(), proxyAddr) })
 			b.Run("squid", func(b *testing.B) {
 				if squid == "" {
 					b.Skip("squid not installed (apt install squid)")
 				}
-				rate(b, "connect", squid, echo)
+				rate(b, "connect", squid, echo, squid)
 			})
 			b.Run("tinyproxy", func(b *testing.B) {
 				if tiny == "" {
 					b.Skip("tinyproxy not installed (apt install tinyproxy)")
 				}
-				rate(b, "connect", tiny, echo)
+				rate(b, "connect", tiny, echo, tiny)
 			})
 		})
 	}
