@@ -34,8 +34,12 @@ func raw(e *policy.Endpoint) bool {
 
 func rawNoSNI(e *policy.Endpoint) bool { return raw(e) && e.TLS == policy.TLSSkip }
 
+// everyRequest: no L7 rules, or rules only logged. An endpoint whose
+// requests are read by their bodies (protocols mcp, json-rpc, graphql)
+// never lets every request through: a body it cannot read, or over its
+// bound, is refused under enforcement: audit too.
 func everyRequest(e *policy.Endpoint) bool {
-	return (!e.L7() && e.Protocol != policy.ProtocolWebSocket) || e.Enforcement == policy.EnforcementAudit
+	return !e.BodyInspected() && ((!e.L7() && e.Protocol != policy.ProtocolWebSocket) || e.Enforcement == policy.EnforcementAudit)
 }
 
 // behaviourWithin checks that whatever a connection e decides may carry,
@@ -61,6 +65,8 @@ func behaviourWithin(e, w *policy.Endpoint, wPath string) (string, string) {
 		return "", fmt.Sprintf("%s, so every HTTP request passes, but the ceiling's %s enforces L7 rules", why, wPath)
 	case everyRequest(w):
 		return "", ""
+	case e.BodyInspected() || w.BodyInspected():
+		return protocolWithin(e, w, wPath)
 	}
 	if e.Protocol == policy.ProtocolWebSocket || w.Protocol == policy.ProtocolWebSocket {
 		if f, why := webSocketWithin(e, w, wPath); why != "" {

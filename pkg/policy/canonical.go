@@ -113,21 +113,25 @@ func canonicalEndpoint(e *Endpoint) *Endpoint {
 	slices.Sort(e.AllowedIPs)
 	e.AllowedIPs = slices.Compact(e.AllowedIPs)
 	canonicalWebSocket(e.WebSocket)
+	canonicalProtocol(e)
+	rest := !e.BodyInspected() // JSON-RPC method names are case-sensitive
 	for i := range e.Rules {
-		canonicalMatch(&e.Rules[i].Allow)
+		canonicalMatch(&e.Rules[i].Allow, rest)
 	}
 	slices.SortFunc(e.Rules, func(a, b Rule) int { return bytes.Compare(mustJSON(a), mustJSON(b)) })
 	e.Rules = slices.CompactFunc(e.Rules, func(a, b Rule) bool { return bytes.Equal(mustJSON(a), mustJSON(b)) })
 	for i := range e.DenyRules {
-		canonicalMatch(&e.DenyRules[i])
+		canonicalMatch(&e.DenyRules[i], rest)
 	}
 	slices.SortFunc(e.DenyRules, func(a, b RequestMatch) int { return bytes.Compare(mustJSON(a), mustJSON(b)) })
 	e.DenyRules = slices.CompactFunc(e.DenyRules, func(a, b RequestMatch) bool { return bytes.Equal(mustJSON(a), mustJSON(b)) })
 	return e
 }
 
-func canonicalMatch(m *RequestMatch) {
-	m.Method = strings.ToUpper(m.Method)
+func canonicalMatch(m *RequestMatch, httpMethod bool) {
+	if httpMethod {
+		m.Method = strings.ToUpper(m.Method)
+	}
 	if len(m.Query) == 0 {
 		m.Query = nil
 	}
@@ -135,6 +139,14 @@ func canonicalMatch(m *RequestMatch) {
 		any := slices.Clone(q.Any)
 		slices.Sort(any)
 		m.Query[k] = QueryMatch{Any: slices.Compact(any)}
+	}
+	if len(m.Params) == 0 {
+		m.Params = nil
+	}
+	for k, q := range m.Params {
+		any := slices.Clone(q.Any)
+		slices.Sort(any)
+		m.Params[k] = QueryMatch{Any: slices.Compact(any)}
 	}
 }
 

@@ -19,7 +19,16 @@ import (
 // Parse decodes, validates and normalises a policy. On any problem it
 // returns an Errors listing all of them with field paths and lines; it
 // never returns a partially valid policy.
-func Parse(data []byte) (p *Policy, err error) {
+func Parse(data []byte) (p *Policy, err error) { return parse(data, false) }
+
+// ParseUnenforced is Parse that also accepts the protocols this build's
+// proxy does not enforce yet (mcp, json-rpc, graphql: NotYetEnforced),
+// for the packages that implement them and their tests. Nothing that
+// loads a policy to enforce it calls it: Parse refuses those protocols,
+// so a policy never holds rules nothing would enforce.
+func ParseUnenforced(data []byte) (*Policy, error) { return parse(data, true) }
+
+func parse(data []byte, unenforced bool) (p *Policy, err error) {
 	if len(data) > MaxPolicySize {
 		return nil, Errors{{Msg: fmt.Sprintf("policy is %d bytes; at most %d allowed", len(data), MaxPolicySize)}}
 	}
@@ -46,7 +55,7 @@ func Parse(data []byte) (p *Policy, err error) {
 		}
 		return nil, Errors{{Line: line, Msg: "multiple YAML documents; a policy file holds exactly one"}}
 	}
-	d := &decoder{}
+	d := &decoder{unenforced: unenforced}
 	pol := d.policy(&doc)
 	if len(d.errs) > 0 {
 		sortErrors(d.errs)
@@ -69,6 +78,8 @@ func yamlError(err error) *FieldError {
 
 type decoder struct {
 	errs Errors
+	// unenforced accepts the NotYetEnforced protocols (ParseUnenforced).
+	unenforced bool
 }
 
 func (d *decoder) errf(n *yaml.Node, path, format string, args ...any) {
@@ -109,11 +120,8 @@ var nameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^
 // implement; they get a clearer message than "unknown key".
 var openShellOnly = map[string]bool{
 	"network_middlewares": true, "path": true, "allow_encoded_slash": true,
-	"websocket_credential_rewrite": true, "persisted_queries": true,
-	"graphql_persisted_queries": true, "graphql_max_body_bytes": true,
-	"mcp": true, "json_rpc": true, "harness": true, "command": true,
-	"operation_type": true, "operation_name": true, "fields": true,
-	"tool": true, "params": true,
+	"websocket_credential_rewrite": true, "allow_all_known_mcp_methods": true,
+	"harness": true, "command": true, "fields": true,
 }
 
 type field struct {
@@ -577,7 +585,7 @@ func checkDisplayName(s string) error {
 	return nil
 }
 
-var endpointKeys = append([]string{"host", "port", "ports", "protocol", "tls", "enforcement", "access", "rules", "deny_rules", "allowed_ips", "websocket"}, credentialKeys...)
+var endpointKeys = append(append([]string{"host", "port", "ports", "protocol", "tls", "enforcement", "access", "rules", "deny_rules", "allowed_ips", "websocket"}, credentialKeys...), protocolKeys...)
 
 func (d *decoder) endpoint(n *yaml.Node, path string) *Endpoint {
 	fields, ok := d.mapping(n, path, endpointKeys)
@@ -634,10 +642,15 @@ func (d *decoder) endpoint(n *yaml.Node, path string) *Endpoint {
 			switch s {
 			case ProtocolREST, ProtocolTCP, ProtocolWebSocket:
 				e.Protocol = s
-			case "graphql", "sql", "json-rpc", "mcp":
-				d.errf(f.val, path+".protocol", "OpenShell protocol %q is not supported by Palisade (use rest, websocket or tcp, or omit it)", s)
+			case ProtocolMCP, ProtocolJSONRPC, ProtocolGraphQL:
+				e.Protocol = s
+				if NotYetEnforced(s) && !d.unenforced {
+					d.errf(f.val, path+".protocol", "protocol %s is not enforced by this build yet (its inspector is not wired into the egress proxy); it is refused rather than accepted unenforced", s)
+				}
+			case "sql":
+				d.errf(f.val, path+".protocol", "OpenShell protocol %q is not supported by Palisade (use rest, websocket, tcp, mcp, json-rpc or graphql, or omit it)", s)
 			default:
-				d.errf(f.val, path+".protocol", "must be rest, websocket or tcp (or omitted for plain proxying), not %q", s)
+				d.errf(f.val, path+".protocol", "must be rest, websocket, tcp, mcp, json-rpc or graphql (or omitted for plain proxying), not %q", s)
 			}
 		}
 	}
@@ -671,6 +684,11 @@ func (d *decoder) endpoint(n *yaml.Node, path string) *Endpoint {
 			e.Access = s
 		}
 	}
+	d.protocolOptions(fields, path, e)
+	match := d.requestMatch
+	if e.BodyInspected() {
+		match = func(n *yaml.Node, path string) (RequestMatch, bool) { return d.protocolMatch(n, path, e) }
+	}
 	rulesF, hasRules := fields["rules"]
 	if hasRules {
 		if items, ok := d.seq(rulesF.val, path+".rules", "must not be empty (rules: [] would deny everything; use access: full or remove rules)"); ok {
@@ -685,7 +703,7 @@ func (d *decoder) endpoint(n *yaml.Node, path string) *Endpoint {
 					d.errf(it, ip+".allow", "is required")
 					continue
 				}
-				if m, ok := d.requestMatch(af.val, ip+".allow"); ok {
+				if m, ok := match(af.val, ip+".allow"); ok {
 					e.Rules = append(e.Rules, Rule{Allow: m})
 				}
 			}
@@ -695,7 +713,7 @@ func (d *decoder) endpoint(n *yaml.Node, path string) *Endpoint {
 	if hasDeny {
 		if items, ok := d.seq(denyF.val, path+".deny_rules", "must not be empty (remove deny_rules if nothing is denied)"); ok {
 			for i, it := range items {
-				if m, ok := d.requestMatch(it, indexPath(path+".deny_rules", i)); ok {
+				if m, ok := match(it, indexPath(path+".deny_rules", i)); ok {
 					e.DenyRules = append(e.DenyRules, m)
 				}
 			}
@@ -762,6 +780,8 @@ func (d *decoder) endpoint(n *yaml.Node, path string) *Endpoint {
 		if e.TLS == TLSTerminate {
 			d.errf(tlsNode, path+".tls", "protocol tcp never terminates TLS")
 		}
+	case ProtocolMCP, ProtocolJSONRPC, ProtocolGraphQL:
+		d.protocolCross(fields, path, e, n)
 	case ProtocolREST:
 		if hasRules && accessNode != nil {
 			d.errf(rulesF.key, path+".rules", "access and rules are mutually exclusive")

@@ -15,9 +15,9 @@ const (
 )
 
 // L7 reports whether the endpoint constrains HTTP requests (access,
-// rules or deny_rules).
+// rules or deny_rules, or a protocol whose bodies are read).
 func (e *Endpoint) L7() bool {
-	return e.Access != "" || len(e.Rules) > 0 || len(e.DenyRules) > 0
+	return e.BodyInspected() || e.Access != "" || len(e.Rules) > 0 || len(e.DenyRules) > 0
 }
 
 // CheckRequest judges one HTTP request against the endpoint's L7
@@ -51,6 +51,9 @@ func (e *Endpoint) CheckRequest(method, escapedPath string, query url.Values, co
 // lists them; it decides the request under each): it does not refuse
 // what would be ambiguous as a path sent on the wire.
 func (e *Endpoint) CheckReading(method, path string, query url.Values, contentType string) (bool, string) {
+	if e.BodyInspected() {
+		return false, L7BodyNotInspected // decided by pkg/l7/jsonrpc or pkg/l7/graphql, never by method and path
+	}
 	if !e.L7() {
 		return true, ""
 	}

@@ -13,8 +13,11 @@ const (
 	EnforcementEnforce = "enforce"
 	EnforcementAudit   = "audit"
 
-	ProtocolREST = "rest" // L7 HTTP method/path inspection
-	ProtocolTCP  = "tcp"  // explicit L4: policy DNS + transparent TCP
+	ProtocolREST    = "rest"     // L7 HTTP method/path inspection
+	ProtocolTCP     = "tcp"      // explicit L4: policy DNS + transparent TCP
+	ProtocolMCP     = "mcp"      // MCP over streamable HTTP: JSON-RPC bodies, methods and tools (mcp.go)
+	ProtocolJSONRPC = "json-rpc" // generic JSON-RPC 2.0 over HTTP: methods only
+	ProtocolGraphQL = "graphql"  // GraphQL over HTTP: operation types and names
 
 	AccessReadOnly  = "read-only"
 	AccessReadWrite = "read-write"
@@ -92,7 +95,9 @@ type Endpoint struct {
 	// Ports holds the endpoint's ports, sorted (the file's port or ports).
 	Ports []int `json:"ports" yaml:"ports,flow"`
 	// Protocol is "" (plain proxy, no inspection), ProtocolREST,
-	// ProtocolWebSocket or ProtocolTCP.
+	// ProtocolWebSocket, ProtocolTCP, or one of the protocols whose
+	// request bodies the proxy reads (ProtocolMCP, ProtocolJSONRPC,
+	// ProtocolGraphQL; see BodyInspected).
 	Protocol string `json:"protocol,omitempty" yaml:"protocol,omitempty"`
 	// TLS is "" (auto-detect) or TLSSkip.
 	TLS string `json:"tls,omitempty" yaml:"tls,omitempty"`
@@ -129,6 +134,23 @@ type Endpoint struct {
 	SigningRegion     string `json:"signing_region,omitempty" yaml:"signing_region,omitempty"`
 	// WebSocket holds a protocol: websocket endpoint's message rules.
 	WebSocket *WebSocket `json:"websocket,omitempty" yaml:"websocket,omitempty"`
+	// MCP holds a protocol mcp endpoint's options, materialised (never
+	// nil on one, always nil on any other; see MCPOptions).
+	MCP *MCPOptions `json:"mcp,omitempty" yaml:"mcp,omitempty"`
+	// JSONRPC holds a protocol json-rpc endpoint's options, materialised.
+	JSONRPC *JSONRPCOptions `json:"json_rpc,omitempty" yaml:"json_rpc,omitempty"`
+	// GraphQL options of a protocol graphql endpoint (zero elsewhere):
+	// PersistedQueries is PersistedQueriesDeny (materialised default) or
+	// PersistedQueriesAllowRegistered, which admits a hash-only request
+	// whose hash or id GraphQLPersistedQueries classifies;
+	// GraphQLMaxBodyBytes bounds the body read for inspection
+	// (materialised); GraphQLMaxBatchSize, when not 0, admits JSON array
+	// batches of up to that many operations (each one decided), which
+	// are refused otherwise.
+	PersistedQueries        string                      `json:"persisted_queries,omitempty" yaml:"persisted_queries,omitempty"`
+	GraphQLPersistedQueries map[string]GraphQLOperation `json:"graphql_persisted_queries,omitempty" yaml:"graphql_persisted_queries,omitempty"`
+	GraphQLMaxBodyBytes     int                         `json:"graphql_max_body_bytes,omitempty" yaml:"graphql_max_body_bytes,omitempty"`
+	GraphQLMaxBatchSize     int                         `json:"graphql_max_batch_size,omitempty" yaml:"graphql_max_batch_size,omitempty"`
 }
 
 // AccessAllows reports whether an access preset admits an HTTP method:
@@ -158,15 +180,31 @@ type Rule struct {
 	Allow RequestMatch `json:"allow" yaml:"allow"`
 }
 
-// RequestMatch selects HTTP requests: an allow rule's body, or a deny rule.
+// RequestMatch selects requests: an allow rule's body, or a deny rule.
+// Which fields a rule holds depends on its endpoint's protocol: method,
+// path and query for rest; method for json-rpc; method and params (the
+// tools/call tool name) for mcp; operation_type and operation_name for
+// graphql.
 type RequestMatch struct {
-	// Method is an upper-case HTTP method or "*".
-	Method string `json:"method" yaml:"method"`
+	// Method is an upper-case HTTP method or "*" (rest), a JSON-RPC
+	// method name or "*" (json-rpc), or an MCP method name, a glob only
+	// within the "tools/" family (mcp).
+	Method string `json:"method,omitempty" yaml:"method,omitempty"`
 	// Path is a URL path glob starting with "/" ("*" and "**" match any
 	// characters including "/", "?" one character), or "*" / "**".
-	Path string `json:"path" yaml:"path"`
+	Path string `json:"path,omitempty" yaml:"path,omitempty"`
 	// Query maps a decoded query parameter name to the globs it may match.
 	Query map[string]QueryMatch `json:"query,omitempty" yaml:"query,omitempty"`
+	// Params is an MCP rule's params matcher: only "name", the
+	// tools/call tool name (the file's "tool" is the same matcher), on a
+	// rule whose method is tools/call.
+	Params map[string]QueryMatch `json:"params,omitempty" yaml:"params,omitempty"`
+	// OperationType is a GraphQL rule's operation type: query,
+	// mutation, subscription or "*".
+	OperationType string `json:"operation_type,omitempty" yaml:"operation_type,omitempty"`
+	// OperationName is a GraphQL rule's operation-name glob ("" matches
+	// any name, an anonymous operation's included).
+	OperationName string `json:"operation_name,omitempty" yaml:"operation_name,omitempty"`
 }
 
 // QueryMatch is a query parameter matcher: the value must match one of Any
@@ -258,6 +296,21 @@ func (e *Endpoint) clone() *Endpoint {
 		b := *e.CredentialBinding
 		c.CredentialBinding = &b
 	}
+	if e.MCP != nil {
+		m := *e.MCP
+		m.Versions = slices.Clone(e.MCP.Versions)
+		c.MCP = &m
+	}
+	if e.JSONRPC != nil {
+		j := *e.JSONRPC
+		c.JSONRPC = &j
+	}
+	if e.GraphQLPersistedQueries != nil {
+		c.GraphQLPersistedQueries = make(map[string]GraphQLOperation, len(e.GraphQLPersistedQueries))
+		for k, op := range e.GraphQLPersistedQueries {
+			c.GraphQLPersistedQueries[k] = op
+		}
+	}
 	c.Rules = nil
 	for _, r := range e.Rules {
 		c.Rules = append(c.Rules, Rule{Allow: r.Allow.clone()})
@@ -272,11 +325,18 @@ func (e *Endpoint) clone() *Endpoint {
 
 func (m RequestMatch) clone() RequestMatch {
 	c := m
-	if m.Query != nil {
-		c.Query = make(map[string]QueryMatch, len(m.Query))
-		for k, q := range m.Query {
-			c.Query[k] = QueryMatch{Any: slices.Clone(q.Any)}
-		}
+	c.Query = cloneMatchers(m.Query)
+	c.Params = cloneMatchers(m.Params)
+	return c
+}
+
+func cloneMatchers(m map[string]QueryMatch) map[string]QueryMatch {
+	if m == nil {
+		return nil
+	}
+	c := make(map[string]QueryMatch, len(m))
+	for k, q := range m {
+		c[k] = QueryMatch{Any: slices.Clone(q.Any)}
 	}
 	return c
 }

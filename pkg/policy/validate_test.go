@@ -148,7 +148,7 @@ func TestParseRejects(t *testing.T) {
 		{"zero in ports", withEndpoint("host: example.com", "ports: [80, 0]"), ep0 + ".ports[1]", "1-65535", 10},
 
 		// Protocol, tls, enforcement, access, rules.
-		{"unknown protocol", withEndpoint("host: example.com", "port: 21", "protocol: ftp"), ep0 + ".protocol", "must be rest, websocket or tcp", 11},
+		{"unknown protocol", withEndpoint("host: example.com", "port: 21", "protocol: ftp"), ep0 + ".protocol", "must be rest, websocket, tcp, mcp, json-rpc or graphql", 11},
 		{"websocket without rules", withEndpoint("host: ws.example.com", "port: 443", "protocol: websocket"), ep0 + ".websocket", "required by protocol websocket", 11},
 		{"websocket field without protocol", withEndpoint("host: ws.example.com", "port: 443", "websocket: {text: [{exact: a}]}"), ep0 + ".websocket", "requires protocol: websocket", 11},
 		{"websocket empty text", withEndpoint("host: ws.example.com", "port: 443", "protocol: websocket", "websocket: {text: []}"), ep0 + ".websocket.text", "must not be empty", 12},
@@ -161,7 +161,7 @@ func TestParseRejects(t *testing.T) {
 		{"websocket unknown key", withEndpoint("host: ws.example.com", "port: 443", "protocol: websocket", "websocket: {text: [{exact: a}], compress: true}"), ep0 + ".websocket.compress", "unknown key", 12},
 		{"websocket max too big", withEndpoint("host: ws.example.com", "port: 443", "protocol: websocket", "websocket: {text: [{exact: a}], max_message_bytes: 99999999}"), ep0 + ".websocket.max_message_bytes", "must be 1-16777216", 12},
 		{"websocket tls skip", withEndpoint("host: ws.example.com", "port: 443", "protocol: websocket", "tls: skip", "websocket: {text: [{exact: a}]}"), ep0 + ".tls", "could not be enforced", 12},
-		{"OpenShell protocol unsupported", withEndpoint("host: example.com", "port: 443", "protocol: graphql", "access: full"), ep0 + ".protocol", "not supported by Palisade", 11},
+		{"OpenShell protocol unsupported", withEndpoint("host: example.com", "port: 443", "protocol: sql", "access: full"), ep0 + ".protocol", "not supported by Palisade", 11},
 		{"unknown enforcement", withEndpoint("host: example.com", "port: 443", "protocol: rest", "access: full", "enforcement: block"), ep0 + ".enforcement", "enforce, audit", 13},
 		{"unknown access", withEndpoint("host: example.com", "port: 443", "protocol: rest", "access: write"), ep0 + ".access", "read-only, read-write, full", 12},
 		{"access and rules", withEndpoint("host: example.com", "port: 443", "protocol: rest", "access: full", "rules: [{allow: {method: GET, path: /}}]"), ep0 + ".rules", "mutually exclusive", 13},

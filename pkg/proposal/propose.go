@@ -270,6 +270,8 @@ func (b *builder) classifyHTTP(d Denial) {
 	}
 	method := strings.ToUpper(d.Method)
 	switch {
+	case ep.BodyInspected():
+		b.unanswered(d, "%s's endpoint is protocol %s, decided by request bodies; a proposal writes no rules for it (add the method or tool to its rules by hand)", res.Entry, ep.Protocol)
 	case d.Reason == policy.L7DeniedByRule:
 		b.unanswered(d, "a deny rule refuses it; a proposal never removes deny rules")
 	case d.Reason == policy.L7AmbiguousPath || d.Reason == policy.L7InvalidRequest:

@@ -1,0 +1,305 @@
+// Package jsonrpc decides the requests of protocol json-rpc and protocol
+// mcp endpoints by their bodies: the JSON-RPC 2.0 messages a sandbox
+// sends a server over HTTP (MCP's streamable HTTP transport is JSON-RPC
+// over POST, with a GET that opens a stream of server messages).
+//
+// Parse reads one request body, at most the endpoint's max_body_bytes,
+// with github.com/go-json-experiment/json's streaming jsontext decoder
+// (no hand-written JSON parser): invalid UTF-8, duplicate member names at
+// any depth, nesting deeper than the decoder's 10,000 levels and
+// trailing data are errors. A member that spells a name the decision
+// reads in another letter case ("Method", "paramſ") is refused too:
+// servers built on encoding/json read member names case-insensitively
+// and would act on it. Decide then judges the request as the proxy
+// does: for mcp the MCP-Protocol-Version header against the endpoint's
+// allowlist, the revision's batch shape, the recommended tool-name
+// syntax, then the rules (method, and the tools/call tool name);
+// for json-rpc the method only. Responses the server streams back (the
+// response body or its server-sent events) are relayed, not read.
+package jsonrpc
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/go-json-experiment/json/jsontext"
+
+	"github.com/palisade-sandbox/palisade/pkg/policy"
+)
+
+// Kind is what a JSON-RPC message is.
+type Kind int
+
+const (
+	KindRequest      Kind = iota // a method call with an id
+	KindNotification             // a method call without an id
+	KindResponse                 // a result or error answering the other side's request
+)
+
+// Message is what the decision reads of one JSON-RPC message: never its
+// params beyond the tools/call tool name, never an id's value.
+type Message struct {
+	Kind   Kind
+	Method string // "" for a response
+	// Tool is an MCP tools/call's params.name ("" otherwise).
+	Tool string
+}
+
+// Body is one parsed request body.
+type Body struct {
+	Messages []Message
+	// Batch marks a top-level array (even of one message).
+	Batch bool
+}
+
+// ErrInvalid wraps every reason a body is not one JSON-RPC 2.0 message
+// or batch (or, in MCP mode, not of MCP's shape).
+var ErrInvalid = errors.New("not a JSON-RPC 2.0 request body")
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+}
+
+// maxBatchMembers bounds the members Parse collects (the body bound
+// bounds them already; this keeps a 1 MiB body of "[{},{},...]" cheap).
+const maxBatchMembers = 4096
+
+// Parse reads a request body: one JSON-RPC 2.0 message, or a nonempty
+// top-level array of them. With mcp set, MCP's shapes are required too:
+// params, when present, is an object; a tools/call carries a string
+// params.name; an initialize carries a string params.protocolVersion.
+func Parse(body []byte, mcp bool) (*Body, error) {
+	if !utf8.Valid(body) {
+		return nil, invalid("body is not UTF-8")
+	}
+	dec := jsontext.NewDecoder(bytes.NewReader(body))
+	out := &Body{}
+	switch dec.PeekKind() {
+	case '[':
+		out.Batch = true
+		if _, err := dec.ReadToken(); err != nil {
+			return nil, invalid("%v", err)
+		}
+		for dec.PeekKind() != ']' {
+			if len(out.Messages) == maxBatchMembers {
+				return nil, invalid("more than %d batch members", maxBatchMembers)
+			}
+			m, err := parseMessage(dec, mcp)
+			if err != nil {
+				return nil, err
+			}
+			out.Messages = append(out.Messages, m)
+		}
+		if _, err := dec.ReadToken(); err != nil {
+			return nil, invalid("%v", err)
+		}
+		if len(out.Messages) == 0 {
+			return nil, invalid("empty batch")
+		}
+	case '{':
+		m, err := parseMessage(dec, mcp)
+		if err != nil {
+			return nil, err
+		}
+		out.Messages = []Message{m}
+	default:
+		return nil, invalid("body is neither a JSON object nor an array")
+	}
+	if _, err := dec.ReadToken(); err != io.EOF {
+		return nil, invalid("data after the message")
+	}
+	return out, nil
+}
+
+// envelope collects the members of one message object.
+type envelope struct {
+	version    string
+	hasVersion bool
+	method     string
+	hasMethod  bool
+	hasID      bool
+	hasResult  bool
+	hasError   bool
+	params     jsontext.Value // a copy; nil when absent
+	hasParams  bool
+	paramsKind jsontext.Kind
+	idKind     jsontext.Kind
+}
+
+// messageMembers are the names of a message the decision reads.
+var messageMembers = []string{"jsonrpc", "method", "id", "params", "result", "error"}
+
+func parseMessage(dec *jsontext.Decoder, mcp bool) (Message, error) {
+	var env envelope
+	if err := readObject(dec, messageMembers, func(name string) error { return env.member(dec, name) }); err != nil {
+		return Message{}, err
+	}
+	return env.message(mcp)
+}
+
+// readObject reads one JSON object from dec, calling member for each
+// name (the decoder then stands before its value, which member must
+// consume): a name that differs from one of known only in letter case
+// is refused.
+func readObject(dec *jsontext.Decoder, known []string, member func(name string) error) error {
+	tok, err := dec.ReadToken()
+	if err != nil {
+		return invalid("%v", err)
+	}
+	if tok.Kind() != '{' {
+		return invalid("a message must be a JSON object, not %s", tok.Kind())
+	}
+	for dec.PeekKind() != '}' {
+		tok, err := dec.ReadToken()
+		if err != nil {
+			return invalid("%v", err)
+		}
+		name := tok.String()
+		for _, k := range known {
+			if name != k && strings.EqualFold(name, k) {
+				return invalid("member %q spells %q in another letter case", name, k)
+			}
+		}
+		if err := member(name); err != nil {
+			return err
+		}
+	}
+	if _, err := dec.ReadToken(); err != nil {
+		return invalid("%v", err)
+	}
+	return nil
+}
+
+func (env *envelope) member(dec *jsontext.Decoder, name string) error {
+	switch name {
+	case "jsonrpc":
+		s, err := readString(dec, name)
+		env.version, env.hasVersion = s, true
+		return err
+	case "method":
+		s, err := readString(dec, name)
+		env.method, env.hasMethod = s, true
+		return err
+	case "id":
+		env.hasID, env.idKind = true, dec.PeekKind()
+	case "result":
+		env.hasResult = true
+	case "error":
+		env.hasError = true
+	case "params":
+		env.hasParams, env.paramsKind = true, dec.PeekKind()
+		v, err := dec.ReadValue()
+		if err != nil {
+			return invalid("%v", err)
+		}
+		env.params = v.Clone()
+		return nil
+	}
+	if err := dec.SkipValue(); err != nil {
+		return invalid("%v", err)
+	}
+	return nil
+}
+
+func readString(dec *jsontext.Decoder, name string) (string, error) {
+	tok, err := dec.ReadToken()
+	if err != nil {
+		return "", invalid("%v", err)
+	}
+	if tok.Kind() != '"' {
+		return "", invalid("%s must be a string", name)
+	}
+	return tok.String(), nil
+}
+
+// message checks one collected envelope.
+func (env *envelope) message(mcp bool) (Message, error) {
+	if !env.hasVersion || env.version != "2.0" {
+		return Message{}, invalid(`"jsonrpc" must be "2.0"`)
+	}
+	if env.hasID {
+		switch env.idKind {
+		case '"', '0':
+		case 'n':
+			if mcp {
+				return Message{}, invalid("an MCP id must be a string or a number, not null")
+			}
+		default:
+			return Message{}, invalid("an id must be a string, a number or null")
+		}
+	}
+	if !env.hasMethod {
+		if env.hasResult == env.hasError || !env.hasID || env.hasParams {
+			return Message{}, invalid("a message without a method must be a response: an id and exactly one of result and error")
+		}
+		return Message{Kind: KindResponse}, nil
+	}
+	if env.hasResult || env.hasError {
+		return Message{}, invalid("a message has both a method and a result or error")
+	}
+	if env.method == "" || strings.ContainsRune(env.method, utf8.RuneError) {
+		return Message{}, invalid("the method name is empty or holds U+FFFD")
+	}
+	m := Message{Kind: KindNotification, Method: env.method}
+	if env.hasID {
+		m.Kind = KindRequest
+	}
+	switch {
+	case !env.hasParams || env.paramsKind == '{':
+	case mcp:
+		return Message{}, invalid("MCP params must be an object")
+	case env.paramsKind != '[':
+		return Message{}, invalid("params must be an object or an array")
+	}
+	if !mcp {
+		return m, nil
+	}
+	return mcpMessage(m, env)
+}
+
+// mcpMessage checks the params the decision depends on: a tools/call's
+// name, an initialize's protocolVersion.
+func mcpMessage(m Message, env *envelope) (Message, error) {
+	var want string
+	switch {
+	case m.Method == policy.MCPToolCall && m.Kind == KindRequest:
+		want = "name"
+	case m.Method == "initialize" && m.Kind == KindRequest:
+		want = "protocolVersion"
+	case m.Method == policy.MCPToolCall || m.Method == "initialize":
+		return Message{}, invalid("%s must be a request (with an id)", m.Method)
+	default:
+		return m, nil
+	}
+	if !env.hasParams {
+		return Message{}, invalid("%s needs params.%s", m.Method, want)
+	}
+	dec := jsontext.NewDecoder(bytes.NewReader(env.params))
+	var val string
+	found := false
+	err := readObject(dec, []string{want}, func(name string) error {
+		if name != want {
+			if err := dec.SkipValue(); err != nil {
+				return invalid("%v", err)
+			}
+			return nil
+		}
+		s, err := readString(dec, "params."+want)
+		val, found = s, true
+		return err
+	})
+	if err != nil {
+		return Message{}, err
+	}
+	if !found {
+		return Message{}, invalid("%s needs params.%s", m.Method, want)
+	}
+	if want == "name" {
+		m.Tool = val
+	}
+	return m, nil
+}
