@@ -641,7 +641,7 @@ func dropSome(r *rand.Rand, s []string) []string {
 
 // valid normalises p through the loader; nil when the loader refuses it.
 func valid(p *policy.Policy) *policy.Policy {
-	q, err := policy.ParseUnenforced(p.Canonical())
+	q, err := policy.Parse(p.Canonical())
 	if err != nil {
 		return nil
 	}

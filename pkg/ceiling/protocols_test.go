@@ -3,18 +3,7 @@ package ceiling
 import (
 	"strings"
 	"testing"
-
-	"github.com/palisade-sandbox/palisade/pkg/policy"
 )
-
-func mustParseUnenforced(t *testing.T, s string) *policy.Policy {
-	t.Helper()
-	p, err := policy.ParseUnenforced([]byte(s))
-	if err != nil {
-		t.Fatalf("%v\n%s", err, s)
-	}
-	return p
-}
 
 // protoEntry renders one entry holding one endpoint of host mcp.test.
 func protoEntry(lines ...string) string {
@@ -67,7 +56,7 @@ func TestProtocolContainment(t *testing.T) {
 			protoEntry("protocol: graphql", "access: read-only", "persisted_queries: allow_registered", "graphql_persisted_queries: {abc: {operation_type: query}}", `deny_rules: [{operation_type: mutation}]`), "registers as an operation it refuses"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, p := mustParseUnenforced(t, tc.ceiling), mustParseUnenforced(t, tc.policy)
+			c, p := mustParse(t, tc.ceiling), mustParse(t, tc.policy)
 			xs := Contains(c, p, Options{})
 			switch {
 			case tc.want == "" && len(xs) > 0:

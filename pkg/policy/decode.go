@@ -19,16 +19,7 @@ import (
 // Parse decodes, validates and normalises a policy. On any problem it
 // returns an Errors listing all of them with field paths and lines; it
 // never returns a partially valid policy.
-func Parse(data []byte) (p *Policy, err error) { return parse(data, false) }
-
-// ParseUnenforced is Parse that also accepts the protocols this build's
-// proxy does not enforce yet (mcp, json-rpc, graphql: NotYetEnforced),
-// for the packages that implement them and their tests. Nothing that
-// loads a policy to enforce it calls it: Parse refuses those protocols,
-// so a policy never holds rules nothing would enforce.
-func ParseUnenforced(data []byte) (*Policy, error) { return parse(data, true) }
-
-func parse(data []byte, unenforced bool) (p *Policy, err error) {
+func Parse(data []byte) (p *Policy, err error) {
 	if len(data) > MaxPolicySize {
 		return nil, Errors{{Msg: fmt.Sprintf("policy is %d bytes; at most %d allowed", len(data), MaxPolicySize)}}
 	}
@@ -55,7 +46,7 @@ func parse(data []byte, unenforced bool) (p *Policy, err error) {
 		}
 		return nil, Errors{{Line: line, Msg: "multiple YAML documents; a policy file holds exactly one"}}
 	}
-	d := &decoder{unenforced: unenforced}
+	d := &decoder{}
 	pol := d.policy(&doc)
 	if len(d.errs) > 0 {
 		sortErrors(d.errs)
@@ -78,8 +69,6 @@ func yamlError(err error) *FieldError {
 
 type decoder struct {
 	errs Errors
-	// unenforced accepts the NotYetEnforced protocols (ParseUnenforced).
-	unenforced bool
 }
 
 func (d *decoder) errf(n *yaml.Node, path, format string, args ...any) {
@@ -640,13 +629,8 @@ func (d *decoder) endpoint(n *yaml.Node, path string) *Endpoint {
 		protoNode = f.val
 		if s, ok := d.str(f.val, path+".protocol"); ok {
 			switch s {
-			case ProtocolREST, ProtocolTCP, ProtocolWebSocket:
+			case ProtocolREST, ProtocolTCP, ProtocolWebSocket, ProtocolMCP, ProtocolJSONRPC, ProtocolGraphQL:
 				e.Protocol = s
-			case ProtocolMCP, ProtocolJSONRPC, ProtocolGraphQL:
-				e.Protocol = s
-				if NotYetEnforced(s) && !d.unenforced {
-					d.errf(f.val, path+".protocol", "protocol %s is not enforced by this build yet (its inspector is not wired into the egress proxy); it is refused rather than accepted unenforced", s)
-				}
 			case "sql":
 				d.errf(f.val, path+".protocol", "OpenShell protocol %q is not supported by Palisade (use rest, websocket, tcp, mcp, json-rpc or graphql, or omit it)", s)
 			default:

@@ -162,19 +162,6 @@ var toolNameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompil
 // syntax: 1 to 128 ASCII letters, digits, '_', '.' or '-'.
 func ValidToolName(name string) bool { return toolNameRE().MatchString(name) }
 
-// NotYetEnforced reports whether this build's egress proxy does not
-// enforce protocol yet: Parse refuses it (fail closed), ParseUnenforced
-// accepts it. pkg/l7/jsonrpc and pkg/l7/graphql decide these protocols;
-// the proxy builds their inspectors once its request path calls
-// protocol inspectors (issue 27 item 5).
-func NotYetEnforced(protocol string) bool {
-	switch protocol {
-	case ProtocolMCP, ProtocolJSONRPC, ProtocolGraphQL:
-		return true
-	}
-	return false
-}
-
 // BodyInspected reports whether the proxy decides the endpoint's
 // requests by their bodies (protocols mcp, json-rpc and graphql): such a
 // request is read, up to MaxBodyBytes, before anything of it is relayed.

@@ -88,7 +88,7 @@ func TestProtocolsReject(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			p, err := ParseUnenforced([]byte(tc.yaml))
+			p, err := Parse([]byte(tc.yaml))
 			if err == nil {
 				t.Fatalf("accepted:\n%s\nnormalised: %s", tc.yaml, p.Canonical())
 			}
@@ -119,7 +119,7 @@ func TestMCPOptionsMaterialised(t *testing.T) {
 		{"downgrade", []string{"mcp:", "  versions:", "    - 2025-03-26"}, MCPOptions{Versions: []string{"2025-03-26"}, StrictToolNames: true, MaxBodyBytes: 65536}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p, err := ParseUnenforced([]byte(mcpEP(append(tc.lines, toolRules)...)))
+			p, err := Parse([]byte(mcpEP(append(tc.lines, toolRules)...)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -134,7 +134,7 @@ func TestMCPOptionsMaterialised(t *testing.T) {
 			if !bytes.Contains(c, []byte(`"versions":["`+strings.Join(tc.want.Versions, `","`)+`"]`)) {
 				t.Errorf("canonical form lacks the materialised allowlist: %s", c)
 			}
-			q, err := ParseUnenforced(c)
+			q, err := Parse(c)
 			if err != nil {
 				t.Fatalf("canonical form does not parse: %v\n%s", err, c)
 			}
@@ -208,21 +208,21 @@ func TestProtocolsAccept(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p, err := ParseUnenforced([]byte(tc.yaml))
+			p, err := Parse([]byte(tc.yaml))
 			if err != nil {
 				t.Fatalf("%v\n%s", err, tc.yaml)
 			}
 			if tc.check != nil {
 				tc.check(t, p.NetworkPolicies["e"].Endpoints[0])
 			}
-			q, err := ParseUnenforced(p.Canonical())
+			q, err := Parse(p.Canonical())
 			if err != nil {
 				t.Fatalf("canonical form does not parse: %v\n%s", err, p.Canonical())
 			}
 			if q.Checksum() != p.Checksum() {
 				t.Errorf("checksum changed through the canonical form:\n%s\n%s", p.Canonical(), q.Canonical())
 			}
-			if _, err := ParseUnenforced(p.YAML()); err != nil {
+			if _, err := Parse(p.YAML()); err != nil {
 				t.Errorf("YAML form does not parse: %v\n%s", err, p.YAML())
 			}
 		})
@@ -251,25 +251,6 @@ func TestMCPRegistry(t *testing.T) {
 	for _, n := range []string{"", "send mail", "a/b", "é", strings.Repeat("x", 129), "a\n"} {
 		if ValidToolName(n) {
 			t.Errorf("%q accepted", n)
-		}
-	}
-}
-
-// Until the proxy builds their inspectors, Parse refuses the protocols
-// it would not enforce (fail closed), naming the field; ParseUnenforced
-// accepts them.
-func TestNotYetEnforcedRefused(t *testing.T) {
-	for _, y := range []string{
-		mcpEP(toolRules),
-		withEndpoint("host: rpc.example.com", "port: 443", "protocol: json-rpc", "rules: [{allow: {method: a}}]"),
-		withEndpoint("host: api.example.com", "port: 443", "protocol: graphql", "access: read-only"),
-	} {
-		_, err := Parse([]byte(y))
-		if err == nil || !strings.Contains(err.Error(), ep0+".protocol") || !strings.Contains(err.Error(), "not enforced by this build yet") {
-			t.Errorf("Parse = %v, want refused as not enforced\n%s", err, y)
-		}
-		if _, err := ParseUnenforced([]byte(y)); err != nil {
-			t.Errorf("ParseUnenforced: %v", err)
 		}
 	}
 }

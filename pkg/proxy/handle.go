@@ -291,7 +291,7 @@ func (p *Proxy) inspectForward(c *net.TCPConn, rec *Record, req *request, v *Ver
 		p.badRequest(c, rec, d.Status, d.Reason, headErrorf("%s", d.Detail))
 		return false
 	case !v.Audit:
-		rec.Reason = d.Reason
+		rec.Reason, rec.Rule = d.Reason, d.Rule
 		p.deny(c, rec, OutcomePolicyDenied)
 		return false
 	}

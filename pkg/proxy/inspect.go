@@ -401,10 +401,11 @@ func (ix *inspector) serve(w http.ResponseWriter, r *http.Request, rr *Record) {
 		ix.refuse(w, rr, d.Status, d.Reason, d.Detail)
 		return
 	case !gv.v.Audit:
+		rr.Rule = d.Rule
 		ix.deny(w, r, rr, d.Reason, path.Escaped)
 		return
 	default:
-		rr.Reason = d.Reason
+		rr.Reason, rr.Rule = d.Reason, d.Rule
 		p.log.Warn("L7 rule violation allowed by enforcement: audit", "host", ix.host, "method", r.Method, "path", path.Escaped, "reason", d.Reason, "entry", rr.Entry)
 	}
 	ep := gv.v.Endpoint

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/palisade-sandbox/palisade/pkg/l7"
+	"github.com/palisade-sandbox/palisade/pkg/l7/graphql"
+	"github.com/palisade-sandbox/palisade/pkg/l7/jsonrpc"
 	"github.com/palisade-sandbox/palisade/pkg/l7/rest"
 	"github.com/palisade-sandbox/palisade/pkg/l7/websocket"
 	"github.com/palisade-sandbox/palisade/pkg/policy"
@@ -31,6 +33,10 @@ func newInspector(ep *policy.Endpoint) l7.Inspector {
 	switch ep.Protocol {
 	case policy.ProtocolWebSocket:
 		in, err = wsInspector(ep)
+	case policy.ProtocolMCP, policy.ProtocolJSONRPC:
+		in, err = jsonrpc.New(ep)
+	case policy.ProtocolGraphQL:
+		in, err = graphql.New(ep)
 	default: // protocol rest; or access or rules on a plain endpoint (which validation refuses)
 		in = rest.New(ep)
 	}

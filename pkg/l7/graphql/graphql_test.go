@@ -61,7 +61,7 @@ func endpoint(t testing.TB, lines ...string) *policy.Endpoint {
 	for _, l := range lines {
 		src += "        " + l + "\n"
 	}
-	p, err := policy.ParseUnenforced([]byte(src))
+	p, err := policy.Parse([]byte(src))
 	if err != nil {
 		t.Fatalf("%v\n%s", err, src)
 	}

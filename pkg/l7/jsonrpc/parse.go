@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/go-json-experiment/json/jsontext"
@@ -64,6 +65,12 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
 }
 
+// decoders holds jsontext decoders for reuse: one costs several
+// allocations, a body is parsed in microseconds.
+var decoders = sync.Pool{New: func() any { return jsontext.NewDecoder(emptyBuffer) }}
+
+var emptyBuffer = bytes.NewBuffer(nil)
+
 // maxBatchMembers bounds the members Parse collects (the body bound
 // bounds them already; this keeps a 1 MiB body of "[{},{},...]" cheap).
 const maxBatchMembers = 4096
@@ -76,7 +83,10 @@ func Parse(body []byte, mcp bool) (*Body, error) {
 	if !utf8.Valid(body) {
 		return nil, invalid("body is not UTF-8")
 	}
-	dec := jsontext.NewDecoder(bytes.NewReader(body))
+	dec := decoders.Get().(*jsontext.Decoder)
+	defer func() { dec.Reset(emptyBuffer); decoders.Put(dec) }()
+	// A bytes.Buffer is parsed in place (no copy into the decoder).
+	dec.Reset(bytes.NewBuffer(body))
 	out := &Body{}
 	switch dec.PeekKind() {
 	case '[':
@@ -124,17 +134,23 @@ type envelope struct {
 	hasID      bool
 	hasResult  bool
 	hasError   bool
-	params     jsontext.Value // a copy; nil when absent
 	hasParams  bool
 	paramsKind jsontext.Kind
 	idKind     jsontext.Kind
+	// The members of an object params MCP's decision reads: a
+	// tools/call's name, an initialize's protocolVersion (read in MCP
+	// mode only), each with whether it was present and a string.
+	mcp                  bool
+	name, version2       string
+	hasName, hasVersion2 bool
+	badName, badVersion2 bool
 }
 
 // messageMembers are the names of a message the decision reads.
 var messageMembers = []string{"jsonrpc", "method", "id", "params", "result", "error"}
 
 func parseMessage(dec *jsontext.Decoder, mcp bool) (Message, error) {
-	var env envelope
+	env := envelope{mcp: mcp}
 	if err := readObject(dec, messageMembers, func(name string) error { return env.member(dec, name) }); err != nil {
 		return Message{}, err
 	}
@@ -192,12 +208,9 @@ func (env *envelope) member(dec *jsontext.Decoder, name string) error {
 		env.hasError = true
 	case "params":
 		env.hasParams, env.paramsKind = true, dec.PeekKind()
-		v, err := dec.ReadValue()
-		if err != nil {
-			return invalid("%v", err)
+		if env.mcp && env.paramsKind == '{' {
+			return env.mcpParams(dec)
 		}
-		env.params = v.Clone()
-		return nil
 	}
 	if err := dec.SkipValue(); err != nil {
 		return invalid("%v", err)
@@ -261,45 +274,61 @@ func (env *envelope) message(mcp bool) (Message, error) {
 	return mcpMessage(m, env)
 }
 
-// mcpMessage checks the params the decision depends on: a tools/call's
-// name, an initialize's protocolVersion.
-func mcpMessage(m Message, env *envelope) (Message, error) {
-	var want string
-	switch {
-	case m.Method == policy.MCPToolCall && m.Kind == KindRequest:
-		want = "name"
-	case m.Method == "initialize" && m.Kind == KindRequest:
-		want = "protocolVersion"
-	case m.Method == policy.MCPToolCall || m.Method == "initialize":
-		return Message{}, invalid("%s must be a request (with an id)", m.Method)
-	default:
-		return m, nil
-	}
-	if !env.hasParams {
-		return Message{}, invalid("%s needs params.%s", m.Method, want)
-	}
-	dec := jsontext.NewDecoder(bytes.NewReader(env.params))
-	var val string
-	found := false
-	err := readObject(dec, []string{want}, func(name string) error {
-		if name != want {
+// mcpParams reads an object params in MCP mode, keeping the members
+// mcpMessage checks (a member spelling one of them in another letter
+// case is refused, as at the top level).
+func (env *envelope) mcpParams(dec *jsontext.Decoder) error {
+	return readObject(dec, []string{"name", "protocolVersion"}, func(name string) error {
+		var val *string
+		var has, bad *bool
+		switch name {
+		case "name":
+			val, has, bad = &env.name, &env.hasName, &env.badName
+		case "protocolVersion":
+			val, has, bad = &env.version2, &env.hasVersion2, &env.badVersion2
+		default:
 			if err := dec.SkipValue(); err != nil {
 				return invalid("%v", err)
 			}
 			return nil
 		}
-		s, err := readString(dec, "params."+want)
-		val, found = s, true
+		*has = true
+		if dec.PeekKind() != '"' {
+			*bad = true
+			if err := dec.SkipValue(); err != nil {
+				return invalid("%v", err)
+			}
+			return nil
+		}
+		s, err := readString(dec, name)
+		*val = s
 		return err
 	})
-	if err != nil {
-		return Message{}, err
+}
+
+// mcpMessage checks the params the decision depends on: a tools/call's
+// name, an initialize's protocolVersion, each a string.
+func mcpMessage(m Message, env *envelope) (Message, error) {
+	var has, bad bool
+	var want string
+	switch {
+	case m.Method == policy.MCPToolCall && m.Kind == KindRequest:
+		want, has, bad = "name", env.hasName, env.badName
+	case m.Method == "initialize" && m.Kind == KindRequest:
+		want, has, bad = "protocolVersion", env.hasVersion2, env.badVersion2
+	case m.Method == policy.MCPToolCall || m.Method == "initialize":
+		return Message{}, invalid("%s must be a request (with an id)", m.Method)
+	default:
+		return m, nil
 	}
-	if !found {
+	switch {
+	case !has:
 		return Message{}, invalid("%s needs params.%s", m.Method, want)
+	case bad:
+		return Message{}, invalid("params.%s must be a string", want)
 	}
 	if want == "name" {
-		m.Tool = val
+		m.Tool = env.name
 	}
 	return m, nil
 }
