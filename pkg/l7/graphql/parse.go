@@ -40,6 +40,8 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vektah/gqlparser/v2/parser"
+
+	"github.com/palisade-sandbox/palisade/pkg/l7"
 )
 
 // MaxTokens bounds the tokens of one document.
@@ -292,42 +294,9 @@ func readExtensions(dec *jsontext.Decoder) (string, error) {
 	return hash, err
 }
 
-// readObject reads one object, calling member for each name with the
-// decoder before its value: a name that spells one of known in another
-// letter case is refused, and so, with closed, is any name not in known.
+// readObject is l7.ReadJSONObject with its errors wrapping ErrInvalid.
 func readObject(dec *jsontext.Decoder, known []string, closed bool, member func(name string) error) error {
-	tok, err := dec.ReadToken()
-	if err != nil {
-		return invalid("%v", err)
-	}
-	if tok.Kind() != '{' {
-		return invalid("expected a JSON object, not %s", tok.Kind())
-	}
-	for dec.PeekKind() != '}' {
-		tok, err := dec.ReadToken()
-		if err != nil {
-			return invalid("%v", err)
-		}
-		name := tok.String()
-		exact := false
-		for _, k := range known {
-			if name == k {
-				exact = true
-			} else if strings.EqualFold(name, k) {
-				return invalid("member %q spells %q in another letter case", clip(name), k)
-			}
-		}
-		if closed && !exact {
-			return invalid("unknown envelope member %q", clip(name))
-		}
-		if err := member(name); err != nil {
-			return err
-		}
-	}
-	if _, err := dec.ReadToken(); err != nil {
-		return invalid("%v", err)
-	}
-	return nil
+	return asInvalid(l7.ReadJSONObject(dec, known, closed, member))
 }
 
 func skip(dec *jsontext.Decoder) error {
@@ -338,14 +307,16 @@ func skip(dec *jsontext.Decoder) error {
 }
 
 func readString(dec *jsontext.Decoder, name string) (string, error) {
-	tok, err := dec.ReadToken()
-	if err != nil {
-		return "", invalid("%v", err)
+	v, err := l7.ReadJSONString(dec, name)
+	return v, asInvalid(err)
+}
+
+// asInvalid makes err (from package l7's JSON readers) wrap ErrInvalid.
+func asInvalid(err error) error {
+	if err == nil || errors.Is(err, ErrInvalid) {
+		return err
 	}
-	if tok.Kind() != '"' {
-		return "", invalid("%s must be a string", name)
-	}
-	return tok.String(), nil
+	return fmt.Errorf("%w: %v", ErrInvalid, err)
 }
 
 func clip(s string) string {

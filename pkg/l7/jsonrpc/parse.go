@@ -29,6 +29,7 @@ import (
 
 	"github.com/go-json-experiment/json/jsontext"
 
+	"github.com/palisade-sandbox/palisade/pkg/l7"
 	"github.com/palisade-sandbox/palisade/pkg/policy"
 )
 
@@ -157,37 +158,10 @@ func parseMessage(dec *jsontext.Decoder, mcp bool) (Message, error) {
 	return env.message(mcp)
 }
 
-// readObject reads one JSON object from dec, calling member for each
-// name (the decoder then stands before its value, which member must
-// consume): a name that differs from one of known only in letter case
-// is refused.
+// readObject is l7.ReadJSONObject (names in known spelt in another
+// letter case refused) with its errors wrapping ErrInvalid.
 func readObject(dec *jsontext.Decoder, known []string, member func(name string) error) error {
-	tok, err := dec.ReadToken()
-	if err != nil {
-		return invalid("%v", err)
-	}
-	if tok.Kind() != '{' {
-		return invalid("a message must be a JSON object, not %s", tok.Kind())
-	}
-	for dec.PeekKind() != '}' {
-		tok, err := dec.ReadToken()
-		if err != nil {
-			return invalid("%v", err)
-		}
-		name := tok.String()
-		for _, k := range known {
-			if name != k && strings.EqualFold(name, k) {
-				return invalid("member %q spells %q in another letter case", name, k)
-			}
-		}
-		if err := member(name); err != nil {
-			return err
-		}
-	}
-	if _, err := dec.ReadToken(); err != nil {
-		return invalid("%v", err)
-	}
-	return nil
+	return asInvalid(l7.ReadJSONObject(dec, known, false, member))
 }
 
 func (env *envelope) member(dec *jsontext.Decoder, name string) error {
@@ -219,14 +193,16 @@ func (env *envelope) member(dec *jsontext.Decoder, name string) error {
 }
 
 func readString(dec *jsontext.Decoder, name string) (string, error) {
-	tok, err := dec.ReadToken()
-	if err != nil {
-		return "", invalid("%v", err)
+	v, err := l7.ReadJSONString(dec, name)
+	return v, asInvalid(err)
+}
+
+// asInvalid makes err (from package l7's JSON readers) wrap ErrInvalid.
+func asInvalid(err error) error {
+	if err == nil || errors.Is(err, ErrInvalid) {
+		return err
 	}
-	if tok.Kind() != '"' {
-		return "", invalid("%s must be a string", name)
-	}
-	return tok.String(), nil
+	return fmt.Errorf("%w: %v", ErrInvalid, err)
 }
 
 // message checks one collected envelope.
