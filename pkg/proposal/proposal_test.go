@@ -617,3 +617,50 @@ func TestCountEventsWithTallies(t *testing.T) {
 		t.Errorf("got  %v\nwant %v", got, want)
 	}
 }
+
+// A grant for another binary or port of a host an MCP or GraphQL
+// endpoint selects keeps that endpoint's protocol, rules and options
+// (revisions, bounds, persisted queries), not the protocol's defaults.
+func TestGrantKeepsProtocolOptions(t *testing.T) {
+	base := basePolicy + `  tools:
+    endpoints:
+      - host: mcp.test
+        port: 443
+        protocol: mcp
+        mcp: {versions: [2025-03-26], max_body_bytes: 4096}
+        rules: [{allow: {method: initialize}}, {allow: {method: tools/call, tool: read_file}}]
+      - host: gql.test
+        port: 443
+        protocol: graphql
+        access: read-only
+        persisted_queries: allow_registered
+        graphql_persisted_queries: {abc: {operation_type: query}}
+        graphql_max_batch_size: 2
+    binaries: [{path: /usr/bin/node}]
+`
+	p := proposeLines(t, base, Options{},
+		netDenied("s", "/usr/bin/curl", "mcp.test", 443, "binary_not_allowed", "connect", t0, 1),
+		netDenied("s", "/usr/bin/curl", "gql.test", 443, "binary_not_allowed", "connect", t0, 1))
+	var eps []*policy.Endpoint
+	for _, op := range p.Patch {
+		if op.Op == OpAddEntry && op.Entry == "proposed_curl" {
+			eps = op.Value.Endpoints
+		}
+	}
+	if len(eps) != 2 {
+		t.Fatalf("proposed endpoints %+v (patch %+v)", eps, p.Patch)
+	}
+	for _, e := range eps {
+		switch e.Host {
+		case "mcp.test":
+			if e.Protocol != policy.ProtocolMCP || e.MCP == nil || fmt.Sprint(e.MCP.Versions) != "[2025-03-26]" || e.MCP.MaxBodyBytes != 4096 || len(e.Rules) != 2 {
+				t.Errorf("mcp grant %+v %+v", e, e.MCP)
+			}
+		case "gql.test":
+			if e.Protocol != policy.ProtocolGraphQL || e.Access != policy.AccessReadOnly || e.PersistedQueries != policy.PersistedQueriesAllowRegistered ||
+				e.GraphQLPersistedQueries["abc"].OperationType != "query" || e.GraphQLMaxBatchSize != 2 {
+				t.Errorf("graphql grant %+v", e)
+			}
+		}
+	}
+}

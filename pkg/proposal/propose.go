@@ -249,6 +249,8 @@ func copyBehaviour(dst, src *policy.Endpoint) {
 	c := cloneEndpoint(src)
 	dst.Protocol, dst.TLS, dst.Enforcement, dst.Access = c.Protocol, c.TLS, c.Enforcement, c.Access
 	dst.Rules, dst.DenyRules, dst.WebSocket = c.Rules, c.DenyRules, c.WebSocket
+	dst.MCP, dst.JSONRPC, dst.PersistedQueries, dst.GraphQLPersistedQueries = c.MCP, c.JSONRPC, c.PersistedQueries, c.GraphQLPersistedQueries
+	dst.GraphQLMaxBodyBytes, dst.GraphQLMaxBatchSize = c.GraphQLMaxBodyBytes, c.GraphQLMaxBatchSize
 	if dst.Protocol == policy.ProtocolTCP {
 		dst.Enforcement = ""
 	}
