@@ -49,6 +49,23 @@ type Lease struct {
 	Mode   Mode
 	Detail string // why unavailable, or which daemon owns audit
 	token  string
+	c      *coordinator
+}
+
+// coordinator is what the lease protocol works on: the kernel's audit
+// status and the coordination files. Supervisors use host(): the kernel
+// (AUDIT_GET / AUDIT_SET) and CoordDir. Tests give the protocol a fake
+// kernel and a directory of their own, so that it is checked without
+// touching the host's audit settings, which live supervisors depend on.
+type coordinator struct {
+	dir string                 // holds the lock and holders.json
+	get func() (Status, error) // the kernel's audit status
+	set func(Status) error     // sets the fields named by Status.Mask
+}
+
+// host is the coordinator of this host's supervisors.
+func host() *coordinator {
+	return &coordinator{dir: CoordDir, get: GetStatus, set: setStatus}
 }
 
 type coordState struct {
@@ -98,31 +115,27 @@ const lockWait = 10 * time.Second
 // Acquire never returns an error: a sandbox never fails for lack of
 // denial events. A ModeUnavailable lease needs no Release (it is a no-op).
 func Acquire() *Lease {
-	l, err := acquire()
+	l, err := host().acquire()
 	if err != nil {
 		return &Lease{Mode: ModeUnavailable, Detail: err.Error()}
 	}
 	return l
 }
 
-func acquire() (*Lease, error) {
-	unlock, err := lockCoord()
+func (c *coordinator) acquire() (*Lease, error) {
+	unlock, err := c.lock()
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	return acquireLocked()
+	return c.acquireLocked()
 }
 
-// acquireLocked is Acquire for a caller holding the host lock.
-// beforeEnable, when set (tests only), runs after the record is written
-// and before audit is turned on.
-var beforeEnable func()
-
-func acquireLocked() (*Lease, error) {
-	cs := readCoord()
+// acquireLocked is acquire for a caller holding the host lock.
+func (c *coordinator) acquireLocked() (*Lease, error) {
+	cs := c.read()
 	pruneHolders(&cs)
-	l := &Lease{token: fmt.Sprintf("%d:%d:%d", os.Getpid(), selfStart(), leaseSeq.Add(1))}
+	l := &Lease{token: fmt.Sprintf("%d:%d:%d", os.Getpid(), selfStart(), leaseSeq.Add(1)), c: c}
 	if cs.EnabledByPalisade && len(cs.Holders) > 0 {
 		// Running supervisors hold audit on: join them without asking
 		// the kernel (each AUDIT_GET costs a kernel thread, 0.3 ms and
@@ -130,9 +143,9 @@ func acquireLocked() (*Lease, error) {
 		// for a daemon before it restores anything.
 		l.Mode, l.Detail = ModeEnabled, "audit enabled by a Palisade supervisor while sandboxes run"
 		cs.Holders[l.token] = true
-		return l, writeCoord(cs)
+		return l, c.write(cs)
 	}
-	st, err := GetStatus()
+	st, err := c.get()
 	if err != nil {
 		return nil, err
 	}
@@ -164,24 +177,21 @@ func acquireLocked() (*Lease, error) {
 			cs.PrevBacklogLimit = st.BacklogLimit
 		}
 		cs.Holders[l.token] = true
-		if err := writeCoord(cs); err != nil {
+		if err := c.write(cs); err != nil {
 			return nil, err // nothing changed yet
 		}
-		if beforeEnable != nil {
-			beforeEnable()
-		}
-		if err := setStatus(set); err != nil {
-			writeCoord(prev)
+		if err := c.set(set); err != nil {
+			c.write(prev)
 			return nil, err
 		}
 		l.Mode, l.Detail = ModeEnabled, "audit enabled while sandboxes run"
 		return l, nil
 	}
 	cs.Holders[l.token] = true
-	if err := writeCoord(cs); err != nil {
+	if err := c.write(cs); err != nil {
 		// Without the record the last holder could not restore: undo.
 		if l.Mode == ModeEnabled && len(cs.Holders) == 1 {
-			setStatus(restoreStatus(cs, Backlog))
+			c.set(restoreStatus(cs, Backlog))
 		}
 		return nil, err
 	}
@@ -195,7 +205,7 @@ func (l *Lease) Release() error {
 	if l == nil || l.token == "" {
 		return nil
 	}
-	unlock, err := lockCoord()
+	unlock, err := l.c.lock()
 	if err != nil {
 		return err
 	}
@@ -208,17 +218,18 @@ func (l *Lease) releaseLocked() error {
 	if l == nil || l.token == "" {
 		return nil
 	}
-	cs := readCoord()
+	c := l.c
+	cs := c.read()
 	delete(cs.Holders, l.token)
 	l.token = ""
 	pruneHolders(&cs)
-	if err := restoreLocked(&cs); err != nil {
+	if err := c.restoreLocked(&cs); err != nil {
 		// Keep the duty: the next supervisor to start or finish
 		// restores audit.
-		writeCoord(cs)
+		c.write(cs)
 		return err
 	}
-	return writeCoord(cs)
+	return c.write(cs)
 }
 
 // restoreLocked is the last holder's duty, for a caller holding the host
@@ -226,16 +237,16 @@ func (l *Lease) releaseLocked() error {
 // audit on, turn it off again (and put the backlog limit back) unless
 // somebody (a daemon, the operator) took the settings over since. The
 // caller writes cs.
-func restoreLocked(cs *coordState) error {
+func (c *coordinator) restoreLocked(cs *coordState) error {
 	if len(cs.Holders) != 0 || !cs.EnabledByPalisade {
 		return nil
 	}
-	st, err := GetStatus()
+	st, err := c.get()
 	if err != nil {
 		return err
 	}
 	if st.PID == 0 && st.Enabled == 1 {
-		if err := setStatus(restoreStatus(*cs, st.BacklogLimit)); err != nil {
+		if err := c.set(restoreStatus(*cs, st.BacklogLimit)); err != nil {
 			return err
 		}
 	}
@@ -257,11 +268,11 @@ func restoreStatus(cs coordState, now uint32) Status {
 	return s
 }
 
-func lockCoord() (func(), error) {
-	if err := os.MkdirAll(CoordDir, 0o700); err != nil {
-		return nil, fmt.Errorf("audit: coordination directory %s: %w", CoordDir, err)
+func (c *coordinator) lock() (func(), error) {
+	if err := os.MkdirAll(c.dir, 0o700); err != nil {
+		return nil, fmt.Errorf("audit: coordination directory %s: %w", c.dir, err)
 	}
-	p := filepath.Join(CoordDir, "lock")
+	p := filepath.Join(c.dir, "lock")
 	fd, err := unix.Open(p, unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("audit: open %s: %w", p, err)
@@ -282,11 +293,11 @@ func lockCoord() (func(), error) {
 	return func() { unix.Close(fd) }, nil
 }
 
-func coordFile() string { return filepath.Join(CoordDir, "holders.json") }
+func (c *coordinator) file() string { return filepath.Join(c.dir, "holders.json") }
 
-func readCoord() coordState {
+func (c *coordinator) read() coordState {
 	cs := coordState{Holders: map[string]bool{}}
-	b, err := os.ReadFile(coordFile())
+	b, err := os.ReadFile(c.file())
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return cs
 	}
@@ -299,10 +310,10 @@ func readCoord() coordState {
 	return cs
 }
 
-func writeCoord(cs coordState) error {
+func (c *coordinator) write(cs coordState) error {
 	b, _ := json.Marshal(cs)
-	if err := fsutil.ReplaceFile(coordFile(), b, 0o600); err != nil {
-		return fmt.Errorf("audit: write %s: %w", coordFile(), err)
+	if err := fsutil.ReplaceFile(c.file(), b, 0o600); err != nil {
+		return fmt.Errorf("audit: write %s: %w", c.file(), err)
 	}
 	return nil
 }

@@ -4,8 +4,10 @@ package landlockaudit
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"runtime"
@@ -23,11 +25,12 @@ import (
 
 // requireAudit skips (fails under PALISADE_REQUIRE_PRIVILEGED=1) unless
 // this process can use the audit netlink interface, and serialises the
-// test with every other test that touches the host's audit settings.
+// test with the other tests that depend on the host's audit settings
+// (the daemon stand-in registers itself). Live supervisors do not take
+// that lock and are never waited for: these tests hold on a busy host.
 func requireAudit(t *testing.T) Status {
 	t.Helper()
 	testutil.RequireRoot(t)
-	testutil.RequireFeature(t, "landlock")
 	testutil.HostLock(t, "audit")
 	st, err := GetStatus()
 	if err != nil {
@@ -36,66 +39,31 @@ func requireAudit(t *testing.T) Status {
 	return st
 }
 
-// holdIdle waits until audit is off, no audit daemon is registered and
-// no supervisor holds a lease (sandboxes of tests running in parallel
-// come and go), then holds the host lock until the test ends, so that no
-// supervisor changes anything meanwhile (they wait in Acquire). A
-// supervisor that was killed holding the last lease (the SIGKILL tests
-// of cmd/sandbox-supervisor do that) left audit on for the next one to
-// restore: holdIdle does that duty as a supervisor would. The test uses
-// acquireLocked and releaseLocked.
-func holdIdle(t *testing.T) {
+// requireOwnLease fails the test (skips without strict mode) unless l is
+// a lease under which Palisade's supervisors may have turned audit on:
+// no audit daemon owns the settings.
+func requireOwnLease(t *testing.T, l *Lease) {
 	t.Helper()
-	requireAudit(t)
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		unlock, err := lockCoord()
-		if err != nil {
-			t.Fatal(err)
-		}
-		cs := readCoord()
-		pruneHolders(&cs)
-		if len(cs.Holders) == 0 && cs.EnabledByPalisade {
-			err := restoreLocked(&cs)
-			if err == nil {
-				err = writeCoord(cs)
-			}
-			if err != nil {
-				unlock()
-				t.Fatalf("restoring audit after a killed supervisor: %v", err)
-			}
-		}
-		st, err := GetStatus()
-		if err != nil {
-			unlock()
-			t.Fatal(err)
-		}
-		if len(cs.Holders) == 0 && st.Enabled == 0 && st.PID == 0 {
-			t.Cleanup(unlock)
-			return
-		}
-		unlock()
-		if len(cs.Holders) == 0 || time.Now().After(deadline) {
-			// Not ours to wait for: the operator or a daemon has audit.
-			testutil.RequireData(t, "audit off with no audit daemon",
-				fmt.Errorf("audit enabled=%d pid=%d, %d supervisors holding it", st.Enabled, st.PID, len(cs.Holders)))
-		}
-		time.Sleep(20 * time.Millisecond)
+	if l.Mode != ModeEnabled && l.Mode != ModeAlreadyOn {
+		testutil.RequireData(t, "audit settings without an audit daemon", fmt.Errorf("lease %s: %s", l.Mode, l.Detail))
 	}
 }
 
-// kernelBacklog sets the kernel's default backlog limit for the test
-// (the host's may be anything) and puts the host's back at the end.
-func kernelBacklog(t *testing.T) {
+// hostSnapshot reads the coordination record and the kernel's status
+// under the host lock, so that no supervisor changes either in between.
+func hostSnapshot(t *testing.T, c *coordinator) (coordState, Status) {
 	t.Helper()
-	st, err := GetStatus()
+	unlock, err := c.lock()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := setStatus(Status{Mask: unix.AUDIT_STATUS_BACKLOG_LIMIT, BacklogLimit: 64}); err != nil {
+	defer unlock()
+	cs := c.read()
+	st, err := c.get()
+	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { setStatus(Status{Mask: unix.AUDIT_STATUS_BACKLOG_LIMIT, BacklogLimit: st.BacklogLimit}) })
+	return cs, st
 }
 
 func same(a, b Status) bool {
@@ -103,114 +71,92 @@ func same(a, b Status) bool {
 		a.RateLimit == b.RateLimit && a.BacklogLimit == b.BacklogLimit
 }
 
-// Audit off and no daemon: enabled while any lease is held, restored by
-// the last release.
-func TestAcquireEnablesAndRestores(t *testing.T) {
-	holdIdle(t)
-	kernelBacklog(t)
-	before, _ := GetStatus()
-	a, _ := acquireLocked()
-	b, _ := acquireLocked()
-	t.Cleanup(func() { a.releaseLocked(); b.releaseLocked() }) // a failure leaves audit as it was
-	if a.Mode != ModeEnabled || b.Mode != ModeEnabled {
-		t.Fatalf("modes %s (%s), %s (%s)", a.Mode, a.Detail, b.Mode, b.Detail)
-	}
-	if st, _ := GetStatus(); st.Enabled != 1 {
-		t.Fatalf("audit enabled=%d while leases are held", st.Enabled)
-	}
-	// The kernel's queue is deep enough for bursts on a loaded host.
-	if st, _ := GetStatus(); st.BacklogLimit != Backlog {
-		t.Fatalf("audit backlog_limit %d while leases are held (was %d), want %d", st.BacklogLimit, before.BacklogLimit, Backlog)
-	}
-	if err := a.releaseLocked(); err != nil {
-		t.Fatal(err)
-	}
-	if st, _ := GetStatus(); st.Enabled != 1 {
-		t.Fatalf("audit enabled=%d after the first of two releases", st.Enabled)
-	}
-	if err := b.releaseLocked(); err != nil {
-		t.Fatal(err)
-	}
-	if st, _ := GetStatus(); !same(st, before) {
-		t.Fatalf("status after the last release %+v, before %+v", st, before)
-	}
-}
+// Real leases through the real path (Acquire, Release: the kernel and
+// CoordDir), on a host where other supervisors may hold leases, start
+// and finish: audit is on while ours are held; after the first of our
+// two releases it stays on; after the second it is back to what it was
+// before Palisade turned it on when we were the last holder, and still
+// on when others hold leases. The lease protocol's every branch is
+// checked against a fake kernel (lease_linux_test.go); this test never
+// changes a setting a live supervisor depends on.
+func TestLeaseOnTheHost(t *testing.T) {
+	requireAudit(t)
+	c := host()
+	// Idle (no holder, audit off): what the last release must restore.
+	idleRec, prior := hostSnapshot(t, c)
+	pruneHolders(&idleRec)
+	idle := len(idleRec.Holders) == 0 && !idleRec.EnabledByPalisade && prior.Enabled == 0 && prior.PID == 0
 
-// The record that a supervisor turned audit on is on disk before audit
-// is: a supervisor killed between the two steps leaves a record the next
-// one restores from, never audit on with nobody to turn it off.
-func TestRecordWrittenBeforeAuditIsEnabled(t *testing.T) {
-	holdIdle(t)
-	kernelBacklog(t)
-	var recorded, enabledYet, called bool
-	beforeEnable = func() {
-		called = true
-		recorded = readCoord().EnabledByPalisade
-		st, _ := GetStatus()
-		enabledYet = st.Enabled != 0
+	a, b := Acquire(), Acquire()
+	t.Cleanup(func() { a.Release(); b.Release() }) // a failure leaves no lease behind
+	requireOwnLease(t, a)
+	if b.Mode != a.Mode {
+		t.Fatalf("second lease %s (%s), first %s", b.Mode, b.Detail, a.Mode)
 	}
-	t.Cleanup(func() { beforeEnable = nil })
-	l, err := acquireLocked()
+	tokA, tokB := a.token, b.token
+	rec, held := hostSnapshot(t, c)
+	if held.Enabled == 0 || !rec.Holders[tokA] || !rec.Holders[tokB] {
+		t.Fatalf("while our leases are held: audit enabled=%d, holders %v (ours %s, %s)", held.Enabled, rec.Holders, tokA, tokB)
+	}
+	// What the last holder restores: audit off and the backlog limit
+	// from before, when a supervisor turned it on; else nothing.
+	want, palisades := held, rec.EnabledByPalisade
+	if palisades {
+		if a.Mode != ModeEnabled {
+			t.Fatalf("lease %s while the record says a supervisor turned audit on", a.Mode)
+		}
+		// The kernel's queue is deep enough for bursts on a loaded host.
+		if held.BacklogLimit != 0 && held.BacklogLimit < Backlog {
+			t.Fatalf("backlog_limit %d while leases are held, want at least %d", held.BacklogLimit, Backlog)
+		}
+		want.Enabled = 0
+		if rec.PrevBacklogLimit != 0 {
+			want.BacklogLimit = rec.PrevBacklogLimit
+		}
+	}
+	if idle && !same(want, prior) {
+		t.Fatalf("audit was idle (%+v) before our leases; the record %+v would restore %+v", prior, rec, want)
+	}
+
+	if err := a.Release(); err != nil {
+		t.Fatal(err)
+	}
+	rec, st := hostSnapshot(t, c)
+	if !rec.Holders[tokB] || rec.Holders[tokA] || st.Enabled == 0 {
+		t.Fatalf("after the first of our two releases: audit enabled=%d, holders %v (ours %s released, %s held)", st.Enabled, rec.Holders, tokA, tokB)
+	}
+
+	// The last release, and a look at its outcome before any other
+	// supervisor can change it: Release is the lock and releaseLocked.
+	unlock, err := c.lock()
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { l.releaseLocked() })
-	if !called {
-		t.Fatal("acquire did not turn audit on (the test's precondition is audit off)")
+	err = b.releaseLocked()
+	rec = c.read()
+	st, err2 := c.get()
+	unlock()
+	if err != nil || err2 != nil {
+		t.Fatalf("last release: %v; status: %v", err, err2)
 	}
-	if !recorded || enabledYet {
-		t.Fatalf("when audit was turned on: record written %v, audit already on %v; want true, false", recorded, enabledYet)
+	if len(rec.Holders) == 0 {
+		t.Logf("we held the last lease: audit %+v, restored to %+v", held, st)
+		if !same(st, want) || rec.EnabledByPalisade {
+			t.Fatalf("after the last release: status %+v, want %+v; record %+v", st, want, rec)
+		}
+		return
 	}
-}
-
-// An operator who changes the backlog limit while sandboxes run keeps
-// it: the last release turns audit off but leaves the limit alone.
-func TestBacklogLimitChangedMeanwhileIsKept(t *testing.T) {
-	holdIdle(t)
-	kernelBacklog(t)
-	l, _ := acquireLocked()
-	if l == nil || l.Mode != ModeEnabled {
-		t.Fatalf("lease %+v", l)
-	}
-	const operators = Backlog + 1
-	if err := setStatus(Status{Mask: unix.AUDIT_STATUS_BACKLOG_LIMIT, BacklogLimit: operators}); err != nil {
-		t.Fatal(err)
-	}
-	if err := l.releaseLocked(); err != nil {
-		t.Fatal(err)
-	}
-	if st, _ := GetStatus(); st.Enabled != 0 || st.BacklogLimit != operators {
-		t.Fatalf("after the last release enabled=%d backlog_limit=%d, want 0 and the operator's %d", st.Enabled, st.BacklogLimit, operators)
-	}
-}
-
-// A lease whose holder died is pruned: the next release restores.
-func TestCrashedHolderIsPruned(t *testing.T) {
-	holdIdle(t)
-	l, _ := acquireLocked()
-	if l == nil || l.Mode != ModeEnabled {
-		t.Fatalf("lease %+v", l)
-	}
-	// Forge a holder that no longer exists.
-	cs := readCoord()
-	cs.Holders["999999999:1:1"] = true
-	writeCoord(cs)
-	l.releaseLocked()
-	if st, _ := GetStatus(); st.Enabled != 0 {
-		t.Fatalf("audit left enabled=%d by a dead holder", st.Enabled)
+	t.Logf("%d other supervisors hold leases: audit stays on", len(rec.Holders))
+	if st.Enabled == 0 || rec.Holders[tokB] || rec.EnabledByPalisade != palisades {
+		t.Fatalf("released while others hold leases: audit enabled=%d, record %+v", st.Enabled, rec)
 	}
 }
 
 // The audit-daemon stand-in runs in a child process: it registers as the
-// audit daemon (AUDIT_SET with AUDIT_STATUS_PID) and enables audit, then
-// drains its socket until stdin closes, unregisters and puts enabled
-// back.
+// audit daemon (AUDIT_SET with AUDIT_STATUS_PID; audit is on already,
+// under the test's lease), drains its socket until stdin closes, and
+// unregisters. Audit's enabled setting stays the lease's to restore.
 func standInChild() {
-	before, err := GetStatus()
-	if err != nil {
-		fmt.Println("ERROR", err)
-		os.Exit(1)
-	}
 	d, err := RegisterDaemon()
 	if err != nil {
 		fmt.Println("ERROR", err)
@@ -219,9 +165,7 @@ func standInChild() {
 	go d.Drain()
 	fmt.Println("READY")
 	io.Copy(io.Discard, os.Stdin)
-	err = d.Unregister()
-	setStatus(Status{Mask: unix.AUDIT_STATUS_ENABLED, Enabled: before.Enabled})
-	if err != nil {
+	if err := d.Unregister(); err != nil {
 		fmt.Println("ERROR", err)
 		os.Exit(1)
 	}
@@ -254,6 +198,16 @@ func deniedChild() {
 
 // With an audit daemon holding the settings, a supervisor changes
 // nothing, and denials still reach it through the multicast group.
+//
+// On a host where other supervisors run: the test first takes a real
+// lease, so audit is on and no other supervisor is the last holder
+// while the stand-in is registered (a last holder would take a
+// registered daemon for one that took the settings over, and leave
+// audit on for good); the stand-in changes nothing but the daemon pid,
+// and puts that back. The supervisor under test coordinates through a
+// directory of its own, as the first one on an idle host would: with
+// the real one it would join the running supervisors without asking the
+// kernel (TestJoiningLeaseAsksNoKernel).
 func TestAuditDaemonStandIn(t *testing.T) {
 	if testutil.IsChild("audit-standin") {
 		standInChild()
@@ -261,12 +215,19 @@ func TestAuditDaemonStandIn(t *testing.T) {
 	if testutil.IsChild("landlock-denied") {
 		deniedChild()
 	}
-	holdIdle(t)
+	requireAudit(t)
+	testutil.RequireFeature(t, "landlock")
 	abi := landlockABI(t)
 	if abi < landlock.MinLogABI {
 		testutil.RequireData(t, "Landlock ABI 7 (audit logging)", fmt.Errorf("kernel offers ABI %d", abi))
 	}
-	idle, _ := GetStatus()
+	ours := Acquire()
+	t.Cleanup(func() {
+		if err := ours.Release(); err != nil {
+			t.Errorf("release: %v", err)
+		}
+	})
+	requireOwnLease(t, ours)
 	daemon := exec.Command(os.Args[0], "-test.run=^TestAuditDaemonStandIn$", "-test.count=1")
 	daemon.Env = append(os.Environ(), testutil.ChildEnv+"=audit-standin")
 	stdin, _ := daemon.StdinPipe()
@@ -288,8 +249,9 @@ func TestAuditDaemonStandIn(t *testing.T) {
 		if !daemon.ProcessState.Success() {
 			t.Errorf("stand-in failed to unregister: %v", daemon.ProcessState)
 		}
-		if st, err := GetStatus(); err == nil && !same(st, idle) {
-			t.Errorf("audit not back to idle after the stand-in: %+v", st)
+		// Back to how the lease holds it: no daemon, audit on.
+		if st, err := GetStatus(); err != nil || st.PID != 0 || st.Enabled == 0 {
+			t.Errorf("audit after the stand-in: %+v, %v; want pid 0 and enabled", st, err)
 		}
 	})
 	line, _ := bufio.NewReader(stdout).ReadString('\n')
@@ -300,11 +262,10 @@ func TestAuditDaemonStandIn(t *testing.T) {
 	if held.PID != uint32(daemon.Process.Pid) || held.Enabled != 1 {
 		t.Fatalf("stand-in did not register: %+v (pid %d)", held, daemon.Process.Pid)
 	}
-	coordBefore, _ := os.ReadFile(coordFile())
-
-	lease, err := acquireLocked()
+	c := &coordinator{dir: t.TempDir(), get: GetStatus, set: setStatus}
+	lease, err := c.acquire()
 	if err != nil || lease.Mode != ModeDaemon {
-		t.Fatalf("mode %s (%s), want %s", lease.Mode, lease.Detail, ModeDaemon)
+		t.Fatalf("lease %+v, %v; want mode %s", lease, err, ModeDaemon)
 	}
 	var mu sync.Mutex
 	var got []Denial
@@ -334,14 +295,14 @@ func TestAuditDaemonStandIn(t *testing.T) {
 	}
 	time.Sleep(50 * time.Millisecond)
 	stats := w.Stop()
-	if err := lease.releaseLocked(); err != nil {
+	if err := lease.Release(); err != nil {
 		t.Fatal(err)
 	}
 	if st, _ := GetStatus(); !same(st, held) {
 		t.Fatalf("audit settings changed under the daemon: %+v, held %+v", st, held)
 	}
-	if coordAfter, _ := os.ReadFile(coordFile()); string(coordAfter) != string(coordBefore) {
-		t.Fatalf("coordination state changed: %s -> %s", coordBefore, coordAfter)
+	if _, err := os.Stat(c.file()); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("a lease under a daemon wrote the coordination record (%v)", err)
 	}
 	mu.Lock()
 	defer mu.Unlock()
