@@ -91,7 +91,10 @@ Flags:
                          connections to synthetic addresses: mapped back to
                          the name and decided exactly like a CONNECT to it
                          (TLS inspection and L7 rules, SNI check), relayed
-                         to the validated real address (with --dns-listen)
+                         to the validated real address (with --dns-listen);
+                         HOST:LOW-HIGH listens on every port of a range (at
+                         most 64), e.g. 10.200.0.1:3132-3139, the range
+                         the fence redirects to
   --dns-ttl D            lifetime of a synthetic mapping and TTL of its answer
                          (1s..30s, default 5s)
   --dns-epoch N          boot epoch of the synthetic addresses (0 or more; with
@@ -558,7 +561,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	if tcpSub != nil {
 		defer tcpSub.close()
-		addSelf(tcpSub.tLn.Addr())
+		for _, ln := range tcpSub.tLns {
+			addSelf(ln.Addr())
+		}
 	}
 	var ctlLn net.Listener
 	if f.control != "" {
@@ -626,7 +631,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		}
 	}
 
-	errc := make(chan error, 6)
+	errc := make(chan error, 6+fence.MaxTransparentPorts)
 	if tcpSub != nil {
 		if err := tcpSub.serve(ctx, p, dialer, src, events, errc); err != nil {
 			return cli.Failf("policy DNS: %v", err)
@@ -655,7 +660,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		attrs = append(attrs, "fence", fenceLn.Addr().String())
 	}
 	if tcpSub != nil {
-		attrs = append(attrs, "dns", f.dnsListen, "transparent", tcpSub.tLn.Addr().String())
+		attrs = append(attrs, "dns", f.dnsListen, "transparent", tcpSub.transparentAddrList())
 	}
 	if f.control != "" {
 		attrs = append(attrs, "control", f.control)

@@ -53,6 +53,9 @@ func TestUsageErrors(t *testing.T) {
 		{"--policy", "p.yaml", "--attribution", "bpf"}, // standalone: no cgroup to attach to
 		{"--policy", "p.yaml", "--dns-epoch", "3"},     // no policy DNS to number
 		{"--policy", "p.yaml", "--dns-listen", "127.0.0.1:0", "--transparent-listen", "127.0.0.1:0", "--dns-epoch", "-1"},
+		{"--policy", "p.yaml", "--dns-listen", "127.0.0.1:0", "--transparent-listen", "127.0.0.1:3139-3132"},
+		{"--policy", "p.yaml", "--dns-listen", "127.0.0.1:0", "--transparent-listen", "127.0.0.1:3100-3200"},
+		{"--policy", "p.yaml", "--dns-listen", "127.0.0.1:0", "--transparent-listen", "127.0.0.1:0-7"},
 		{"--policy", "p.yaml", "--credentials-env-fd", "5"},                            // without --credentials
 		{"--policy", "p.yaml", "--credentials", "c.yaml", "--credentials-env-fd", "2"}, // stdio
 		{"--policy", "p.yaml", "--credentials", "c.yaml", "--credentials-env-fd", "3", "--ready-fd", "3"},

@@ -2,10 +2,14 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"net"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/palisade-sandbox/palisade/pkg/cli"
+	"github.com/palisade-sandbox/palisade/pkg/fence"
 	"github.com/palisade-sandbox/palisade/pkg/ocsf"
 	"github.com/palisade-sandbox/palisade/pkg/policydns"
 	"github.com/palisade-sandbox/palisade/pkg/proxy"
@@ -17,7 +21,9 @@ import (
 type tcpSubstrate struct {
 	pc    net.PacketConn
 	dnsLn net.Listener
-	tLn   net.Listener
+	// tLns are the transparent listeners, one per port of
+	// --transparent-listen's range.
+	tLns  []net.Listener
 	table *policydns.Table
 }
 
@@ -46,9 +52,18 @@ func listenTCPSubstrate(ctx context.Context, f *flags) (*tcpSubstrate, error) {
 		s.close()
 		return nil, cli.Failf("--dns-listen: %v", err)
 	}
-	if s.tLn, err = proxy.Listen(ctx, f.transparentListen, f.clientCC); err != nil {
+	addrs, err := transparentAddrs(f.transparentListen)
+	if err != nil {
 		s.close()
-		return nil, cli.Failf("--transparent-listen: %v", err)
+		return nil, cli.Usagef("--transparent-listen: %v", err)
+	}
+	for _, a := range addrs {
+		ln, err := proxy.Listen(ctx, a, f.clientCC)
+		if err != nil {
+			s.close()
+			return nil, cli.Failf("--transparent-listen: %v", err)
+		}
+		s.tLns = append(s.tLns, ln)
 	}
 	return s, nil
 }
@@ -60,9 +75,49 @@ func (s *tcpSubstrate) close() {
 	if s.dnsLn != nil {
 		s.dnsLn.Close()
 	}
-	if s.tLn != nil {
-		s.tLn.Close()
+	for _, ln := range s.tLns {
+		ln.Close()
 	}
+}
+
+// transparentAddrs expands --transparent-listen: HOST:PORT, or
+// HOST:LOW-HIGH for a range of at most fence.MaxTransparentPorts ports
+// (what the fence redirects the synthetic range to: with one port, a
+// client port reused for another synthetic address while its earlier
+// connection is in TIME_WAIT would have its source port moved by the
+// kernel's NAT, and could not be attributed).
+func transparentAddrs(spec string) ([]string, error) {
+	host, port, err := net.SplitHostPort(spec)
+	if err != nil {
+		return nil, err
+	}
+	lo, hi, isRange := strings.Cut(port, "-")
+	if !isRange {
+		return []string{spec}, nil
+	}
+	l, err1 := strconv.ParseUint(lo, 10, 16)
+	h, err2 := strconv.ParseUint(hi, 10, 16)
+	switch {
+	case err1 != nil || err2 != nil || l == 0:
+		return nil, fmt.Errorf("port range %q: want LOW-HIGH, 1-65535", port)
+	case h < l || h-l >= fence.MaxTransparentPorts:
+		return nil, fmt.Errorf("port range %q: want LOW <= HIGH and at most %d ports", port, fence.MaxTransparentPorts)
+	}
+	var out []string
+	for p := l; p <= h; p++ {
+		out = append(out, net.JoinHostPort(host, strconv.FormatUint(p, 10)))
+	}
+	return out, nil
+}
+
+// transparentAddrList names the transparent listeners' addresses, for
+// the log.
+func (s *tcpSubstrate) transparentAddrList() string {
+	var a []string
+	for _, ln := range s.tLns {
+		a = append(a, ln.Addr().String())
+	}
+	return strings.Join(a, ",")
 }
 
 // serve starts the policy DNS and the transparent listener; their first
@@ -82,7 +137,9 @@ func (s *tcpSubstrate) serve(ctx context.Context, p *proxy.Proxy, d *ssrf.Dialer
 	}
 	p.SetMappings(s.table)
 	go func() { errc <- srv.Serve(ctx, s.pc, s.dnsLn) }()
-	go func() { errc <- p.ServeTransparent(s.tLn) }()
+	for _, ln := range s.tLns {
+		go func() { errc <- p.ServeTransparent(ln) }()
+	}
 	return nil
 }
 
@@ -93,6 +150,8 @@ func checkSubstrateFlags(f *flags) error {
 		return cli.Usagef("--dns-listen and --transparent-listen go together (policy DNS answers with synthetic addresses only the transparent listener serves)")
 	case policydns.CheckTTL(f.dnsTTL) != nil:
 		return cli.Usagef("--dns-ttl %v: %v", f.dnsTTL, policydns.CheckTTL(f.dnsTTL))
+	case f.transparentListen != "" && transparentSpecErr(f.transparentListen) != nil:
+		return cli.Usagef("--transparent-listen: %v", transparentSpecErr(f.transparentListen))
 	case f.dnsEpochSet && f.dnsListen == "":
 		return cli.Usagef("--dns-epoch needs --dns-listen (it numbers the policy DNS's synthetic addresses)")
 	}
@@ -101,3 +160,8 @@ func checkSubstrateFlags(f *flags) error {
 
 // defaultDNSTTL is the synthetic mappings' lifetime by default.
 const defaultDNSTTL = 5 * time.Second
+
+func transparentSpecErr(spec string) error {
+	_, err := transparentAddrs(spec)
+	return err
+}

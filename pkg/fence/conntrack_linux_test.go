@@ -20,6 +20,10 @@ import (
 
 const testTransparentPort = 3130
 
+// testTransparentPorts is the transparent range's size in the tests
+// (sandboxnet's default).
+const testTransparentPorts = 8
+
 // dialPort dials dst from ns with local port port (SO_REUSEADDR, so a
 // port whose last connection is in TIME_WAIT can be bound again).
 func dialPort(ns netns.NsHandle, port int, dst netip.AddrPort) (net.Conn, error) {
@@ -131,5 +135,130 @@ func TestFenceReusedAddressStartsClean(t *testing.T) {
 	if client, orig := transparentRoundTrip(t, ns2, ln2, clientPort, b); client != netip.AddrPortFrom(second.SandboxAddr, clientPort) || orig != b {
 		t.Errorf("second sandbox: listener saw %s for %s, want %s:%d for %s (the earlier sandbox's conntrack entry moved its source port)",
 			client, orig, second.SandboxAddr, clientPort, b)
+	}
+}
+
+// rangeListeners listens on every port of f's transparent range in the
+// lab's host namespace and returns a channel of what they accept.
+func rangeListeners(t *testing.T, l *lab, f *Fence, first, n uint16) <-chan *net.TCPConn {
+	t.Helper()
+	accepted := make(chan *net.TCPConn, n)
+	for p := first; p < first+n; p++ {
+		var ln net.Listener
+		if err := nettest.Do(l.host, func() (err error) {
+			ln, err = net.Listen("tcp4", netip.AddrPortFrom(f.HostAddr, p).String())
+			return err
+		}); err != nil {
+			t.Fatalf("listen on transparent port %d: %v", p, err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		go func() {
+			for {
+				c, err := ln.(*net.TCPListener).AcceptTCP()
+				if err != nil {
+					return
+				}
+				accepted <- c
+			}
+		}()
+	}
+	return accepted
+}
+
+// A client port reused within one sandbox for another synthetic address
+// while its earlier connection is in TIME_WAIT keeps its source port:
+// the redirect takes another port of the transparent range instead of
+// the kernel's NAT moving the client's port (which the proxy could not
+// attribute: attribution_failed). Fails with the redirect to a single
+// port (redirectToRange replaced by redirectTo(lo)): the listener sees
+// another source port.
+func TestFenceTransparentClientPortReuse(t *testing.T) {
+	testutil.CheckFDLeaks(t)
+	l := newLab(t)
+	path, ns := l.sandbox()
+	cfg := l.config(path)
+	cfg.TransparentPort, cfg.TransparentPorts = testTransparentPort, testTransparentPorts
+	f := l.setup(cfg)
+	accepted := rangeListeners(t, l, f, testTransparentPort, testTransparentPorts)
+
+	const clientPort = 40124
+	seen := map[uint16]bool{}
+	for i, dst := range []netip.AddrPort{
+		netip.MustParseAddrPort("198.18.0.10:7007"),
+		netip.MustParseAddrPort("198.18.0.11:7007"),
+		netip.MustParseAddrPort("198.18.0.12:443"),
+	} {
+		c, err := dialPort(ns, clientPort, dst)
+		if err != nil {
+			t.Fatalf("connection %d: dial %s from port %d: %v", i, dst, clientPort, err)
+		}
+		var sc *net.TCPConn
+		select {
+		case sc = <-accepted:
+		case <-time.After(5 * time.Second):
+			c.Close()
+			t.Fatalf("connection %d to %s: no transparent listener accepted it", i, dst)
+		}
+		client := sc.RemoteAddr().(*net.TCPAddr).AddrPort()
+		local := sc.LocalAddr().(*net.TCPAddr).AddrPort()
+		orig, err := OriginalDst(sc)
+		// The client closes first, so the host's entry ends in TIME_WAIT.
+		c.Close()
+		sc.SetDeadline(time.Now().Add(3 * time.Second))
+		io.Copy(io.Discard, sc)
+		sc.Close()
+		if err != nil || orig != dst {
+			t.Errorf("connection %d: OriginalDst %s %v, want %s", i, orig, err, dst)
+		}
+		if want := netip.AddrPortFrom(f.SandboxAddr, clientPort); netip.AddrPortFrom(client.Addr().Unmap(), client.Port()) != want {
+			t.Errorf("connection %d to %s: listener saw client %s, want %s (the NAT moved the client's port)", i, dst, client, want)
+		}
+		if seen[local.Port()] {
+			t.Errorf("connection %d: transparent port %d again while the earlier connection is in TIME_WAIT", i, local.Port())
+		}
+		seen[local.Port()] = true
+	}
+}
+
+// Every port of the transparent range admits only what the synthetic
+// range's redirect sent it: the sandbox dialling one directly reaches
+// the fence listener, with that port as the original destination.
+func TestFenceTransparentRangeNotDirect(t *testing.T) {
+	testutil.CheckFDLeaks(t)
+	l := newLab(t)
+	path, ns := l.sandbox()
+	cfg := l.config(path)
+	cfg.TransparentPort, cfg.TransparentPorts = testTransparentPort, testTransparentPorts
+	f := l.setup(cfg)
+	accepted := rangeListeners(t, l, f, testTransparentPort, testTransparentPorts)
+	var fenceLn net.Listener
+	if err := nettest.Do(l.host, func() (err error) {
+		fenceLn, err = net.Listen("tcp4", netip.AddrPortFrom(f.HostAddr, testFencePort).String())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer fenceLn.Close()
+	for _, p := range []uint16{testTransparentPort, testTransparentPort + 3, testTransparentPort + testTransparentPorts - 1} {
+		dst := netip.AddrPortFrom(f.HostAddr, p)
+		done := acceptOne(t, fenceLn.(*net.TCPListener), func(c *net.TCPConn) {
+			if got, err := OriginalDst(c); err != nil || got != dst {
+				t.Errorf("fence listener: original destination %s %v, want %s", got, err, dst)
+			}
+		})
+		c, err := dialPort(ns, 0, dst)
+		if err != nil {
+			t.Fatalf("dial %s: %v", dst, err)
+		}
+		c.Close()
+		if err := <-done; err != nil {
+			t.Fatalf("%s: fence listener: %v", dst, err)
+		}
+		select {
+		case sc := <-accepted:
+			sc.Close()
+			t.Errorf("transparent listener accepted a direct dial of %s", dst)
+		default:
+		}
 	}
 }

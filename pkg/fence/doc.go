@@ -19,9 +19,14 @@
 // of the new sandbox from the same client port would share its reply
 // tuple: the kernel's NAT would move it to another source port, which
 // no socket in the sandbox has, and the proxy could not attribute it.
-// (Within one sandbox the same happens when the kernel gives a new
+// Within one sandbox the same happens when the kernel gives a new
 // connection to another synthetic address a client port used for one
-// shortly before; that case is not handled here.)
+// shortly before: so the synthetic range is redirected to a range of
+// transparent ports (Config.TransparentPorts; sandboxnet uses
+// 3132-3139), and the NAT takes the first port of the range that makes
+// the reply tuple unique instead of moving the client's source port.
+// The proxy listens on every port of the range; SO_ORIGINAL_DST still
+// gives the synthetic destination.
 //
 // Inside the sandbox namespace, table "inet palisade" (SandboxTable)
 // lets out: loopback; TCP to the proxy (host address, proxy port); any
@@ -37,12 +42,15 @@
 // In the host namespace, table "inet palisade-<sandbox>" (TableName)
 // matches only packets from the sandbox's veth. Its NAT prerouting chain
 // (priority dstnat-1, so it runs before other NAT tables) leaves TCP to
-// the proxy port alone and redirects every other TCP connection to the
+// the proxy port alone, redirects DNS to the host address and TCP to
+// the synthetic range to the policy DNS and transparent ports when
+// configured, and redirects every other TCP connection to the
 // fence port on the host address; the redirect lives on the host so that
 // the proxy's fence listener can read the original destination with
 // OriginalDst (SO_ORIGINAL_DST) and refuse it with an event. Its input
-// chain admits only established traffic and new TCP to the proxy and
-// fence ports, its forward chain drops everything from or to the veth
+// chain admits only established traffic, new TCP to the proxy and
+// fence ports, and the DNS and transparent ports only for connections a
+// redirect sent there (conntrack status DNAT), its forward chain drops everything from or to the veth
 // even when the host forwards IPv4, and the host side of the veth has
 // IPv6 disabled, IPv4 forwarding off and strict reverse-path filtering.
 // Other tables on the host still see the packets: a host firewall that

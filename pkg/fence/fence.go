@@ -58,10 +58,20 @@ type Config struct {
 	// port 53, which is redirected there. Without it DNS fails at once,
 	// as every other UDP does.
 	DNSPort uint16
-	// TransparentPort, when not 0, is the proxy's transparent listener:
-	// TCP connections to SyntheticRange are redirected there instead of
-	// to the fence listener.
-	TransparentPort uint16
+	// TransparentPort, when not 0, is the first port of the proxy's
+	// transparent listener: TCP connections to SyntheticRange are
+	// redirected to TransparentPort..TransparentPort+TransparentPorts-1
+	// instead of to the fence listener, and the proxy must listen on
+	// every one of them. TransparentPorts is how many (0 means 1, at most
+	// MaxTransparentPorts). With one port, every redirected connection
+	// has the reply tuple (host:port -> sandbox:srcport) whatever its
+	// synthetic destination, and a client port whose earlier connection
+	// to another synthetic address is still in TIME_WAIT clashes: the
+	// kernel's NAT then moves the new connection's source port and the
+	// proxy cannot attribute it. With a range, the redirect takes the
+	// first port of the range that makes the tuple unique instead.
+	TransparentPort  uint16
+	TransparentPorts uint16
 	// StateDir holds the allocation lock and records; "" means
 	// DefaultStateDir. Every supervisor on a host must use the same one.
 	StateDir string
@@ -98,10 +108,10 @@ func (c Config) validate() error {
 	if c.FencePort == 0 {
 		return errors.New("fence: FencePort: must not be 0")
 	}
-	if c.TransparentPort != 0 && (c.TransparentPort == c.ProxyPort || c.TransparentPort == c.FencePort) {
-		return fmt.Errorf("fence: TransparentPort %d: must differ from ProxyPort and FencePort", c.TransparentPort)
+	if err := c.validateTransparent(); err != nil {
+		return err
 	}
-	if c.DNSPort != 0 && (c.DNSPort == 53 || c.DNSPort == c.ProxyPort || c.DNSPort == c.FencePort || c.DNSPort == c.TransparentPort) {
+	if c.DNSPort != 0 && (c.DNSPort == 53 || c.DNSPort == c.ProxyPort || c.DNSPort == c.FencePort || c.inTransparent(c.DNSPort)) {
 		return fmt.Errorf("fence: DNSPort %d: must differ from 53 and the other ports", c.DNSPort)
 	}
 	if c.ProxyPort == c.FencePort {
@@ -109,6 +119,39 @@ func (c Config) validate() error {
 	}
 	if !strings.HasPrefix(c.StateDir, "/") {
 		return fmt.Errorf("fence: StateDir %q: must be an absolute path", c.StateDir)
+	}
+	return nil
+}
+
+// MaxTransparentPorts bounds Config.TransparentPorts.
+const MaxTransparentPorts = 64
+
+// transparentLast is the last port of the transparent range (0 without
+// one).
+func (c Config) transparentLast() uint16 {
+	if c.TransparentPort == 0 {
+		return 0
+	}
+	return c.TransparentPort + max(c.TransparentPorts, 1) - 1
+}
+
+// inTransparent reports whether port is in the transparent range.
+func (c Config) inTransparent(port uint16) bool {
+	return c.TransparentPort != 0 && port >= c.TransparentPort && port <= c.transparentLast()
+}
+
+func (c Config) validateTransparent() error {
+	switch {
+	case c.TransparentPort == 0 && c.TransparentPorts != 0:
+		return fmt.Errorf("fence: TransparentPorts %d: needs TransparentPort", c.TransparentPorts)
+	case c.TransparentPort == 0:
+		return nil
+	case c.TransparentPorts > MaxTransparentPorts:
+		return fmt.Errorf("fence: TransparentPorts %d: at most %d", c.TransparentPorts, MaxTransparentPorts)
+	case int(c.TransparentPort)+int(max(c.TransparentPorts, 1))-1 > 65535:
+		return fmt.Errorf("fence: TransparentPorts %d: TransparentPort %d plus the range passes port 65535", c.TransparentPorts, c.TransparentPort)
+	case c.inTransparent(c.ProxyPort) || c.inTransparent(c.FencePort):
+		return fmt.Errorf("fence: TransparentPort %d-%d: must not contain ProxyPort or FencePort", c.TransparentPort, c.transparentLast())
 	}
 	return nil
 }

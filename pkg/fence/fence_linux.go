@@ -129,7 +129,8 @@ func Setup(ctx context.Context, cfg Config) (_ *Fence, err error) {
 	if err := applyNft(hostNs, func(c *nftables.Conn) {
 		_ = addHostRules(c, hostSpec{table: f.Table, hostIf: f.HostIf, hostAddr: f.HostAddr,
 			proxyPort: cfg.ProxyPort, fencePort: cfg.FencePort,
-			dnsPort: cfg.DNSPort, transparentPort: cfg.TransparentPort, synthetic: SyntheticRange})
+			dnsPort: cfg.DNSPort, transparentPort: cfg.TransparentPort, transparentLast: cfg.transparentLast(),
+			synthetic: SyntheticRange})
 	}); err != nil {
 		if errors.Is(err, unix.EEXIST) {
 			err = fmt.Errorf("%w (leftover of an earlier sandbox of this name: run sandbox-supervisor gc)", err)

@@ -11,6 +11,11 @@ func TestConfigValidate(t *testing.T) {
 	if err := good.withDefaults().validate(); err != nil {
 		t.Fatalf("good config rejected: %v", err)
 	}
+	ranged := good
+	ranged.DNSPort, ranged.TransparentPort, ranged.TransparentPorts = 3131, 3132, 8
+	if err := ranged.withDefaults().validate(); err != nil {
+		t.Fatalf("transparent range 3132-3139 rejected: %v", err)
+	}
 	if d := good.withDefaults(); d.Pool != DefaultPool || d.StateDir != DefaultStateDir {
 		t.Fatalf("defaults not applied: %+v", d)
 	}
@@ -29,6 +34,13 @@ func TestConfigValidate(t *testing.T) {
 		{"FencePort", func(c *Config) { c.FencePort = 0 }},
 		{"FencePort", func(c *Config) { c.FencePort = c.ProxyPort }},
 		{"StateDir", func(c *Config) { c.StateDir = "relative/dir" }},
+		{"TransparentPorts", func(c *Config) { c.TransparentPorts = 8 }},
+		{"TransparentPorts", func(c *Config) { c.TransparentPort, c.TransparentPorts = 3132, MaxTransparentPorts+1 }},
+		{"TransparentPorts", func(c *Config) { c.TransparentPort, c.TransparentPorts = 65530, 8 }},
+		{"TransparentPort", func(c *Config) { c.TransparentPort = c.FencePort }},
+		{"TransparentPort", func(c *Config) { c.TransparentPort, c.TransparentPorts = 3120, 9 }},
+		{"TransparentPort", func(c *Config) { c.TransparentPort, c.TransparentPorts = 3125, 8 }},
+		{"DNSPort", func(c *Config) { c.TransparentPort, c.TransparentPorts, c.DNSPort = 3130, 8, 3137 }},
 	}
 	for _, tc := range cases {
 		c := good

@@ -29,10 +29,12 @@ type hostSpec struct {
 	// dnsPort, when not 0, is the policy DNS listener: UDP and TCP to
 	// hostAddr port 53 are redirected there.
 	dnsPort uint16
-	// transparentPort, when not 0, receives the TCP connections to the
-	// synthetic range (redirected ahead of the fence).
-	transparentPort uint16
-	synthetic       netip.Prefix
+	// transparentPort, when not 0, is the first port of the range
+	// (to transparentLast) that receives the TCP connections to the
+	// synthetic range (redirected ahead of the fence): the redirect
+	// takes the first port of the range that gives a unique reply tuple.
+	transparentPort, transparentLast uint16
+	synthetic                        netip.Prefix
 }
 
 // hostNATPriority puts the redirect before every NAT chain at the usual
@@ -117,7 +119,7 @@ func addSandboxRules(c *nftables.Conn, s sandboxSpec) []*nftables.Rule {
 //	  chain prerouting { type nat hook prerouting priority dstnat - 1; policy accept;
 //	    iifname IF meta nfproto ipv4 ip daddr HOST tcp dport PROXY accept
 //	    iifname IF ip daddr HOST udp/tcp dport 53 counter redirect to :DNS
-//	    iifname IF ip daddr 198.18.0.0/15 meta l4proto tcp counter redirect to :TRANSPARENT
+//	    iifname IF ip daddr 198.18.0.0/15 meta l4proto tcp counter redirect to :TRANSPARENT-LAST
 //	    iifname IF meta nfproto ipv4 meta l4proto tcp counter redirect to :FENCE
 //	  }
 //	  chain input { type filter hook input priority filter; policy accept;
@@ -125,7 +127,7 @@ func addSandboxRules(c *nftables.Conn, s sandboxSpec) []*nftables.Rule {
 //	    iifname IF meta nfproto ipv4 ip daddr HOST tcp dport PROXY accept
 //	    iifname IF meta nfproto ipv4 ip daddr HOST tcp dport FENCE accept
 //	    iifname IF ip daddr HOST udp/tcp dport DNS ct status dnat accept
-//	    iifname IF ip daddr HOST tcp dport TRANSPARENT ct status dnat accept
+//	    iifname IF ip daddr HOST tcp dport TRANSPARENT-LAST ct status dnat accept
 //	    iifname IF counter drop
 //	  }
 //	  chain forward { type filter hook forward priority filter; policy accept;
@@ -156,7 +158,7 @@ func addHostRules(c *nftables.Conn, s hostSpec) []*nftables.Rule {
 		}
 	}
 	if s.transparentPort != 0 {
-		rule(pre, fromIf, ipv4DaddrIn(s.synthetic), l4proto(unix.IPPROTO_TCP), counter(), redirectTo(s.transparentPort))
+		rule(pre, fromIf, ipv4DaddrIn(s.synthetic), l4proto(unix.IPPROTO_TCP), counter(), redirectToRange(s.transparentPort, s.transparentLast))
 	}
 	rule(pre, fromIf, nfproto(unix.NFPROTO_IPV4), l4proto(unix.IPPROTO_TCP), counter(), redirectTo(s.fencePort))
 
@@ -172,7 +174,7 @@ func addHostRules(c *nftables.Conn, s hostSpec) []*nftables.Rule {
 		}
 	}
 	if s.transparentPort != 0 {
-		rule(in, fromIf, ipv4Daddr(s.hostAddr), l4Dport(unix.IPPROTO_TCP, s.transparentPort), ctStatusDNAT(), verdict(expr.VerdictAccept))
+		rule(in, fromIf, ipv4Daddr(s.hostAddr), l4DportRange(unix.IPPROTO_TCP, s.transparentPort, s.transparentLast), ctStatusDNAT(), verdict(expr.VerdictAccept))
 	}
 	rule(in, fromIf, counter(), verdict(expr.VerdictDrop))
 
@@ -241,6 +243,18 @@ func l4Dport(proto byte, port uint16) []expr.Any {
 	)
 }
 
+// l4DportRange matches transport protocol proto with destination port
+// in lo..hi (one port when they are equal).
+func l4DportRange(proto byte, lo, hi uint16) []expr.Any {
+	if hi <= lo {
+		return l4Dport(proto, lo)
+	}
+	return append(l4proto(proto),
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+		&expr.Range{Op: expr.CmpOpEq, Register: 1, FromData: be16(lo), ToData: be16(hi)},
+	)
+}
+
 func ctState(bits uint32) []expr.Any { return ctBits(expr.CtKeySTATE, bits) }
 
 // ctBits matches connections whose conntrack key (state, status) has
@@ -283,6 +297,21 @@ func redirectTo(port uint16) []expr.Any {
 	return []expr.Any{
 		&expr.Immediate{Register: 1, Data: be16(port)},
 		&expr.Redir{RegisterProtoMin: 1},
+	}
+}
+
+// redirectToRange is redirectTo onto the ports lo..hi (one port when
+// they are equal): the kernel's NAT takes the first of them that makes
+// the connection's reply tuple unique, so a clash with an entry in
+// TIME_WAIT changes the destination port, not the client's source port.
+func redirectToRange(lo, hi uint16) []expr.Any {
+	if hi <= lo {
+		return redirectTo(lo)
+	}
+	return []expr.Any{
+		&expr.Immediate{Register: 1, Data: be16(lo)},
+		&expr.Immediate{Register: 2, Data: be16(hi)},
+		&expr.Redir{RegisterProtoMin: 1, RegisterProtoMax: 2},
 	}
 }
 

@@ -263,7 +263,7 @@ func TestGoldenSubstrateRules(t *testing.T) {
 	checkGolden(t, "sandbox-tcp.golden", render(msgs, rules))
 	msgs, rules = captureNft(t, func(c *nftables.Conn) []*nftables.Rule {
 		return addHostRules(c, hostSpec{table: TableName("demo"), hostIf: HostIfName("demo"), hostAddr: host,
-			proxyPort: 3128, fencePort: 3129, dnsPort: 3131, transparentPort: 3130, synthetic: SyntheticRange})
+			proxyPort: 3128, fencePort: 3129, dnsPort: 3131, transparentPort: 3132, transparentLast: 3139, synthetic: SyntheticRange})
 	})
 	text := render(msgs, rules)
 	checkGolden(t, "host-tcp.golden", text)
@@ -278,9 +278,10 @@ func TestGoldenSubstrateRules(t *testing.T) {
 		}
 	}
 	// DNS (udp, tcp) to 3131, the synthetic range (198.18.0.0/15) to
-	// 3130, then the rest to 3129.
+	// the range 3132-3139, then the rest to 3129.
 	if len(redirects) != 4 || !strings.Contains(redirects[0], "0x0c3b") || !strings.Contains(redirects[1], "0x0c3b") ||
-		!strings.Contains(redirects[2], "0xc6120000") || !strings.Contains(redirects[2], "0x0c3a") || !strings.Contains(redirects[3], "0x0c39") {
+		!strings.Contains(redirects[2], "0xc6120000") || !strings.Contains(redirects[2], "0x0c3c") || !strings.Contains(redirects[2], "0x0c43") ||
+		!strings.Contains(redirects[3], "0x0c39") {
 		t.Fatalf("redirects: %q", redirects)
 	}
 	// The listeners admit only redirected connections.
@@ -289,7 +290,7 @@ func TestGoldenSubstrateRules(t *testing.T) {
 		for _, e := range r.Exprs {
 			s += renderExpr(e) + ";"
 		}
-		if r.Chain.Name == "input" && (strings.Contains(s, "0x0c3b") || strings.Contains(s, "0x0c3a")) && !strings.Contains(s, "(key 2)") {
+		if r.Chain.Name == "input" && (strings.Contains(s, "0x0c3b") || strings.Contains(s, "0x0c3c")) && !strings.Contains(s, "(key 2)") {
 			t.Errorf("input rule for a substrate listener without ct status dnat: %s", s)
 		}
 	}

@@ -60,8 +60,8 @@ func TestProxyArgsProcsAndDNSTTL(t *testing.T) {
 		if v, ok := flagValue(argv, "--dns-listen"); v != "10.200.0.1:3131" {
 			t.Errorf("%s: --dns-listen %q (present %v), want 10.200.0.1:3131", tc.name, v, ok)
 		}
-		if v, ok := flagValue(argv, "--transparent-listen"); v != "10.200.0.1:3130" {
-			t.Errorf("%s: --transparent-listen %q (present %v), want 10.200.0.1:3130", tc.name, v, ok)
+		if v, ok := flagValue(argv, "--transparent-listen"); v != "10.200.0.1:3132-3139" {
+			t.Errorf("%s: --transparent-listen %q (present %v), want 10.200.0.1:3132-3139", tc.name, v, ok)
 		}
 		if v, ok := flagValue(argv, "--dns-epoch"); !ok || v != "42" {
 			t.Errorf("%s: --dns-epoch %q (present %v), want 42", tc.name, v, ok)

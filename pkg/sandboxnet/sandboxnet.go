@@ -38,9 +38,15 @@ import (
 const (
 	DefaultProxyPort = 3128
 	DefaultFencePort = 3129
-	// DefaultTransparentPort is the proxy's transparent listener, for
-	// connections to policy DNS synthetic addresses.
-	DefaultTransparentPort = 3130
+	// DefaultTransparentPort is the first of the DefaultTransparentPorts
+	// ports of the proxy's transparent listener (3132-3139), for
+	// connections to policy DNS synthetic addresses. The fence redirects
+	// to the range, not to one port, so that a client port reused for
+	// another synthetic address while its earlier connection is in
+	// TIME_WAIT gets another destination port instead of a source port
+	// the kernel's NAT moved (which the proxy could not attribute).
+	DefaultTransparentPort  = 3132
+	DefaultTransparentPorts = 8
 	// DefaultDNSPort is the proxy's policy DNS listener (UDP and TCP);
 	// the sandbox asks port 53 of the same address, redirected there.
 	DefaultDNSPort = 3131

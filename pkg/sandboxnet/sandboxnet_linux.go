@@ -83,7 +83,7 @@ func (a *Attacher) Attach(ctx context.Context, name string, initPID int) ([]stri
 		Sandbox:   name,
 		NetnsPath: fmt.Sprintf("/proc/%d/ns/net", initPID),
 		Pool:      c.Pool, ProxyPort: c.ProxyPort, FencePort: c.FencePort,
-		DNSPort: DefaultDNSPort, TransparentPort: DefaultTransparentPort,
+		DNSPort: DefaultDNSPort, TransparentPort: DefaultTransparentPort, TransparentPorts: DefaultTransparentPorts,
 		StateDir: c.FenceStateDir,
 	}
 	f, err := fence.Setup(ctx, fc)
@@ -237,7 +237,7 @@ func (p *proxyProc) args() []string {
 	}
 	a = append(a, c.UpstreamProxy.Args()...)
 	a = append(a, "--dns-listen", netip.AddrPortFrom(host, DefaultDNSPort).String(),
-		"--transparent-listen", netip.AddrPortFrom(host, DefaultTransparentPort).String())
+		"--transparent-listen", fmt.Sprintf("%s-%d", netip.AddrPortFrom(host, DefaultTransparentPort), DefaultTransparentPort+DefaultTransparentPorts-1))
 	if c.DNSTTL != 0 {
 		a = append(a, "--dns-ttl", c.DNSTTL.String())
 	}
