@@ -53,6 +53,8 @@ func behaviourWithin(e, w *policy.Endpoint, wPath string) (string, string) {
 		return ".credential_signing", fmt.Sprintf("re-signs requests for %s with AWS credentials, but the ceiling's %s does not (for that service and region)", e.SigningService, wPath)
 	case e.RequestBodyCredentialRewrite && !w.RequestBodyCredentialRewrite:
 		return ".request_body_credential_rewrite", fmt.Sprintf("resolves credential placeholders in request bodies, but the ceiling's %s does not", wPath)
+	case e.WebSocketCredentialRewrite && !w.WebSocketCredentialRewrite:
+		return ".websocket_credential_rewrite", fmt.Sprintf("resolves credential placeholders in WebSocket messages, but the ceiling's %s does not", wPath)
 	case raw(e) && !raw(w):
 		return "", fmt.Sprintf("relays tunnels without inspection (%s), but the ceiling's %s inspects them (protocol rest)", protoName(e), wPath)
 	case rawNoSNI(e) && !rawNoSNI(w):

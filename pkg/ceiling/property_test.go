@@ -46,9 +46,12 @@ type request struct {
 	query     url.Values
 	ctype     string
 	// cred names the provider whose placeholder the request carries
-	// ("": none), in its body when credInBody, else in a header field.
-	cred       string
-	credInBody bool
+	// ("": none), in its body when credInBody, in a WebSocket text
+	// message after its upgrade when credInMessage, else in a header
+	// field.
+	cred          string
+	credInBody    bool
+	credInMessage bool
 	// body is a JSON request body (sent as application/json) and
 	// version the MCP-Protocol-Version values, for the protocols that
 	// read bodies; other endpoints never look at them.
@@ -57,7 +60,7 @@ type request struct {
 }
 
 func (r request) String() string {
-	return fmt.Sprintf("{kind %d %s:%d %s<-%v addr %s %s %s?%s ct=%q cred=%q credInBody=%v body=%s version=%q}", r.kind, r.host, r.port, r.binary, r.ancestors, r.addr, r.method, r.path, r.query.Encode(), r.ctype, r.cred, r.credInBody, r.body, r.version)
+	return fmt.Sprintf("{kind %d %s:%d %s<-%v addr %s %s %s?%s ct=%q cred=%q credInBody=%v body=%s version=%q}", r.kind, r.host, r.port, r.binary, r.ancestors, r.addr, r.method, r.path, r.query.Encode(), r.ctype, r.cred, r.credInBody || r.credInMessage, r.body, r.version)
 }
 
 var guard = &ssrf.Guard{ControlPlanePorts: []int{}}
@@ -121,7 +124,11 @@ func allowedBy(p *policy.Policy, eng *decision.Engine, r request) (bool, []strin
 // policy's): a placeholder of a provider the endpoint binds is resolved
 // ("resolved:P"), one it does not bind is refused (false); a placeholder
 // in a body is read only where the endpoint opts in and passes unread
-// otherwise; a credential_signing endpoint re-signs every request
+// otherwise; one in a WebSocket text message is read only on a protocol
+// websocket endpoint (whose messages the proxy reads), refused there
+// when not bound, and resolved when bound only where the endpoint opts
+// in (websocket_credential_rewrite; else relayed as it is, no effect);
+// a credential_signing endpoint re-signs every request
 // ("signed:SERVICE/REGION"). A policy is within its ceiling only if each
 // request it lets through gets no effect the ceiling would not give it.
 func credentialEffects(ep *policy.Endpoint, r request) []string {
@@ -129,11 +136,14 @@ func credentialEffects(ep *policy.Endpoint, r request) []string {
 	if ep.CredentialSigning != "" {
 		out = append(out, "signed:"+ep.SigningService+"/"+ep.SigningRegion)
 	}
-	if r.cred == "" || r.credInBody && !ep.RequestBodyCredentialRewrite {
+	if r.cred == "" || r.credInBody && !ep.RequestBodyCredentialRewrite || r.credInMessage && ep.Protocol != policy.ProtocolWebSocket {
 		return out
 	}
 	if ep.CredentialBinding == nil || ep.CredentialBinding.Provider != r.cred {
-		return []string{"refused"} // credential_endpoint_mismatch: nothing goes
+		return []string{"refused"} // credential_endpoint_mismatch: nothing goes (a message: close 1008)
+	}
+	if r.credInMessage && !ep.WebSocketCredentialRewrite {
+		return out
 	}
 	return append(out, "resolved:"+r.cred)
 }
@@ -768,6 +778,7 @@ func randRequests(r *rand.Rand, p, c *policy.Policy, n int) []request {
 		}
 		if r.IntN(2) == 0 {
 			q.cred, q.credInBody = pick(r, uProviders), r.IntN(3) == 0
+			q.credInMessage = !q.credInBody && r.IntN(3) == 0
 		}
 		if q.kind == httpReq && r.IntN(2) == 0 {
 			randBody(r, &q)

@@ -284,6 +284,12 @@ func TestWebSocketWithin(t *testing.T) {
 	if xs := Contains(ceil, within, Options{}); len(xs) > 0 {
 		t.Errorf("narrower websocket endpoint refused: %v", xs[0])
 	}
+	// Resolving placeholders in messages is a grant of its own.
+	rw := ep("        rules: [{allow: {method: GET, path: /stream}}]\n        websocket_credential_rewrite: true\n", `{text: [{json: {type: subscribe}}], deny_text: [{prefix: "SUB admin"}], max_message_bytes: 1024}`)
+	want := "network_policies.ws.endpoints[0].websocket_credential_rewrite: ws.example.test:443 resolves credential placeholders in WebSocket messages, but the ceiling's network_policies.ws.endpoints[0] does not"
+	if xs := Contains(ceil, rw, Options{}); len(xs) == 0 || xs[0].Error() != want {
+		t.Errorf("websocket_credential_rewrite: %v, want %s", xs, want)
+	}
 	for name, p := range map[string]*policy.Policy{
 		"other text":         ep("        rules: [{allow: {method: GET, path: /stream}}]\n", `{text: [{prefix: "SUB "}], deny_text: [{prefix: "SUB admin"}]}`),
 		"deny dropped":       ep("        rules: [{allow: {method: GET, path: /stream}}]\n", `{text: [{exact: ping}]}`),

@@ -403,3 +403,29 @@ func TestBody(t *testing.T) {
 		}
 	}
 }
+
+// A WebSocket text message resolves like a JSON body when it is JSON
+// (the value escaped into the string, so the message stays JSON) and as
+// it is otherwise; a placeholder the target does not bind is refused
+// (credential_endpoint_mismatch) and left as it is. Mutation-checked:
+// with encRaw for JSON messages the first case fails.
+func TestText(t *testing.T) {
+	s := mustStore(t, goodFile, map[string]string{"PALISADE_TEST_GH_OTHER": `env"value`})
+	ph := Placeholder("GH_OTHER")
+	for _, tc := range []struct{ in, want string }{
+		{`{"auth":"` + ph + `"}`, `{"auth":"env\"value"}`},
+		{"auth " + ph, `auth env"value`},
+		{"no placeholder", "no placeholder"},
+	} {
+		r := s.Resolver(&Target{Host: "api.github.com", Port: 443, Binding: "github"})
+		if got := string(r.Text([]byte(tc.in))); got != tc.want || r.Err() != nil {
+			t.Errorf("%q: %q %v, want %q", tc.in, got, r.Err(), tc.want)
+		}
+	}
+	r := s.Resolver(&Target{Host: "api.github.com", Port: 443, Binding: "other"})
+	in := `{"auth":"` + ph + `"}`
+	var cr *Refusal
+	if got := string(r.Text([]byte(in))); got != in || !errors.As(r.Err(), &cr) || cr.Reason != ReasonEndpointMismatch {
+		t.Errorf("unbound: %q %v", got, r.Err())
+	}
+}

@@ -303,3 +303,23 @@ func (r *Resolver) Body(b []byte, contentType string) []byte {
 	}
 	return []byte(out)
 }
+
+// Text resolves the placeholders of a WebSocket text message: inside
+// JSON strings (values JSON-escaped) when the message is JSON, as it is
+// otherwise. It returns b itself when there is nothing to replace; Err
+// reports a placeholder that may not be resolved, as for a request.
+func (r *Resolver) Text(b []byte) []byte {
+	if r.s == nil || !bytes.Contains(b, []byte("openshell")) {
+		return b
+	}
+	enc := encRaw
+	if json.Valid(b) {
+		enc = encJSON
+	}
+	s := string(b)
+	out := r.resolve(s, enc)
+	if out == s {
+		return b
+	}
+	return []byte(out)
+}

@@ -30,7 +30,7 @@ func (e *Endpoint) Inspected() bool {
 
 // credentialKeys are the endpoint keys of credential resolution.
 var credentialKeys = []string{"credential_binding", "allow_uninspected_credentials", "request_body_credential_rewrite",
-	"credential_signing", "signing_service", "signing_region"}
+	"websocket_credential_rewrite", "credential_signing", "signing_service", "signing_region"}
 
 // credential_signing values (OpenShell's): sigv4 detects the payload mode
 // from the client's x-amz-content-sha256; sigv4:body always signs the
@@ -56,6 +56,11 @@ func (d *decoder) credentialFields(fields map[string]field, path string, e *Endp
 	if f, ok := fields["request_body_credential_rewrite"]; ok {
 		if b, ok := d.boolean(f.val, path+".request_body_credential_rewrite"); ok {
 			e.RequestBodyCredentialRewrite = b
+		}
+	}
+	if f, ok := fields["websocket_credential_rewrite"]; ok {
+		if b, ok := d.boolean(f.val, path+".websocket_credential_rewrite"); ok {
+			e.WebSocketCredentialRewrite = b
 		}
 	}
 	for _, k := range []struct {
@@ -122,6 +127,9 @@ func (d *decoder) credentialCross(fields map[string]field, path string, e *Endpo
 	}
 	if f, ok := fields["request_body_credential_rewrite"]; ok && e.RequestBodyCredentialRewrite && e.Protocol != ProtocolREST {
 		d.errf(f.key, path+".request_body_credential_rewrite", "bodies are read only on protocol: rest endpoints")
+	}
+	if f, ok := fields["websocket_credential_rewrite"]; ok && e.WebSocketCredentialRewrite && e.Protocol != ProtocolWebSocket {
+		d.errf(f.key, path+".websocket_credential_rewrite", "WebSocket messages are read only on protocol: websocket endpoints")
 	}
 	d.signingCross(fields, path, e)
 	if f, ok := fields["credential_binding"]; ok && !e.Inspected() && !e.AllowUninspectedCredentials {

@@ -33,6 +33,10 @@ func TestCredentialFields(t *testing.T) {
 	if err != nil || !rw.NetworkPolicies["e"].Endpoints[0].RequestBodyCredentialRewrite || !strings.Contains(string(rw.Canonical()), `"request_body_credential_rewrite":true`) {
 		t.Errorf("body rewrite: %v", err)
 	}
+	ws, err := Parse([]byte(withEndpoint("host: ws.example.com", "port: 443", "protocol: websocket", "websocket: {text: [{exact: a}]}", "websocket_credential_rewrite: true")))
+	if err != nil || !ws.NetworkPolicies["e"].Endpoints[0].WebSocketCredentialRewrite || !strings.Contains(string(ws.Canonical()), `"websocket_credential_rewrite":true`) {
+		t.Errorf("websocket rewrite: %v", err)
+	}
 	sg, err := Parse([]byte(withEndpoint("host: minio.example.com", "port: 9000", "protocol: rest", "access: full",
 		"credential_signing: sigv4:no_body", "signing_service: s3", "signing_region: auto")))
 	if err != nil {
@@ -70,6 +74,9 @@ func TestCredentialFields(t *testing.T) {
 		{"bad region", []string{"host: s3.example.com", "port: 443", "protocol: rest", "access: full", "credential_signing: sigv4", "signing_service: s3", "signing_region: US East"}, ep0 + ".signing_region", "must be an AWS region"},
 		{"bad service", []string{"host: s3.example.com", "port: 443", "protocol: rest", "access: full", "credential_signing: sigv4", "signing_service: S3!"}, ep0 + ".signing_service", "must be an AWS service name"},
 		{"signing on tcp", []string{"host: db.example.com", "port: 5432", "protocol: tcp", "credential_signing: sigv4"}, ep0 + ".credential_signing", "protocol tcp relays bytes"},
+		{"websocket rewrite on rest", []string{"host: api.example.com", "port: 443", "protocol: rest", "access: full", "websocket_credential_rewrite: true"}, ep0 + ".websocket_credential_rewrite", "read only on protocol: websocket endpoints"},
+		{"websocket rewrite not a bool", []string{"host: ws.example.com", "port: 443", "protocol: websocket", "websocket: {text: [{exact: a}]}", "websocket_credential_rewrite: 1"}, ep0 + ".websocket_credential_rewrite", "must be true or false"},
+		{"websocket rewrite on tcp", []string{"host: db.example.com", "port: 5432", "protocol: tcp", "websocket_credential_rewrite: true"}, ep0 + ".websocket_credential_rewrite", "protocol tcp relays bytes"},
 		{"body rewrite on tcp", []string{"host: db.example.com", "port: 5432", "protocol: tcp", "request_body_credential_rewrite: true"}, ep0 + ".request_body_credential_rewrite", "protocol tcp relays bytes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -125,6 +125,12 @@ type Endpoint struct {
 	// credential placeholders in request bodies (JSON, form and text, at
 	// most 256 KiB each); protocol rest only.
 	RequestBodyCredentialRewrite bool `json:"request_body_credential_rewrite,omitempty" yaml:"request_body_credential_rewrite,omitempty"`
+	// WebSocketCredentialRewrite opts a protocol websocket endpoint in
+	// to resolving credential placeholders in the client's text
+	// messages after the upgrade (OpenShell's key). Without it a bound
+	// placeholder in a message is relayed as it is; an unbound one
+	// closes the connection (1008) either way.
+	WebSocketCredentialRewrite bool `json:"websocket_credential_rewrite,omitempty" yaml:"websocket_credential_rewrite,omitempty"`
 	// CredentialSigning re-signs requests with AWS SigV4 and the AWS
 	// credentials bound to the endpoint (SigningSigV4, SigningSigV4Body,
 	// SigningSigV4NoBody; "" none); SigningService is the service signed

@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -8,6 +10,7 @@ import (
 
 	"github.com/palisade-sandbox/palisade/pkg/credentials"
 	"github.com/palisade-sandbox/palisade/pkg/l7"
+	"github.com/palisade-sandbox/palisade/pkg/l7/websocket"
 	"github.com/palisade-sandbox/palisade/pkg/ocsf"
 	"github.com/palisade-sandbox/palisade/pkg/policy"
 )
@@ -93,14 +96,75 @@ func (p *Proxy) resolveCredentials(host string, port int, ep *policy.Endpoint, h
 	if st == nil || !body && !mayHoldPlaceholder(h, *rawQuery) {
 		return nil
 	}
+	r := st.Resolver(credentialTarget(host, port, ep, paths))
+	r.Header(h)
+	*rawQuery = r.Query(*rawQuery)
+	return r
+}
+
+// credentialTarget is what a request to ep at host:port (paths: the
+// readings of its path) is to credentials: where placeholders bound to
+// it resolve.
+func credentialTarget(host string, port int, ep *policy.Endpoint, paths func() ([]string, bool)) *credentials.Target {
 	t := &credentials.Target{Host: host, Port: port, Paths: paths}
 	if ep != nil && ep.CredentialBinding != nil {
 		t.Binding = ep.CredentialBinding.Provider
 	}
-	r := st.Resolver(t)
-	r.Header(h)
-	*rawQuery = r.Query(*rawQuery)
-	return r
+	return t
+}
+
+// refusedReason is the reason of a Resolver's error.
+func refusedReason(err error) string {
+	var cr *credentials.Refusal
+	if errors.As(err, &cr) {
+		return cr.Reason
+	}
+	return credentials.ReasonUnknown
+}
+
+// messageCredentials is what the client's text messages on an upgraded
+// protocol: websocket connection to ep (at host:port, the upgrade's path
+// readings paths) go through when credentials are configured (nil when
+// none are): each message that may hold a placeholder is resolved
+// against the credentials in force when it arrives, with the same
+// scoped resolver as a request (seed 004). A placeholder that may not be
+// resolved there (credential_endpoint_mismatch, credential_unknown,
+// credentials_revoked) refuses the message: the connection closes with
+// 1008 and the message goes nowhere. A bound one is replaced by its
+// value only where the endpoint opted in (websocket_credential_rewrite);
+// otherwise the message is relayed as the client sent it (the
+// placeholder, never a value, reaches the upstream). The rules have
+// judged the message as sent before this runs.
+func (p *Proxy) messageCredentials(host string, port int, ep *policy.Endpoint, paths func() ([]string, bool)) websocket.Rewrite {
+	if p.creds.Load() == nil {
+		return nil
+	}
+	t := credentialTarget(host, port, ep, paths)
+	rewrite := ep != nil && ep.WebSocketCredentialRewrite
+	return func(text []byte) ([]byte, *websocket.Refusal) {
+		if !bytes.Contains(text, []byte("openshell")) {
+			return text, nil
+		}
+		r := p.creds.Load().Resolver(t)
+		out := r.Text(text)
+		if err := r.Err(); err != nil {
+			return nil, &websocket.Refusal{Code: websocket.ClosePolicyViolation, Decision: l7.Denied(refusedReason(err), "")}
+		}
+		if !rewrite {
+			return text, nil
+		}
+		return out, nil
+	}
+}
+
+// credentialReason reports whether a refusal's reason is a credential
+// placeholder's (credentials.Reason*).
+func credentialReason(reason string) bool {
+	switch reason {
+	case credentials.ReasonEndpointMismatch, credentials.ReasonUnknown, credentials.ReasonRevoked:
+		return true
+	}
+	return false
 }
 
 // rewritesBody reports whether an admitted request's body is read for

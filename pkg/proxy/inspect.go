@@ -666,7 +666,11 @@ func (ix *inspector) relay(w http.ResponseWriter, r *http.Request, rr *Record, p
 		out = out.WithContext(ctx) // an h2 stream's: it ends with the stream
 	}
 	if isWebSocket(r) {
-		ix.upgrade(w, r, rr, out, msgs)
+		var rw websocket.Rewrite
+		if msgs != nil {
+			rw = ix.p.messageCredentials(ix.host, ix.port, ep, pathReadings(path))
+		}
+		ix.upgrade(w, r, rr, out, msgs, rw)
 		return
 	}
 	counted := &countingReader{r: out.Body}

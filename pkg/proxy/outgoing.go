@@ -96,11 +96,7 @@ func (p *Proxy) prepareOutgoing(o *outgoing) *refusal {
 	}
 	if res != nil {
 		if err := res.Err(); err != nil {
-			var cr *credentials.Refusal
-			reason := credentials.ReasonUnknown
-			if errors.As(err, &cr) {
-				reason = cr.Reason
-			}
+			reason := refusedReason(err)
 			return &refusal{deny: true, status: http.StatusForbidden, reason: reason, misuse: reason == credentials.ReasonEndpointMismatch}
 		}
 		if res.Injected() {

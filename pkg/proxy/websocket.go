@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 
+	"github.com/palisade-sandbox/palisade/pkg/credentials"
 	"github.com/palisade-sandbox/palisade/pkg/l7"
 	"github.com/palisade-sandbox/palisade/pkg/l7/websocket"
 )
@@ -27,8 +28,9 @@ const (
 // becomes the client's 200. With message rules (msgs), the client's
 // offer of extensions is dropped (permessage-deflate negotiated away:
 // the proxy reads messages uncompressed) and an upstream that answers
-// with one anyway gets 502.
-func (ix *inspector) upgrade(w http.ResponseWriter, r *http.Request, rr *Record, out *http.Request, msgs l7.Messages) {
+// with one anyway gets 502; rw (messageCredentials) then sees each text
+// message the rules allow.
+func (ix *inspector) upgrade(w http.ResponseWriter, r *http.Request, rr *Record, out *http.Request, msgs l7.Messages, rw websocket.Rewrite) {
 	h2 := isExtendedConnect(r)
 	key := r.Header.Get("Sec-WebSocket-Key")
 	out.Header.Set("Connection", "Upgrade")
@@ -87,7 +89,7 @@ func (ix *inspector) upgrade(w http.ResponseWriter, r *http.Request, rr *Record,
 	// The upgrade's answer is a result of its own; the connection's end
 	// (a refused message) may be another.
 	ix.p.observeResult(rr, ResultHTTPResponse, ix.p.now())
-	ix.relayWebSocket(cl, rwc, chk, msgs, rr)
+	ix.relayWebSocket(cl, rwc, chk, msgs, rw, rr)
 }
 
 // newWebSocketKey is a fresh Sec-WebSocket-Key.
@@ -164,13 +166,16 @@ func (fw flushingWriter) Write(p []byte) (int, error) {
 // relayWebSocket relays an upgraded connection both ways. The client's
 // bytes go upstream only as well-formed masked frames (websocket.Relay),
 // and with message rules only as messages they allow
-// (websocket.RelayMessages). A refused message closes both sides: the
-// upstream gets a close frame with the code (1008, or 1007/1009), the
-// client too when the upstream's frames to it ended whole, and the
-// request's event names the reason and rule. Without message rules the
+// (websocket.RelayMessages, their credential placeholders through rw).
+// A refused message closes both sides: the upstream gets a close frame
+// with the code (1008, or 1007/1009), the client too when the
+// upstream's frames to it ended whole, and the request's event names
+// the reason and rule; a placeholder refused in a message is recorded
+// as a request's is (a misbound one adds the Credential Misuse
+// finding). Without message rules the
 // upstream's bytes are relayed as they come; with them, frame by frame
 // (so a close frame can follow).
-func (ix *inspector) relayWebSocket(cl wsClient, up io.ReadWriteCloser, chk *websocket.Checker, msgs l7.Messages, rr *Record) {
+func (ix *inspector) relayWebSocket(cl wsClient, up io.ReadWriteCloser, chk *websocket.Checker, msgs l7.Messages, rw websocket.Rewrite, rr *Record) {
 	type result struct {
 		n   int64
 		err error
@@ -182,7 +187,7 @@ func (ix *inspector) relayWebSocket(cl wsClient, up io.ReadWriteCloser, chk *web
 		if msgs == nil {
 			n, err = websocket.Relay(up, cl.r, chk)
 		} else {
-			n, err = websocket.RelayMessages(up, cl.r, chk, msgs, ix.auditMessage(rr))
+			n, err = websocket.RelayMessages(up, cl.r, chk, msgs, ix.auditMessage(rr), rw)
 		}
 		done <- result{n, err} // before the close frame ends the other side
 		var ref *websocket.Refusal
@@ -216,6 +221,9 @@ func (ix *inspector) relayWebSocket(cl wsClient, up io.ReadWriteCloser, chk *web
 	switch {
 	case ref != nil && ref.Code == websocket.ClosePolicyViolation:
 		rr.Outcome, rr.Reason, rr.Rule = OutcomePolicyDenied, ref.Decision.Reason, ref.Decision.Rule
+		if credentialReason(ref.Decision.Reason) {
+			rr.CredentialRefused, rr.CredentialMisuse = true, ref.Decision.Reason == credentials.ReasonEndpointMismatch
+		}
 	case ref != nil:
 		rr.Outcome, rr.Reason = OutcomeBadRequest, ref.Decision.Reason
 	case errors.Is(res.err, websocket.ErrFrame):

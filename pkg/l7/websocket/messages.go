@@ -2,6 +2,7 @@ package websocket
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
@@ -57,14 +58,27 @@ const maxBatch = 64 << 10
 // message relayed instead; 1007 and 1009 always end the relay. Other
 // errors are as Relay's: ErrFrame, read and write errors; io.EOF
 // between frames is a clean end (nil).
-func RelayMessages(dst io.Writer, src *bufio.Reader, c *Checker, msgs l7.Messages, audit func(l7.Decision)) (int64, error) {
-	r := &msgRelay{dst: dst, src: src, c: c, msgs: msgs, max: msgs.MaxMessage(), audit: audit}
+//
+// With rw set, every text message the rules let through (audit
+// included: rules judge the message as the client sent it) is passed
+// to rw next: a refusal it returns ends the relay like the rules' (the
+// message not written), and a payload other than the one it was given
+// replaces the message, written as one masked frame with a fresh key
+// (its fragments merged; over msgs.MaxMessage() bytes it is refused
+// with 1009 instead).
+func RelayMessages(dst io.Writer, src *bufio.Reader, c *Checker, msgs l7.Messages, audit func(l7.Decision), rw Rewrite) (int64, error) {
+	r := &msgRelay{dst: dst, src: src, c: c, msgs: msgs, max: msgs.MaxMessage(), audit: audit, rw: rw}
 	err := r.run()
 	if ferr := r.flush(); err == nil {
 		err = ferr
 	}
 	return r.n, err
 }
+
+// Rewrite is what RelayMessages does to an allowed text message's
+// payload before relaying it: it returns the payload to send (text
+// itself when unchanged) or a refusal. It must not keep text.
+type Rewrite func(text []byte) ([]byte, *Refusal)
 
 type msgRelay struct {
 	dst   io.Writer
@@ -73,6 +87,7 @@ type msgRelay struct {
 	msgs  l7.Messages
 	max   int64
 	audit func(l7.Decision)
+	rw    Rewrite
 	n     int64
 
 	out      []byte // allowed bytes not yet written
@@ -176,12 +191,58 @@ func (r *msgRelay) decide() error {
 		}
 		r.audit(d)
 	}
+	if r.text && r.rw != nil {
+		if err := r.rewrite(); err != nil {
+			return err
+		}
+	}
 	r.out = append(r.out, r.ctl...)
 	r.ctl, r.msgStart = r.ctl[:0], -1
 	if cap(r.data) > maxBatch {
 		r.data = nil // a large message's buffer is not kept
 	}
 	return r.flushIfFull()
+}
+
+// rewrite passes the gathered text message to r.rw and, when it changes
+// it, replaces the message's frames with one frame of the new payload.
+func (r *msgRelay) rewrite() error {
+	pay, ref := r.rw(r.data)
+	if ref == nil && int64(len(pay)) > r.max {
+		ref = &Refusal{Code: CloseTooBig, Decision: l7.Denied(ReasonTooBig, "")}
+	}
+	if ref != nil {
+		r.out = r.out[:r.msgStart]
+		return ref
+	}
+	if bytes.Equal(pay, r.data) {
+		return nil
+	}
+	r.out = appendMaskedFrame(r.out[:r.msgStart], OpText, pay)
+	return nil
+}
+
+// appendMaskedFrame appends one final frame of op with payload pay, as a
+// client sends it (masked with a random key).
+func appendMaskedFrame(b []byte, op byte, pay []byte) []byte {
+	b = append(b, 0x80|op)
+	switch n := len(pay); {
+	case n < 126:
+		b = append(b, 0x80|byte(n))
+	case n < 1<<16:
+		b = append(b, 0x80|126)
+		b = binary.BigEndian.AppendUint16(b, uint16(n))
+	default:
+		b = append(b, 0x80|127)
+		b = binary.BigEndian.AppendUint64(b, uint64(n))
+	}
+	var key [4]byte
+	rand.Read(key[:])
+	b = append(b, key[:]...)
+	start := len(b)
+	b = append(b, pay...)
+	Unmask(b[start:], key, 0)
+	return b
 }
 
 func (r *msgRelay) flushIfFull() error {

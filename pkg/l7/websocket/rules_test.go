@@ -94,7 +94,7 @@ func TestRelayMessages(t *testing.T) {
 		{"binary", frame(true, 0, OpBinary, true, []byte("ping")), nil, ClosePolicyViolation},
 	} {
 		var out bytes.Buffer
-		n, err := RelayMessages(&out, bufio.NewReader(bytes.NewReader(c.in)), &Checker{Client: true}, r, nil)
+		n, err := RelayMessages(&out, bufio.NewReader(bytes.NewReader(c.in)), &Checker{Client: true}, r, nil, nil)
 		var ref *Refusal
 		code := 0
 		if errors.As(err, &ref) {
@@ -110,8 +110,79 @@ func TestRelayMessages(t *testing.T) {
 	var out bytes.Buffer
 	var audited []string
 	in := cat(frame(true, 0, OpText, true, []byte("pong")), ok1)
-	if _, err := RelayMessages(&out, bufio.NewReader(bytes.NewReader(in)), &Checker{Client: true}, r, func(d l7.Decision) { audited = append(audited, d.Reason) }); err != nil || !bytes.Equal(out.Bytes(), in) || len(audited) != 1 {
+	if _, err := RelayMessages(&out, bufio.NewReader(bytes.NewReader(in)), &Checker{Client: true}, r, func(d l7.Decision) { audited = append(audited, d.Reason) }, nil); err != nil || !bytes.Equal(out.Bytes(), in) || len(audited) != 1 {
 		t.Errorf("audit: %v %q %v", err, out.Bytes(), audited)
+	}
+}
+
+// With a Rewrite, an allowed text message is judged by the rules as sent
+// (the rules see "SUB x", never the rewrite), then rewritten: a changed
+// payload goes out as one masked frame (fragments merged, control
+// frames after it), an unchanged one as sent; a refusal or a rewrite
+// over the bound ends the relay with nothing of the message written;
+// binary messages and messages the rules refuse never reach the
+// Rewrite. Mutation-checked: without re-framing (the original frames
+// written) the upstream gets the placeholder and "rewritten" fails;
+// without the bound check after rewriting "grown over the bound" fails.
+func TestRelayMessagesRewrite(t *testing.T) {
+	r, err := Compile(&policy.WebSocket{Text: []policy.MessageMatch{{Prefix: str("SUB ")}}, Binary: true, MaxMessageBytes: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen []string
+	rw := func(text []byte) ([]byte, *Refusal) {
+		seen = append(seen, string(text))
+		switch {
+		case bytes.Contains(text, []byte("BAD")):
+			return nil, &Refusal{Code: ClosePolicyViolation, Decision: l7.Denied("credential_endpoint_mismatch", "")}
+		case bytes.Contains(text, []byte("GROW")):
+			return bytes.Repeat([]byte("S"), 65), nil
+		}
+		return bytes.ReplaceAll(text, []byte("PH"), []byte("value")), nil
+	}
+	ping := frame(true, 0, OpPing, true, []byte("p"))
+	for _, c := range []struct {
+		name string
+		in   []byte
+		want []string // payloads written, unmasked, one per frame
+		code int
+		seen []string
+	}{
+		{"rewritten", cat(frame(false, 0, OpText, true, []byte("SUB P")), ping, frame(true, 0, OpContinuation, true, []byte("H!"))), []string{"SUB value!", "p"}, 0, []string{"SUB PH!"}},
+		{"unchanged", frame(true, 0, OpText, true, []byte("SUB x")), []string{"SUB x"}, 0, []string{"SUB x"}},
+		{"binary", frame(true, 0, OpBinary, true, []byte("SUB PH")), []string{"SUB PH"}, 0, nil},
+		{"refused by rules first", frame(true, 0, OpText, true, []byte("x PH")), nil, ClosePolicyViolation, nil},
+		{"refused by rewrite", cat(frame(true, 0, OpText, true, []byte("SUB PH")), frame(true, 0, OpText, true, []byte("SUB BAD"))), []string{"SUB value"}, ClosePolicyViolation, []string{"SUB PH", "SUB BAD"}},
+		{"grown over the bound", frame(true, 0, OpText, true, []byte("SUB GROW")), nil, CloseTooBig, []string{"SUB GROW"}},
+	} {
+		seen = nil
+		var out bytes.Buffer
+		_, err := RelayMessages(&out, bufio.NewReader(bytes.NewReader(c.in)), &Checker{Client: true}, r, nil, rw)
+		code := 0
+		var ref *Refusal
+		if errors.As(err, &ref) {
+			code = ref.Code
+		} else if err != nil {
+			t.Errorf("%s: %v", c.name, err)
+		}
+		var got []string
+		br := bufio.NewReader(&out)
+		for {
+			h, _, err := ReadHeader(br)
+			if err != nil {
+				break
+			}
+			pay := make([]byte, h.Length)
+			io.ReadFull(br, pay)
+			if !h.Masked {
+				t.Errorf("%s: an unmasked frame went upstream", c.name)
+			}
+			Unmask(pay, h.Mask, 0)
+			got = append(got, string(pay))
+		}
+		if code != c.code || strings.Join(got, "|") != strings.Join(c.want, "|") || strings.Join(seen, "|") != strings.Join(c.seen, "|") {
+			t.Errorf("%s: code %d wrote %q, rewrite saw %q; want %d, %q, %q", c.name, code, got, seen, c.code, c.want, c.seen)
+		}
 	}
 }
 
@@ -173,7 +244,7 @@ func FuzzRelayMessages(f *testing.F) {
 	r := testRules(f)
 	f.Fuzz(func(t *testing.T, in []byte) {
 		var out bytes.Buffer
-		n, _ := RelayMessages(&out, bufio.NewReader(bytes.NewReader(in)), &Checker{Client: true}, r, nil)
+		n, _ := RelayMessages(&out, bufio.NewReader(bytes.NewReader(in)), &Checker{Client: true}, r, nil, nil)
 		if n != int64(out.Len()) {
 			t.Fatalf("reported %d bytes, wrote %d", n, out.Len())
 		}
