@@ -472,13 +472,19 @@ func (p *Proxy) Close() error {
 	return nil
 }
 
+// lingerDrain bounds what lingerClose reads: above the largest body the
+// proxy refuses for its size (MaxSignedBody), so a client still sending
+// a refused body finishes sending it instead of meeting a reset.
+const lingerDrain = MaxSignedBody + 1<<20
+
 // lingerClose half-closes c, drains what the client still sends for up to
-// d (at most 64 KiB), then closes, so a response written before the
-// client finished sending is not destroyed by a reset.
+// d (at most lingerDrain bytes), then closes, so a response written
+// before the client finished sending is not destroyed by a reset (the
+// kernel resets a connection closed with unread data).
 func lingerClose(c *net.TCPConn, d time.Duration) {
 	c.SetWriteDeadline(time.Now().Add(d))
 	c.CloseWrite()
 	c.SetReadDeadline(time.Now().Add(d))
-	io.CopyN(io.Discard, c, 64<<10)
+	io.CopyN(io.Discard, c, lingerDrain)
 	c.Close()
 }
