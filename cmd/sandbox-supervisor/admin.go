@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/palisade-sandbox/palisade/pkg/cgroup"
 	"github.com/palisade-sandbox/palisade/pkg/cli"
+	"github.com/palisade-sandbox/palisade/pkg/fence"
 	"github.com/palisade-sandbox/palisade/pkg/sandbox"
 	"github.com/palisade-sandbox/palisade/pkg/state"
 )
@@ -265,7 +267,9 @@ when it is older than the stale age, its creator process is dead, and it
 is not marked keep. Every sandbox is listed with the reason it would be,
 or was, collected or kept. Without --apply nothing is changed; --apply
 kills what is left of it, removes its cgroup and network state, then its
-state directory.
+state directory. Network fences that no sandbox state names any more
+(the state directory is gone) are collected too, but only once their
+network namespace is gone: such a row says "fence".
 
 The stale age defaults to MAC_OPENSHELL_STALE_AFTER_SECONDS or 86400 s;
 --stale-after 0s means "any age". --include-kept NAME (repeatable)
@@ -335,6 +339,34 @@ func gcCmd(args []string, stdout, stderr io.Writer) error {
 		Reason  string `json:"reason"`
 		Removed *bool  `json:"removed,omitempty"`
 		Error   string `json:"error,omitempty"`
+		Fence   bool   `json:"fence,omitempty"`
+	}
+	// Fences no sandbox state names: their state directory is gone (a
+	// crash between the two removals, or a removed state root). Only
+	// those whose network namespace is gone are listed and collected.
+	owned := map[string]bool{}
+	for _, d := range plan.Decisions {
+		owned[d.Name] = true
+	}
+	fences := func(apply bool) error {
+		names, err := fence.Config{}.CollectOrphans(context.Background(), func(n string) bool { return owned[n] }, apply)
+		verb := "collect fence"
+		if apply {
+			verb = "removed fence"
+		}
+		for _, n := range names {
+			if *asJSON {
+				removed := apply
+				r := row{Name: n, Collect: true, Reason: orphanFenceReason, Fence: true}
+				if apply {
+					r.Removed = &removed
+				}
+				enc.Encode(r)
+			} else {
+				fmt.Fprintf(stdout, "%s %s: %s\n", verb, n, orphanFenceReason)
+			}
+		}
+		return err
 	}
 	if !*apply {
 		for _, d := range plan.Decisions {
@@ -348,12 +380,16 @@ func gcCmd(args []string, stdout, stderr io.Writer) error {
 				fmt.Fprintf(stdout, "%s %s: %s\n", verb, d.Name, d.Reason)
 			}
 		}
+		if err := fences(false); err != nil {
+			log.Warn("gc: fences", "err", err)
+		}
 		if !*asJSON {
 			fmt.Fprintln(stdout, "dry run: nothing changed; add --apply to collect")
 		}
 		return nil
 	}
 	outs, err := store.Apply(plan, sandbox.Collect)
+	err = errors.Join(err, fences(true))
 	for _, d := range plan.Decisions {
 		if d.Collect {
 			continue
@@ -386,6 +422,9 @@ func gcCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	return nil
 }
+
+// orphanFenceReason is gc's reason for a fence no sandbox state names.
+const orphanFenceReason = "no sandbox state names it and its network namespace is gone (host table, veth and address record)"
 
 const preflightUsage = `usage: sandbox-supervisor preflight [--json]
 

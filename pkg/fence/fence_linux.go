@@ -314,6 +314,64 @@ func (c Config) Leftovers() ([]string, error) {
 	return out, nil
 }
 
+// CollectOrphans finds the sandboxes whose allocation record is in
+// c.StateDir but whose host link is gone: the veth dies with the
+// sandbox's network namespace, so nothing can use their table or /30
+// any more (Setup writes the record only after the link exists). It
+// skips the names for which owned returns true (their owner, a known
+// sandbox's state, collects them) and, with apply, collects the others
+// (link, table, record). It holds the allocation lock throughout, so a
+// Setup of the same name cannot start between the check and the
+// collection. It returns the orphans found (collected, with apply);
+// with apply, an error says which were not collected.
+func (c Config) CollectOrphans(ctx context.Context, owned func(sandbox string) bool, apply bool) ([]string, error) {
+	c = c.withDefaults()
+	recs, err := listRecords(c.StateDir)
+	if err != nil || len(recs) == 0 {
+		return nil, err
+	}
+	unlock, err := lockAlloc(ctx, c.StateDir)
+	if err != nil {
+		return nil, fmt.Errorf("fence: orphans: %w", err)
+	}
+	defer unlock()
+	hostNs, err := openHostNs(c.HostNetns)
+	if err != nil {
+		return nil, fmt.Errorf("fence: orphans: open host netns: %w", err)
+	}
+	defer hostNs.Close()
+	h, err := netlink.NewHandleAt(hostNs)
+	if err != nil {
+		return nil, fmt.Errorf("fence: orphans: netlink handle: %w", err)
+	}
+	defer h.Delete()
+	if recs, err = listRecords(c.StateDir); err != nil { // again, under the lock
+		return nil, err
+	}
+	var found []string
+	var errs []error
+	for _, name := range recs {
+		if owned != nil && owned(name) {
+			continue
+		}
+		_, err := h.LinkByName(HostIfName(name))
+		var nf netlink.LinkNotFoundError
+		if !errors.As(err, &nf) {
+			if err != nil {
+				errs = append(errs, fmt.Errorf("fence: orphans: link %s of %s: %w", HostIfName(name), name, err))
+			}
+			continue // alive (or unknown): never collected
+		}
+		found = append(found, name)
+		if apply {
+			if err := collect(hostNs, c.StateDir, name, 0); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return found, errors.Join(errs...)
+}
+
 // collect deletes the host link (only if its index is wantIndex, when
 // that is not 0), the host table and the record.
 func collect(hostNs netns.NsHandle, stateDir, sandbox string, wantIndex int) error {

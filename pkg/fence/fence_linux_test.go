@@ -710,6 +710,87 @@ func TestFenceCollectAfterCrash(t *testing.T) {
 	}
 }
 
+// netnsProcess starts a sleeping process in a new network namespace and
+// returns its namespace path and a function that kills it (idempotent,
+// also run at cleanup).
+func netnsProcess(t *testing.T) (string, func()) {
+	t.Helper()
+	sleep := exec.Command("sleep", "60")
+	sleep.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET}
+	if err := sleep.Start(); err != nil {
+		t.Fatal(err)
+	}
+	killed := false
+	kill := func() {
+		if !killed {
+			killed = true
+			sleep.Process.Kill()
+			sleep.Wait()
+		}
+	}
+	t.Cleanup(kill)
+	return fmt.Sprintf("/proc/%d/ns/net", sleep.Process.Pid), kill
+}
+
+// CollectOrphans (what sandbox-supervisor gc runs for fences whose
+// sandbox state is gone) collects a fence whose namespace died, leaves a
+// live fence alone whatever its owner, and leaves a dead one its owner
+// still knows.
+func TestFenceCollectOrphans(t *testing.T) {
+	l := newLab(t)
+	livePath, _ := netnsProcess(t)
+	deadPath, killDead := netnsProcess(t)
+	ownedPath, killOwned := netnsProcess(t)
+	live := l.setup(l.config(livePath))
+	dead, err := Setup(context.Background(), l.config(deadPath))
+	if err != nil {
+		t.Fatal(err)
+	}
+	owned, err := Setup(context.Background(), l.config(ownedPath))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { Config{Sandbox: owned.Sandbox, HostNetns: l.hostPath(), StateDir: l.stateDir}.Collect() })
+	cfg := Config{HostNetns: l.hostPath(), StateDir: l.stateDir}
+	isOwned := func(n string) bool { return n == owned.Sandbox }
+	ctx := context.Background()
+	if got, err := cfg.CollectOrphans(ctx, isOwned, true); err != nil || len(got) != 0 {
+		t.Fatalf("orphans while every namespace lives: %v, %v", got, err)
+	}
+	killDead()
+	killOwned()
+	deadline := time.Now().Add(5 * time.Second)
+	for (linkExists(t, l.host, dead.HostIf) || linkExists(t, l.host, owned.HostIf)) && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	got, err := cfg.CollectOrphans(ctx, isOwned, false)
+	if err != nil || !slices.Equal(got, []string{dead.Sandbox}) {
+		t.Fatalf("dry run: %v, %v; want [%s]", got, err, dead.Sandbox)
+	}
+	if !tableExists(t, l.host, dead.Table) {
+		t.Fatal("the dry run collected")
+	}
+	got, err = cfg.CollectOrphans(ctx, isOwned, true)
+	if err != nil || !slices.Equal(got, []string{dead.Sandbox}) {
+		t.Fatalf("apply: %v, %v; want [%s]", got, err, dead.Sandbox)
+	}
+	if tableExists(t, l.host, dead.Table) {
+		t.Error("the dead fence's table is still there")
+	}
+	if _, err := os.Stat(filepath.Join(l.stateDir, dead.Sandbox+".json")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the dead fence's record: %v", err)
+	}
+	if !tableExists(t, l.host, live.Table) || !linkExists(t, l.host, live.HostIf) {
+		t.Error("the live fence was collected")
+	}
+	if !tableExists(t, l.host, owned.Table) {
+		t.Error("a fence its owner knows was collected")
+	}
+	if got, err = cfg.CollectOrphans(ctx, isOwned, true); err != nil || len(got) != 0 {
+		t.Errorf("second apply: %v, %v", got, err)
+	}
+}
+
 // BenchmarkSetupTeardown measures one sandbox's fence coming up (ready
 // for traffic) and going away, in a throwaway host namespace.
 func BenchmarkSetupTeardown(b *testing.B) {

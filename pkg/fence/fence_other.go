@@ -30,6 +30,11 @@ func (c Config) Leftovers() ([]string, error) {
 	return nil, fmt.Errorf("fence: %w", feature.ErrNotSupported)
 }
 
+// CollectOrphans needs Linux.
+func (c Config) CollectOrphans(ctx context.Context, owned func(string) bool, apply bool) ([]string, error) {
+	return nil, fmt.Errorf("fence: %w", feature.ErrNotSupported)
+}
+
 // OriginalDst needs Linux conntrack.
 func OriginalDst(conn *net.TCPConn) (netip.AddrPort, error) {
 	return netip.AddrPort{}, fmt.Errorf("fence: %w", feature.ErrNotSupported)
