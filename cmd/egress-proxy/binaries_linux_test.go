@@ -40,6 +40,12 @@ func TestLoadWarnsAboutBinaries(t *testing.T) {
 		}
 		return out
 	}
+	// The ready pipe can overtake stderr (copied by a goroutine of
+	// exec): wait for the notes, then for any extra one to follow.
+	for deadline := time.Now().Add(5 * time.Second); len(notes()) < len(fx.Want) && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond)
 	if n := notes(); len(n) != len(fx.Want) {
 		t.Fatalf("%d binary notes at load, want %d:\n%s", len(n), len(fx.Want), p.stderr)
 	}
