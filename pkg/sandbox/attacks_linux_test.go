@@ -140,9 +140,22 @@ var attacks = map[string]func() string{
 		defer c.Process.Kill()
 		return sysOutcome(unix.RawSyscall6(unix.SYS_PTRACE, unix.PTRACE_ATTACH, uintptr(c.Process.Pid), 0, 0, 0, 0))
 	},
-	"bpf":      func() string { return sysOutcome(unix.RawSyscall(unix.SYS_BPF, unix.BPF_PROG_LOAD, 0, 0)) },
-	"io_uring": func() string { return sysOutcome(unix.RawSyscall(unix.SYS_IO_URING_SETUP, 1, 0, 0)) },
-	"keyctl":   func() string { return sysOutcome(unix.RawSyscall(unix.SYS_KEYCTL, unix.KEYCTL_GET_KEYRING_ID, 0, 0)) },
+	// procmem_sibling writes into another sandboxed process's memory
+	// through /proc/<pid>/mem (same uid, same Landlock domain: what
+	// ptrace's refusal does not cover), the way code would be injected
+	// into an allowed binary after its checks.
+	"procmem_sibling": func() string {
+		c := exec.Command("/bin/sleep", "5")
+		if err := c.Start(); err != nil {
+			return outcome(err)
+		}
+		defer c.Process.Kill()
+		return outcome(openWrite(fmt.Sprintf("/proc/%d/mem", c.Process.Pid)))
+	},
+	"procmem_self": func() string { return outcome(openWrite("/proc/self/mem")) },
+	"bpf":          func() string { return sysOutcome(unix.RawSyscall(unix.SYS_BPF, unix.BPF_PROG_LOAD, 0, 0)) },
+	"io_uring":     func() string { return sysOutcome(unix.RawSyscall(unix.SYS_IO_URING_SETUP, 1, 0, 0)) },
+	"keyctl":       func() string { return sysOutcome(unix.RawSyscall(unix.SYS_KEYCTL, unix.KEYCTL_GET_KEYRING_ID, 0, 0)) },
 	"tiocsti_hibits": func() string {
 		c := []byte("x")
 		return sysOutcome(unix.RawSyscall(unix.SYS_IOCTL, 0, uintptr(0xdeadbeef00000000|unix.TIOCSTI), uintptr(unsafe.Pointer(&c[0]))))

@@ -217,7 +217,8 @@ func TestFilesystemAttacksDenied(t *testing.T) {
 		got := f.attack(nil, "write_etc", "write_usr", "write_ro_dir", "read_root", "read_home", "read_var",
 			"read_shadow", "read_etc", "truncate_ro", "openwrite_ro", "write_workdir", "write_tmp",
 			"symlink_read", "symlink_write_etc", "hardlink_ro", "mknod_char", "mknod_block",
-			"proc_sys", "sys_write", "block_device", "dev_create", "mount_tmpfs")
+			"proc_sys", "sys_write", "block_device", "dev_create", "mount_tmpfs",
+			"procmem_sibling", "procmem_self")
 		expect(t, got, map[string]string{
 			"write_etc": "EACCES", "write_usr": "EACCES", "write_ro_dir": "EACCES",
 			"read_root": "EACCES", "read_home": "EACCES", "read_var": "EACCES",
@@ -227,7 +228,7 @@ func TestFilesystemAttacksDenied(t *testing.T) {
 			"symlink_read": "EACCES", "symlink_write_etc": "EACCES", "hardlink_ro": "EXDEV",
 			"mknod_char": "EPERM", "mknod_block": "EPERM",
 			"proc_sys": "EROFS", "sys_write": "EROFS", "block_device": "ENOENT", "dev_create": "EROFS",
-			"mount_tmpfs": "EPERM",
+			"mount_tmpfs": "EPERM", "procmem_sibling": "EACCES", "procmem_self": "EACCES",
 		})
 		if b, _ := os.ReadFile(filepath.Join(f.roDir, "f")); string(b) != "keep me" {
 			t.Fatalf("read-only file changed: %q", b)
