@@ -99,6 +99,14 @@ func newWebSocketKey() string {
 	return base64.StdEncoding.EncodeToString(b[:])
 }
 
+// wsBuffer is the size of the buffers an upgraded connection's frames
+// are read through, each way: a message in one frame that fits is
+// decided where it lies (websocket.RelayMessages), and the frames read
+// in one go are written upstream in one go (net/http's 4 KiB reader
+// that a hijacked connection comes with, read through this one, is
+// bypassed once empty).
+const wsBuffer = 32 << 10
+
 // wsClient is the client's side of an upgraded connection: its bytes,
 // where the upstream's go, and how to end it.
 type wsClient struct {
@@ -128,7 +136,7 @@ func (ix *inspector) accept101(w http.ResponseWriter, resp *http.Response) (wsCl
 		c.Close()
 		return wsClient{}, false
 	}
-	return wsClient{r: brw.Reader, w: c, close: func() { c.Close() }}, true
+	return wsClient{r: bufio.NewReaderSize(brw.Reader, wsBuffer), w: c, close: func() { c.Close() }}, true
 }
 
 // acceptH2 answers an HTTP/2 client's extended CONNECT with 200 and the
@@ -147,7 +155,7 @@ func (ix *inspector) acceptH2(w http.ResponseWriter, r *http.Request, resp *http
 		return wsClient{}, false
 	}
 	f.Flush()
-	return wsClient{r: bufio.NewReaderSize(r.Body, 16<<10), w: flushingWriter{w: w, f: f}, close: func() { r.Body.Close() }}, true
+	return wsClient{r: bufio.NewReaderSize(r.Body, wsBuffer), w: flushingWriter{w: w, f: f}, close: func() { r.Body.Close() }}, true
 }
 
 // flushingWriter flushes every write (an h2 stream's frames go out as
@@ -200,7 +208,7 @@ func (ix *inspector) relayWebSocket(cl wsClient, up io.ReadWriteCloser, chk *web
 	if msgs == nil {
 		rr.BytesDown, _ = io.Copy(cl.w, up)
 	} else {
-		rr.BytesDown, aligned, _ = websocket.RelayFrames(cl.w, bufio.NewReaderSize(up, 16<<10), &websocket.Checker{})
+		rr.BytesDown, aligned, _ = websocket.RelayFrames(cl.w, bufio.NewReaderSize(up, wsBuffer), &websocket.Checker{})
 	}
 	// The upstream's side ended: it closed, or a refusal closed it
 	// (and its result is waiting). Otherwise the client's side is

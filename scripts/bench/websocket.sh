@@ -11,13 +11,20 @@
 # Target: rules >= 0.7x raw in messages/s. ROUNDS rounds (default 8), the
 # four modes side by side in each (the order rotated round by round);
 # prints per-round ratios and their median and spread (min-max), and the
-# proxy process's CPU per message. MSGS messages per mode and round
-# (default 200000). Run it under the heavy lock:
+# CPU per message (client, proxy and server together). MSGS messages per
+# mode and round (default 200000). The client writes 64 frames at a
+# time (the worst case for the proxy: its per-message work against a
+# relay that moves whole writes); with SINGLE=1 (the default) each round
+# also runs raw1 and rules1, one message to a write as clients such as
+# ws send them (SINGLE_MSGS each, default 50000), reported apart. Run
+# it under the heavy lock:
 #   flock /work/.heavy.lock scripts/bench/websocket.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROUNDS=${ROUNDS:-8}
 MSGS=${MSGS:-200000}
+SINGLE=${SINGLE:-1}
+SINGLE_MSGS=${SINGLE_MSGS:-50000}
 bin=$(mktemp)
 tmp=$(mktemp)
 trap 'rm -f "$bin" "$tmp"' EXIT
@@ -30,6 +37,12 @@ for r in $(seq "$ROUNDS"); do
     "$bin" -test.run '^$' -test.bench "^BenchmarkWebSocketMessages\$/^$m\$" -test.benchtime "${MSGS}x" |
       grep '^BenchmarkWebSocketMessages/' | sed "s/^/$r /" | tee -a "$tmp"
   done
+  if [ "$SINGLE" = 1 ]; then
+    for m in $([ $((r % 2)) = 1 ] && echo raw1 rules1 || echo rules1 raw1); do
+      "$bin" -test.run '^$' -test.bench "^BenchmarkWebSocketMessages\$/^$m\$" -test.benchtime "${SINGLE_MSGS}x" |
+        grep '^BenchmarkWebSocketMessages/' | sed "s/^/$r /" | tee -a "$tmp"
+    done
+  fi
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 awk '
@@ -42,10 +55,11 @@ END {
   for (r = 1; r <= rounds; r++) { q[1, r] = mps["rules", r] / mps["raw", r]; q[2, r] = mps["prefix", r] / mps["raw", r]
     q[3, r] = mps["rules", r] / mps["framing", r]; q[4, r] = mps["framing", r] / mps["raw", r]
     printf "round %d: rules/raw %.2fx  prefix/raw %.2fx  rules/framing %.2fx  framing/raw %.2fx\n", r, q[1, r], q[2, r], q[3, r], q[4, r] }
-  for (k = 1; k <= 4; k++) { n = 0; lo = 1e9; hi = 0
+  if (mps["raw1", 1] > 0) { rn[5] = "rules1/raw1 (one message to a write)"; nq = 5; for (r = 1; r <= rounds; r++) q[5, r] = mps["rules1", r] / mps["raw1", r] } else nq = 4
+  for (k = 1; k <= nq; k++) { n = 0; lo = 1e9; hi = 0
     for (r = 1; r <= rounds; r++) { v = q[k, r]; x[++n] = v; if (v < lo) lo = v; if (v > hi) hi = v }
     printf "%s: median %.2fx, spread %.2f-%.2fx\n", rn[k], median(x, n), lo, hi }
-  split("raw framing prefix rules", ms, " ")
-  for (k = 1; k <= 4; k++) { n = 0; m2 = ms[k]; for (r = 1; r <= rounds; r++) { y[++n] = mps[m2, r]; z[n] = cpu[m2, r] }
+  nm = split(nq == 5 ? "raw framing prefix rules raw1 rules1" : "raw framing prefix rules", ms, " ")
+  for (k = 1; k <= nm; k++) { n = 0; m2 = ms[k]; for (r = 1; r <= rounds; r++) { y[++n] = mps[m2, r]; z[n] = cpu[m2, r] }
     printf "%s: median %.0f msgs/s, %.0f ns of CPU per message\n", m2, median(y, n), median(z, n) }
 }' "$tmp"

@@ -1,8 +1,10 @@
 package websocket
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -13,22 +15,147 @@ import (
 // servers may read differently (a key twice in one object, after
 // unescaping; one value reached by two spellings of a path; nesting
 // deeper than maxJSONDepth), and keeps the scalars the rules' field
-// paths reach. It exists because encoding/json's token reader costs
-// several microseconds per small message, most of the proxy's CPU for a
+// paths reach. Values no path reaches are checked, never kept or
+// copied; keys are matched against the paths in place (jsonPaths), so
+// a message without escapes is read without allocating.
+//
+// It exists because encoding/json's token reader costs several
+// microseconds per small message, most of the proxy's CPU for a
 // WebSocket: BenchmarkJSONScan compares the two on the 64-byte
 // subscribe message (docs/egress-proxy.md quotes the ratio).
 // FuzzJSONScan checks it agrees with encoding/json on every input:
 // which texts are JSON, which are ambiguous, and the values kept.
 type jsonScanner struct {
-	data  []byte
-	i     int
-	paths map[string]int // field path -> index in values
-	// lens has bit min(len(path), 63) set for each path: most keys are
-	// told apart from every path by their length, without a map lookup.
-	lens   uint64
-	values [][]byte
-	set    []bool
-	dup    bool // an ambiguity was seen; the text is read on to tell whether it is JSON at all
+	data   []byte
+	i      int
+	paths  *jsonPaths
+	values []jsonValue // by path index (jsonPaths.idx)
+	dup    bool        // an ambiguity was seen; the text is read on to tell whether it is JSON at all
+}
+
+// jsonPaths is the rules' field paths for the scanner, sorted: the
+// paths a prefix of a path reaches are a contiguous run, so each key
+// is matched by binary search, without building the path it spells.
+// A path is the keys leading to a value joined by dots, so the key
+// "a.b" and the key "b" inside "a" spell the same path (both reach
+// a.b's index; two values reaching it are ambiguous).
+type jsonPaths struct {
+	sorted []string // never "": no value is reached by that
+	idx    []int    // sorted[i]'s index in jsonScanner.values
+}
+
+// jsonValue is where a scalar a path reaches is in the text (offsets,
+// not slices: the scanner stores no pointer, so nothing it reads
+// escapes to the heap).
+type jsonValue struct {
+	start, end int  // its bytes; a string's between its quotes
+	esc        bool // a string holding escapes: text unescapes it
+	set        bool // a scalar was reached
+}
+
+// text is the value v found in data: its JSON spelling, or a string's
+// unescaped text (a new slice when it holds escapes).
+func (v *jsonValue) text(data []byte) []byte {
+	if !v.esc {
+		return data[v.start:v.end]
+	}
+	sc := jsonScanner{data: data[:v.end+1], i: v.start - 1}
+	b, _ := sc.str()
+	return b
+}
+
+// newJSONPaths sorts the paths of index (path -> index in values).
+func newJSONPaths(index map[string]int) *jsonPaths {
+	p := &jsonPaths{}
+	for s := range index {
+		if s != "" {
+			p.sorted = append(p.sorted, s)
+		}
+	}
+	slices.Sort(p.sorted)
+	for _, s := range p.sorted {
+		p.idx = append(p.idx, index[s])
+	}
+	return p
+}
+
+// pathRun is the paths an object's keys may continue: sorted[lo:hi],
+// all starting with the same off bytes (the path of the object and a
+// dot; off 0 at the top). An empty run (lo == hi) reaches nothing: an
+// object inside an array, or under a key no path names.
+type pathRun struct{ lo, hi, off int }
+
+// key is what key, a key of an object at run, reaches: the index of
+// the path it completes (-1: none) and the run of paths continuing
+// below it.
+func (p *jsonPaths) key(run pathRun, key []byte) (int, pathRun) {
+	if run.lo == run.hi || run.off == 0 && len(key) == 0 {
+		return -1, pathRun{} // an empty key at the top: "" is no path, and nothing below it
+	}
+	s, end := p.sorted, run.off+len(key)
+	a, b := p.startWith(run, key)
+	if a == b {
+		return -1, pathRun{}
+	}
+	exact := -1
+	if len(s[a]) == end {
+		exact = p.idx[a]
+		a++
+	}
+	// Below key: the paths of sorted[a:b] with a dot at end (a
+	// contiguous run, ordered by that byte).
+	for a < b && s[a][end] < '.' {
+		a++
+	}
+	c := a
+	for c < b && s[c][end] == '.' {
+		c++
+	}
+	return exact, pathRun{lo: a, hi: c, off: end + 1}
+}
+
+// startWith is the paths of run that continue with key:
+// sorted[a:b].
+func (p *jsonPaths) startWith(run pathRun, key []byte) (a, b int) {
+	s, off, end := p.sorted, run.off, run.off+len(key)
+	if run.hi-run.lo <= 8 { // a few: one pass, most told apart by their first byte
+		a, b = run.hi, run.hi
+		for i := run.lo; i < run.hi; i++ {
+			q := s[i]
+			if len(q) >= end && (len(key) == 0 || q[off] == key[0]) && q[off:end] == string(key) {
+				a, b = min(a, i), i+1
+			} else if a < run.hi {
+				break
+			}
+		}
+		return a, b
+	}
+	// a: the first path whose rest is >= key; b: the first whose rest,
+	// cut to len(key), is > key.
+	a, hi := run.lo, run.hi
+	for a < hi {
+		m := int(uint(a+hi) >> 1)
+		if s[m][off:] < string(key) {
+			a = m + 1
+		} else {
+			hi = m
+		}
+	}
+	b, hi = a, run.hi
+	for b < hi {
+		m := int(uint(b+hi) >> 1)
+		if cut(s[m], off, end) <= string(key) {
+			b = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return a, b
+}
+
+// cut is s[off:end], or less where s is shorter.
+func cut(s string, off, end int) string {
+	return s[off:min(end, len(s))]
 }
 
 var (
@@ -38,13 +165,25 @@ var (
 
 // scanObject reads data as one JSON object. It returns errNotJSON
 // for data that is no JSON text or no object, errDup for ambiguous
-// JSON, and otherwise fills values/set for the wanted paths.
+// JSON, and otherwise fills values for the wanted paths. Most messages
+// are read by flatScan; what it leaves (escapes, deep nesting, many
+// keys) by readObject.
 func (s *jsonScanner) scanObject() error {
+	if err, ok := s.flatScan(); ok {
+		return err
+	}
+	clear(s.values)
+	s.i, s.dup = 0, false
+	return s.readObject()
+}
+
+// readObject is scanObject for every text: a recursive reader.
+func (s *jsonScanner) readObject() error {
 	s.space()
 	if s.i >= len(s.data) || s.data[s.i] != '{' {
 		return errNotJSON // json matchers read objects only
 	}
-	if err := s.object("", 1); err != nil {
+	if err := s.object(pathRun{0, len(s.paths.sorted), 0}, 1); err != nil {
 		if err == errDup && json.Valid(s.data) { // nested too deep to read on
 			return errDup
 		}
@@ -61,25 +200,23 @@ func (s *jsonScanner) scanObject() error {
 }
 
 func (s *jsonScanner) space() {
-	for s.i < len(s.data) {
-		switch s.data[s.i] {
-		case ' ', '\t', '\n', '\r':
-			s.i++
-		default:
-			return
-		}
+	for s.i < len(s.data) && jsonSpace[s.data[s.i]] {
+		s.i++
 	}
 }
 
-// object reads an object at s.i ('{'); prefix is its path with a
-// trailing dot ("" at the top).
-func (s *jsonScanner) object(prefix string, depth int) error {
+// object reads an object at s.i ('{'); run is the paths its keys may
+// continue.
+func (s *jsonScanner) object(run pathRun, depth int) error {
 	if depth > maxJSONDepth {
 		return errDup
 	}
 	s.i++ // '{'
-	var kb [16][]byte
-	keys := kb[:0]
+	// The keys read, to tell a duplicate: the first 16 here, more in a
+	// map (copied, so nothing of the text is kept past the scan).
+	var keys [16][]byte
+	nkeys := 0
+	var more map[string]struct{}
 	s.space()
 	if s.i < len(s.data) && s.data[s.i] == '}' {
 		s.i++
@@ -91,24 +228,30 @@ func (s *jsonScanner) object(prefix string, depth int) error {
 		if err != nil {
 			return err
 		}
-		for _, k := range keys {
+		for _, k := range keys[:nkeys] {
 			if string(k) == string(key) {
 				s.dup = true
 			}
 		}
-		keys = append(keys, key)
+		switch {
+		case nkeys < len(keys):
+			keys[nkeys] = key
+			nkeys++
+		case more == nil:
+			more = map[string]struct{}{string(key): {}}
+		default:
+			if _, seen := more[string(key)]; seen {
+				s.dup = true
+			}
+			more[string(key)] = struct{}{}
+		}
 		s.space()
 		if s.i >= len(s.data) || s.data[s.i] != ':' {
 			return errNotJSON
 		}
 		s.i++
-		var err2 error
-		if prefix == "" {
-			err2 = s.value(string(key), depth) // the conversion allocates only when the path is wanted (keep)
-		} else {
-			err2 = s.value(prefix+string(key), depth)
-		}
-		if err := err2; err != nil {
+		j, below := s.paths.key(run, key)
+		if err := s.value(j, below, depth); err != nil {
 			return err
 		}
 		s.space()
@@ -127,43 +270,40 @@ func (s *jsonScanner) object(prefix string, depth int) error {
 	}
 }
 
-// value reads one value; path is where it is ("" when no path reaches
-// it: an array's members).
-func (s *jsonScanner) value(path string, depth int) error {
+// value reads one value: a scalar is kept at index j (-1: no path
+// reaches it), an object's keys continue the paths of below.
+func (s *jsonScanner) value(j int, below pathRun, depth int) error {
 	s.space()
 	if s.i >= len(s.data) {
 		return errNotJSON
 	}
 	switch c := s.data[s.i]; {
 	case c == '{':
-		p := ""
-		if path != "" {
-			p = path + "."
-		}
-		if path == "" {
-			p = "\x00" // inside an array: no path reaches it
-		}
-		return s.object(p, depth+1)
+		return s.object(below, depth+1)
 	case c == '[':
 		return s.array(depth + 1)
 	case c == '"':
-		v, err := s.str()
-		if err != nil {
+		start := s.i + 1
+		if _, err := s.str(); err != nil {
 			return err
 		}
-		return s.keepBytes(path, v)
+		if j >= 0 {
+			s.keep(j, start, s.i-1, bytes.IndexByte(s.data[start:s.i-1], '\\') >= 0)
+		}
+		return nil
 	case c == 't':
-		return s.literal("true", path)
+		return s.literal("true", j)
 	case c == 'f':
-		return s.literal("false", path)
+		return s.literal("false", j)
 	case c == 'n':
-		return s.literal("null", path)
+		return s.literal("null", j)
 	case c == '-' || c >= '0' && c <= '9':
 		start := s.i
 		if !s.number() {
 			return errNotJSON
 		}
-		return s.keepBytes(path, s.data[start:s.i])
+		s.keep(j, start, s.i, false)
+		return nil
 	}
 	return errNotJSON
 }
@@ -179,7 +319,7 @@ func (s *jsonScanner) array(depth int) error {
 		return nil
 	}
 	for {
-		if err := s.value("", depth); err != nil {
+		if err := s.value(-1, pathRun{}, depth); err != nil { // no path reaches into an array
 			return err
 		}
 		s.space()
@@ -198,29 +338,25 @@ func (s *jsonScanner) array(depth int) error {
 	}
 }
 
-func (s *jsonScanner) literal(lit, path string) error {
+func (s *jsonScanner) literal(lit string, j int) error {
 	if len(s.data)-s.i < len(lit) || string(s.data[s.i:s.i+len(lit)]) != lit {
 		return errNotJSON
 	}
 	s.i += len(lit)
-	return s.keepBytes(path, s.data[s.i-len(lit):s.i])
+	s.keep(j, s.i-len(lit), s.i, false)
+	return nil
 }
 
-// keepBytes stores v when a rule's path is path; a path reached twice
-// is ambiguous.
-func (s *jsonScanner) keepBytes(path string, v []byte) error {
-	if path == "" || path[0] == 0 || s.lens&(1<<min(len(path), 63)) == 0 {
-		return nil
+// keep stores the value at data[start:end] at index j (-1: none); a
+// path reached twice is ambiguous.
+func (s *jsonScanner) keep(j, start, end int, esc bool) {
+	if j < 0 {
+		return
 	}
-	j, ok := s.paths[path]
-	if !ok {
-		return nil
-	}
-	if s.set[j] {
+	if s.values[j].set {
 		s.dup = true
 	}
-	s.values[j], s.set[j] = v, true
-	return nil
+	s.values[j] = jsonValue{start: start, end: end, esc: esc, set: true}
 }
 
 // number reads a JSON number (RFC 8259 §6).
@@ -275,11 +411,11 @@ func (s *jsonScanner) str() ([]byte, error) {
 	}
 	start := s.i + 1
 	i := start
-	for i < len(d) && d[i] != '"' && d[i] != '\\' {
-		if d[i] < 0x20 {
-			return nil, errNotJSON
-		}
+	for i < len(d) && jsonPlain[d[i]] {
 		i++
+	}
+	if i < len(d) && d[i] < 0x20 {
+		return nil, errNotJSON
 	}
 	if i < len(d) && d[i] == '"' {
 		s.i = i + 1
@@ -355,4 +491,18 @@ func hex4(d []byte, i int) (rune, bool) {
 	}
 	v, err := strconv.ParseUint(string(d[i:i+4]), 16, 32)
 	return rune(v), err == nil
+}
+
+// jsonSpace: the bytes JSON allows between tokens. jsonPlain: the bytes
+// a string holds as they are (not a quote, a backslash or a control
+// character).
+var jsonSpace, jsonPlain [256]bool
+
+func init() {
+	for _, c := range " \t\n\r" {
+		jsonSpace[c] = true
+	}
+	for c := 0x20; c < 256; c++ {
+		jsonPlain[c] = c != '"' && c != '\\'
+	}
 }

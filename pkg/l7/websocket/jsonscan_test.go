@@ -118,38 +118,88 @@ func (w *refWalker) value(path string, reach bool, depth int) error {
 	return nil
 }
 
-var scanWant = map[string]int{"type": 0, "params.channel": 1, "op": 2, "a.b": 3, "a": 4}
+var errFlatLeft = errors.New("left to readObject")
+
+// scanWants are the paths FuzzJSONScan keeps: a few (matched in one
+// pass), and many sharing prefixes (matched by binary search).
+var scanWants = []map[string]int{
+	{"type": 0, "params.channel": 1, "op": 2, "a.b": 3, "a": 4},
+	manyPaths("type", "params.channel", "params", "params.ch", "params.channels", "params-x", "op", "a", "a.b", "a.b.c",
+		"a-b", "a.c", "ab", "b", "b.a", "k1", "k16", "x.type", "id", "", "\x00a", "a..b", "a.", ".a", "é.ü"),
+}
+
+func manyPaths(paths ...string) map[string]int {
+	m := map[string]int{}
+	for i, p := range paths {
+		m[p] = i
+	}
+	return m
+}
 
 func scan(data []byte) ([]string, []bool, error) {
-	values, set := make([][]byte, len(scanWant)), make([]bool, len(scanWant))
-	s := jsonScanner{data: data, paths: scanWant, lens: lensOf(scanWant), values: values, set: set}
-	err := s.scanObject()
-	out := make([]string, len(values))
+	return scanWith(data, scanWants[0], (*jsonScanner).scanObject)
+}
+
+// scanWith reads data for want with read: scanObject, or one of its
+// two ways.
+func scanWith(data []byte, want map[string]int, read func(*jsonScanner) error) ([]string, []bool, error) {
+	values := make([]jsonValue, len(want))
+	s := jsonScanner{data: data, paths: newJSONPaths(want), values: values}
+	err := read(&s)
+	out, set := make([]string, len(values)), make([]bool, len(values))
 	for i, v := range values {
-		out[i] = string(v)
+		if set[i] = v.set; v.set {
+			out[i] = string(v.text(data))
+		}
 	}
 	return out, set, err
 }
 
+// checkScan fails t where a reading of data for want differs from
+// encoding/json's.
+func checkScan(t *testing.T, data []byte, want map[string]int) {
+	wv, ws, werr := refScan(data, want)
+	flat := func(s *jsonScanner) error {
+		if err, ok := s.flatScan(); ok {
+			return err
+		}
+		return errFlatLeft
+	}
+	for _, r := range []struct {
+		name string
+		read func(*jsonScanner) error
+	}{{"scanObject", (*jsonScanner).scanObject}, {"readObject", (*jsonScanner).readObject}, {"flatScan", flat}} {
+		gv, gs, gerr := scanWith(data, want, r.read)
+		if gerr == errFlatLeft {
+			continue
+		}
+		if gerr != werr || gerr == nil && (fmt.Sprint(gv) != fmt.Sprint(wv) || fmt.Sprint(gs) != fmt.Sprint(ws)) {
+			t.Fatalf("%q (%d paths): %s %v, kept %q %v; encoding/json %v, kept %q %v", data, len(want), r.name, gerr, gv, gs, werr, wv, ws)
+		}
+	}
+}
+
 // FuzzJSONScan: jsonScanner and encoding/json agree on every UTF-8
-// input: JSON object or not, ambiguous or not, and the values kept.
+// input: JSON object or not, ambiguous or not, and the values kept;
+// so do readObject alone (what flatScan leaves to it) and flatScan
+// alone wherever it reads the text.
 func FuzzJSONScan(f *testing.F) {
 	for _, s := range []string{`{"type":"subscribe","params":{"channel":"ticker.a"}}`, `{"a":1,"a":2}`, `{"a.b":1,"a":{"b":2}}`,
 		`{"op":-1.5e+3,"x":[{"a":1,"a":2}]}`, `{"type":"\u0073ub\ud83d\ude00\ud800"}`, `[1,2]`, `{"a":tru}`, ` {"a" : null } `,
-		`{"\u0074ype":1,"type":2}`, `{"a":{"b":{"c":{}}}}`, `{"a":01}`, `{"a":"\x01"}`} {
+		`{"\u0074ype":1,"type":2}`, `{"a":{"b":{"c":{}}}}`, `{"a":01}`, `{"a":"\x01"}`,
+		`{"params":{"channel":"x"},"params.channel":"y"}`, `{"a":[{"b":1},[2,{"a":3}]],"a.b":true}`, `{"":{"":1},"op":"é€"}`,
+		`{"k1":1,"k2":2,"k3":3,"k4":4,"k5":5,"k6":6,"k7":7,"k8":8,"k9":9,"k10":10,"k11":11,"k12":12,"k13":13,"k14":14,"k15":15,"k16":16,"k1":0}`,
+		`{"a":{"a":{"a":{"a":{"a":{"a":{"a":{"a":{"a":1}}}}}}}}}`, `{"type":"sub\"scribe"}`, `{"op" :1 , "type":"x" }`,
+		`{"a":{"b":1},"b":2}`, `{"a":[{"b":1}],"b":2}`, `{"x":[1,{"type":2}],"type":"subscribe","op":[]}`,
+		`{"params":{"ch":1,"channels":[2],"channel":"c"},"params-x":3,"a":{"b":{"c":4},"":5,".b":6},"\u0000a":7,"é":{"ü":8}}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if !utf8.Valid(data) {
 			return // text messages are checked UTF-8 first
 		}
-		gv, gs, gerr := scan(data)
-		wv, ws, werr := refScan(data, scanWant)
-		if gerr != werr {
-			t.Fatalf("%q: scanner %v, encoding/json %v", data, gerr, werr)
-		}
-		if gerr == nil && (fmt.Sprint(gv) != fmt.Sprint(wv) || fmt.Sprint(gs) != fmt.Sprint(ws)) {
-			t.Fatalf("%q: scanner kept %q %v, encoding/json %q %v", data, gv, gs, wv, ws)
+		for _, want := range scanWants {
+			checkScan(t, data, want)
 		}
 	})
 }
@@ -160,11 +210,12 @@ func FuzzJSONScan(f *testing.F) {
 func BenchmarkJSONScan(b *testing.B) {
 	msg := []byte(`{"type":"subscribe","channel":"ticker.btc-usd","id":12345678901}`)
 	want := map[string]int{"type": 0, "channel": 1}
-	lens := lensOf(want)
+	paths := newJSONPaths(want)
 	b.Run("scanner", func(b *testing.B) {
+		b.ReportAllocs()
 		for range b.N {
-			values, set := make([][]byte, 2), make([]bool, 2)
-			s := jsonScanner{data: msg, paths: want, lens: lens, values: values, set: set}
+			var values [2]jsonValue
+			s := jsonScanner{data: msg, paths: paths, values: values[:]}
 			if s.scanObject() != nil {
 				b.Fatal("scan")
 			}
@@ -179,10 +230,22 @@ func BenchmarkJSONScan(b *testing.B) {
 	})
 }
 
-func lensOf(paths map[string]int) uint64 {
-	var l uint64
-	for p := range paths {
-		l |= 1 << min(len(p), 63)
+// plainEnd's eight-at-a-time reading finds the byte a byte-at-a-time
+// reading does, at every offset, with every byte value in every place.
+func TestPlainEnd(t *testing.T) {
+	for c := range 256 {
+		for at := range 20 {
+			d := bytes.Repeat([]byte("a"), 24)
+			d[at] = byte(c)
+			for i := range at + 1 {
+				want := i
+				for want < len(d) && jsonPlain[d[want]] {
+					want++
+				}
+				if got := plainEnd(d, i); got != want {
+					t.Fatalf("byte %#x at %d, from %d: %d, want %d", c, at, i, got, want)
+				}
+			}
+		}
 	}
-	return l
 }

@@ -52,6 +52,12 @@ const maxBatch = 64 << 10
 // goes out after it). Allowed messages are written in batches: whatever
 // was decided while src had more bytes buffered goes out in one write.
 //
+// A message in one frame that fits src's buffer (most are) is decided
+// where it lies: unmasked into a scratch copy, and, allowed, written
+// from src's buffer with the frames around it, without being copied
+// or allocating (wholeFrames); the rest are gathered as above. Both
+// ways decide and write the same (FuzzRelayMessagesPaths).
+//
 // It returns the bytes written and, at the first refused message, a
 // *Refusal (nothing of that message written; what came before it was).
 // With audit set, a policy refusal (1008) is reported to audit and the
@@ -67,7 +73,13 @@ const maxBatch = 64 << 10
 // (its fragments merged; over msgs.MaxMessage() bytes it is refused
 // with 1009 instead).
 func RelayMessages(dst io.Writer, src *bufio.Reader, c *Checker, msgs l7.Messages, audit func(l7.Decision), rw Rewrite) (int64, error) {
-	r := &msgRelay{dst: dst, src: src, c: c, msgs: msgs, max: msgs.MaxMessage(), audit: audit, rw: rw}
+	return relayMessages(dst, src, c, msgs, audit, rw, true)
+}
+
+// relayMessages is RelayMessages; without whole, every message is
+// gathered (the tests compare the two ways).
+func relayMessages(dst io.Writer, src *bufio.Reader, c *Checker, msgs l7.Messages, audit func(l7.Decision), rw Rewrite, whole bool) (int64, error) {
+	r := &msgRelay{dst: dst, src: src, c: c, msgs: msgs, max: msgs.MaxMessage(), audit: audit, rw: rw, whole: whole}
 	err := r.run()
 	if ferr := r.flush(); err == nil {
 		err = ferr
@@ -88,7 +100,9 @@ type msgRelay struct {
 	max   int64
 	audit func(l7.Decision)
 	rw    Rewrite
+	whole bool // decide messages in one buffered frame in place (wholeFrames)
 	n     int64
+	msg   l7.Message // the message being decided (not allocated per message)
 
 	out      []byte // allowed bytes not yet written
 	msgStart int    // where the message being gathered starts in out (-1: none)
@@ -118,6 +132,29 @@ func (r *msgRelay) run() error {
 		if err := r.c.Check(h); err != nil {
 			return err
 		}
+		fl := int64(hn) + h.Length
+		if r.whole && r.msgStart < 0 && h.Fin && fl <= int64(r.src.Size()) {
+			if h.Opcode < OpClose && h.Length > r.max {
+				return &Refusal{Code: CloseTooBig, Decision: l7.Denied(ReasonTooBig, "")}
+			}
+			if int64(r.src.Buffered()) < fl {
+				if err := r.flush(); err != nil { // what was allowed does not wait for this frame
+					return err
+				}
+				if _, err := r.src.Peek(int(fl)); err != nil {
+					return unexpected(err)
+				}
+			}
+			left := r.src.Buffered()
+			if err := r.wholeFrames(); err != nil {
+				return err
+			}
+			if r.src.Buffered() < left {
+				continue
+			}
+			// wholeFrames reads every frame checked here; were one left,
+			// it is read below rather than offered to it again.
+		}
 		if h.Opcode >= OpClose {
 			if err := r.control(h, hn); err != nil {
 				return err
@@ -128,6 +165,74 @@ func (r *msgRelay) run() error {
 			return err
 		}
 	}
+}
+
+// wholeFrames relays the frames at the start of src's buffer that are
+// wholly there and need no gathering: messages in one frame, and
+// control frames between messages. Each message is unmasked into
+// r.data and decided (judge); the allowed frames are written from
+// src's buffer, after whatever r.out holds, in one write. A rewritten
+// message breaks the run: the frames before it and its new frame go
+// through r.out. It stops before the first frame that is not whole,
+// starts a fragmented message or is to be refused by its header (run
+// reads that one), and at a refused message, after writing the frames
+// allowed before it.
+func (r *msgRelay) wholeFrames() error {
+	buf, _ := r.src.Peek(r.src.Buffered())
+	from, pos := 0, 0 // buf[from:pos]: allowed frames not yet written
+	var err error
+	for err == nil {
+		rest := buf[pos:]
+		if len(rest) < 2 || len(rest) < headerLen(rest) {
+			break
+		}
+		hn := headerLen(rest)
+		var h Header
+		var perr error
+		if b0, b1 := rest[0], rest[1]; b1&0x80 != 0 && b1&0x7f < 126 { // masked, a 7-bit length: parseHeader's reading, inlined
+			h = Header{Fin: b0&0x80 != 0, RSV: (b0 >> 4) & 7, Opcode: b0 & 0xf, Masked: true, Length: int64(b1 & 0x7f), Mask: [4]byte(rest[2:6])}
+		} else {
+			h, perr = parseHeader(rest[:hn])
+		}
+		if perr != nil || !h.Fin || r.c.Check(h) != nil || h.Opcode < OpClose && h.Length > r.max || int64(len(rest)-hn) < h.Length {
+			break // run reads it (and refuses it, for the same reason)
+		}
+		fl := hn + int(h.Length)
+		if h.Opcode >= OpClose {
+			pos += fl
+			continue
+		}
+		r.text = h.Opcode == OpText
+		r.data = appendUnmasked(r.data[:0], rest[hn:fl], h.Mask)
+		var pay []byte
+		var changed bool
+		if pay, changed, err = r.judge(); err != nil {
+			break
+		}
+		if changed {
+			r.out = append(r.out, buf[from:pos]...)
+			r.out = appendMaskedFrame(r.out, OpText, pay)
+			from = pos + fl
+		}
+		pos += fl
+		if cap(r.data) > maxBatch {
+			r.data = nil
+		}
+	}
+	var werr error
+	if len(r.out) > 0 {
+		r.out = append(r.out, buf[from:pos]...)
+		werr = r.flush()
+	} else if pos > from {
+		w, e := r.dst.Write(buf[from:pos])
+		r.n += int64(w)
+		werr = e
+	}
+	r.src.Discard(pos)
+	if err != nil {
+		return err
+	}
+	return werr
 }
 
 // control passes a control frame (at most 2+4+125 bytes).
@@ -179,22 +284,13 @@ func (r *msgRelay) dataFrame(h Header, hn int) error {
 
 // decide holds the gathered message to the rules.
 func (r *msgRelay) decide() error {
-	if r.text && !utf8.Valid(r.data) {
+	pay, changed, err := r.judge()
+	if err != nil {
 		r.out = r.out[:r.msgStart]
-		return &Refusal{Code: CloseInvalidData, Decision: l7.Denied(ReasonInvalidUTF8, "")}
+		return err
 	}
-	d := r.msgs.Message(&l7.Message{Text: r.text, Data: r.data})
-	if !d.Allow {
-		if r.audit == nil || !d.Policy() {
-			r.out = r.out[:r.msgStart]
-			return &Refusal{Code: ClosePolicyViolation, Decision: d}
-		}
-		r.audit(d)
-	}
-	if r.text && r.rw != nil {
-		if err := r.rewrite(); err != nil {
-			return err
-		}
+	if changed {
+		r.out = appendMaskedFrame(r.out[:r.msgStart], OpText, pay)
 	}
 	r.out = append(r.out, r.ctl...)
 	r.ctl, r.msgStart = r.ctl[:0], -1
@@ -204,22 +300,31 @@ func (r *msgRelay) decide() error {
 	return r.flushIfFull()
 }
 
-// rewrite passes the gathered text message to r.rw and, when it changes
-// it, replaces the message's frames with one frame of the new payload.
-func (r *msgRelay) rewrite() error {
+// judge decides the message in r.data (r.text): a *Refusal, or whether
+// r.rw changed it (pay: what to send instead).
+func (r *msgRelay) judge() (pay []byte, changed bool, err error) {
+	if r.text && !utf8.Valid(r.data) {
+		return nil, false, &Refusal{Code: CloseInvalidData, Decision: l7.Denied(ReasonInvalidUTF8, "")}
+	}
+	r.msg = l7.Message{Text: r.text, Data: r.data}
+	d := r.msgs.Message(&r.msg)
+	if !d.Allow {
+		if r.audit == nil || !d.Policy() {
+			return nil, false, &Refusal{Code: ClosePolicyViolation, Decision: d}
+		}
+		r.audit(d)
+	}
+	if !r.text || r.rw == nil {
+		return nil, false, nil
+	}
 	pay, ref := r.rw(r.data)
 	if ref == nil && int64(len(pay)) > r.max {
 		ref = &Refusal{Code: CloseTooBig, Decision: l7.Denied(ReasonTooBig, "")}
 	}
 	if ref != nil {
-		r.out = r.out[:r.msgStart]
-		return ref
+		return nil, false, ref
 	}
-	if bytes.Equal(pay, r.data) {
-		return nil
-	}
-	r.out = appendMaskedFrame(r.out[:r.msgStart], OpText, pay)
-	return nil
+	return pay, !bytes.Equal(pay, r.data), nil
 }
 
 // appendMaskedFrame appends one final frame of op with payload pay, as a

@@ -1,7 +1,6 @@
 package websocket
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"strings"
@@ -91,8 +90,8 @@ type Rules struct {
 	allow, deny []matcher
 	json        bool           // some matcher reads JSON
 	paths       map[string]int // every field path a matcher names -> its index
-	pathLens    uint64         // jsonScanner.lens of paths
-	fields      sync.Pool      // *jsonFields sized len(paths), one per message being decided
+	sorted      *jsonPaths     // paths, for the scanner
+	fields      sync.Pool      // *jsonFields sized len(paths) when over smallFields
 	binary      bool
 	max         int64
 }
@@ -128,7 +127,7 @@ func compileGlob(p string) glob {
 	return glob{kind: '*', full: p}
 }
 
-func (g glob) match(v []byte) bool {
+func (g *glob) match(v []byte) bool {
 	switch g.kind {
 	case '=':
 		return string(v) == g.s
@@ -151,8 +150,9 @@ func Compile(ws *policy.WebSocket) (*Rules, error) {
 	}
 	r.allow = r.compile(ws.Text)
 	r.deny = r.compile(ws.DenyText)
+	r.sorted = newJSONPaths(r.paths)
 	n := len(r.paths)
-	r.fields.New = func() any { return &jsonFields{values: make([][]byte, n), set: make([]bool, n)} }
+	r.fields.New = func() any { return &jsonFields{values: make([]jsonValue, n)} }
 	return r, nil
 }
 
@@ -167,7 +167,6 @@ func (r *Rules) compile(ms []policy.MessageMatch) []matcher {
 				r.paths[p] = j
 			}
 			c.fields = append(c.fields, fieldMatch{path: p, idx: j, glob: compileGlob(g)})
-			r.pathLens |= 1 << min(len(p), 63)
 			r.json = true
 		}
 		out = append(out, c)
@@ -186,25 +185,44 @@ func (r *Rules) Message(m *l7.Message) l7.Decision {
 		}
 		return l7.Denied(ReasonBinaryDenied, "websocket.binary")
 	}
-	var doc *jsonFields
-	if r.json {
+	if !r.json {
+		return r.decide(m.Data, nil)
+	}
+	if len(r.paths) > smallFields {
 		d := r.fields.Get().(*jsonFields)
 		defer r.putFields(d)
-		isObject, ok := readJSON(m.Data, r, d)
-		if !ok {
-			return l7.Denied(ReasonAmbiguousJSON, "")
-		}
-		if isObject {
-			doc = d
-		}
+		return r.decideJSON(m.Data, d)
 	}
+	var values [smallFields]jsonValue
+	return r.decideJSON(m.Data, &jsonFields{values: values[:len(r.paths)]})
+}
+
+// smallFields: rules naming at most this many field paths read a
+// message's fields into arrays on the stack, not a pooled jsonFields.
+const smallFields = 8
+
+// decideJSON reads data's fields into doc and decides it.
+func (r *Rules) decideJSON(data []byte, doc *jsonFields) l7.Decision {
+	isObject, ok := readJSON(data, r, doc)
+	if !ok {
+		return l7.Denied(ReasonAmbiguousJSON, "")
+	}
+	if !isObject {
+		doc = nil
+	}
+	return r.decide(data, doc)
+}
+
+// decide holds a text message (its JSON fields in doc, nil when it is
+// no JSON object or no matcher reads JSON) to the matchers.
+func (r *Rules) decide(data []byte, doc *jsonFields) l7.Decision {
 	for i, d := range r.deny {
-		if d.match(m.Data, doc) {
+		if d.match(data, doc) {
 			return l7.Denied(ReasonDenyRule, fmt.Sprintf("websocket.deny_text[%d]", i))
 		}
 	}
 	for _, a := range r.allow {
-		if a.match(m.Data, doc) {
+		if a.match(data, doc) {
 			return l7.Allowed()
 		}
 	}
@@ -216,13 +234,15 @@ func (m *matcher) match(data []byte, doc *jsonFields) bool {
 	case m.exact != nil:
 		return string(data) == *m.exact
 	case m.prefix != nil:
-		return bytes.HasPrefix(data, []byte(*m.prefix))
+		p := *m.prefix
+		return len(data) >= len(p) && string(data[:len(p)]) == p
 	}
 	if doc == nil {
 		return false // not a JSON object
 	}
-	for _, f := range m.fields {
-		if !doc.set[f.idx] || !f.glob.match(doc.values[f.idx]) {
+	for i := range m.fields {
+		f := &m.fields[i]
+		if v := &doc.values[f.idx]; !v.set || !f.glob.match(v.text(data)) {
 			return false
 		}
 	}
@@ -233,14 +253,12 @@ func (m *matcher) match(data []byte, doc *jsonFields) bool {
 // paths reach, by the path's index (Rules.paths); a path reaching an
 // object or array (or nothing) is not set.
 type jsonFields struct {
-	values [][]byte // slices of the message, or of its unescaped copies
-	set    []bool
+	values []jsonValue
 }
 
 // putFields clears d (it holds slices of a message) and pools it.
 func (r *Rules) putFields(d *jsonFields) {
 	clear(d.values)
-	clear(d.set)
 	r.fields.Put(d)
 }
 
@@ -250,7 +268,7 @@ func (r *Rules) putFields(d *jsonFields) {
 // message that is no JSON object is ok but not isObject (json matchers
 // do not match it).
 func readJSON(data []byte, r *Rules, doc *jsonFields) (isObject, ok bool) {
-	sc := jsonScanner{data: data, paths: r.paths, lens: r.pathLens, values: doc.values, set: doc.set}
+	sc := jsonScanner{data: data, paths: r.sorted, values: doc.values}
 	switch err := sc.scanObject(); err {
 	case nil:
 		return true, true

@@ -286,7 +286,7 @@ func FuzzRelayMessages(f *testing.F) {
 }
 
 // Unmask's word-at-a-time path is the byte-at-a-time definition, at
-// every offset and length.
+// every offset and length; so is appendUnmasked's.
 func TestUnmaskWords(t *testing.T) {
 	key := [4]byte{0x12, 0x34, 0x56, 0x78}
 	for pos := int64(0); pos < 8; pos++ {
@@ -298,6 +298,11 @@ func TestUnmaskWords(t *testing.T) {
 			want := bytes.Clone(p)
 			for i := range want {
 				want[i] ^= key[(pos+int64(i))&3]
+			}
+			if pos == 0 {
+				if got := appendUnmasked([]byte("x"), p, key); !bytes.Equal(got, append([]byte("x"), want...)) {
+					t.Fatalf("appendUnmasked len %d: %x, want x%x", n, got, want)
+				}
 			}
 			Unmask(p, key, pos)
 			if !bytes.Equal(p, want) {
@@ -313,8 +318,28 @@ func FuzzGlob(f *testing.F) {
 		f.Add(p[0], p[1])
 	}
 	f.Fuzz(func(t *testing.T, pattern, v string) {
-		if got, want := compileGlob(pattern).match([]byte(v)), policy.StarMatch(pattern, v); got != want {
+		g := compileGlob(pattern)
+		if got, want := g.match([]byte(v)), policy.StarMatch(pattern, v); got != want {
 			t.Fatalf("%q ~ %q: %v, StarMatch %v", pattern, v, got, want)
 		}
 	})
+}
+
+// A field path may start with any character a key may, NUL included:
+// a deny_text json matcher naming the key "\x00k" refuses a message
+// holding it (the scanner before flatScan never matched such a path,
+// so this deny rule let the message through).
+func TestRulesNULKey(t *testing.T) {
+	r, err := Compile(&policy.WebSocket{
+		Text:     []policy.MessageMatch{{Prefix: str("{")}},
+		DenyText: []policy.MessageMatch{{JSON: map[string]string{"\x00k": "*"}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for msg, deny := range map[string]bool{`{"\u0000k":"x"}`: true, `{"\u0000k":1,"y":{}}`: true, `{"k":"x"}`: false, `{"a":[{"\u0000k":1}]}`: false} {
+		if d := r.Message(&l7.Message{Text: true, Data: []byte(msg)}); d.Allow == deny {
+			t.Errorf("%s: %+v, want denied %v", msg, d, deny)
+		}
+	}
 }

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 )
 
 // Opcodes (RFC 6455 §5.2).
@@ -279,4 +280,22 @@ func Unmask(p []byte, key [4]byte, pos int64) {
 	for ; i < len(p); i++ {
 		p[i] ^= key[(pos+int64(i))&3]
 	}
+}
+
+// appendUnmasked appends p, a frame's whole payload masked with key,
+// to b unmasked: Unmask on a copy, in one pass.
+func appendUnmasked(b, p []byte, key [4]byte) []byte {
+	n := len(b)
+	b = slices.Grow(b, len(p))[:n+len(p)]
+	out := b[n:]
+	k32 := uint64(binary.LittleEndian.Uint32(key[:]))
+	k64 := k32 | k32<<32
+	i := 0
+	for ; i+8 <= len(p); i += 8 {
+		binary.LittleEndian.PutUint64(out[i:], binary.LittleEndian.Uint64(p[i:])^k64)
+	}
+	for ; i < len(p); i++ {
+		out[i] = p[i] ^ key[i&3]
+	}
+	return b
 }
