@@ -94,7 +94,7 @@ key: // an object's key, after '{' or ','
 			return errNotJSON, true
 		}
 		i++
-		if run := lv[depth].run; run.lo < run.hi {
+		if run := lv[depth].run; run.lo < run.hi && (depth > 0 || !s.paths.topMiss(k)) {
 			j, below = s.paths.key(run, k)
 		} else {
 			j, below = -1, pathRun{}
@@ -155,12 +155,12 @@ value: // a value, after ':', '[' or ','
 		s.keep(j, i, i+len(lit), false)
 		i += len(lit)
 	case c == '-' || c >= '0' && c <= '9':
-		s.i = i
-		if !s.number() {
+		end, ok := numberEnd(d, i)
+		if !ok {
 			return errNotJSON, true
 		}
-		s.keep(j, i, s.i, false)
-		i = s.i
+		s.keep(j, i, end, false)
+		i = end
 	default:
 		return errNotJSON, true
 	}

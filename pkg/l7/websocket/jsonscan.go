@@ -40,17 +40,24 @@ type jsonScanner struct {
 // "a.b" and the key "b" inside "a" spell the same path (both reach
 // a.b's index; two values reaching it are ambiguous).
 type jsonPaths struct {
-	sorted []string // never "": no value is reached by that
-	idx    []int    // sorted[i]'s index in jsonScanner.values
+	sorted []string  // never "": no value is reached by that
+	idx    []int     // sorted[i]'s index in jsonScanner.values
+	first  [4]uint64 // bit c set: some path starts with byte c (a top-level key starting otherwise reaches none)
+}
+
+// topMiss reports whether key, a key of the top object, reaches no
+// path: told by its first byte alone.
+func (p *jsonPaths) topMiss(key []byte) bool {
+	return len(key) > 0 && p.first[key[0]>>6]&(1<<(key[0]&63)) == 0
 }
 
 // jsonValue is where a scalar a path reaches is in the text (offsets,
 // not slices: the scanner stores no pointer, so nothing it reads
 // escapes to the heap).
 type jsonValue struct {
-	start, end int  // its bytes; a string's between its quotes
-	esc        bool // a string holding escapes: text unescapes it
-	set        bool // a scalar was reached
+	start, end int32 // its bytes; a string's between its quotes
+	esc        bool  // a string holding escapes: text unescapes it
+	set        bool  // a scalar was reached
 }
 
 // text is the value v found in data: its JSON spelling, or a string's
@@ -59,7 +66,7 @@ func (v *jsonValue) text(data []byte) []byte {
 	if !v.esc {
 		return data[v.start:v.end]
 	}
-	sc := jsonScanner{data: data[:v.end+1], i: v.start - 1}
+	sc := jsonScanner{data: data[:v.end+1], i: int(v.start) - 1}
 	b, _ := sc.str()
 	return b
 }
@@ -75,6 +82,7 @@ func newJSONPaths(index map[string]int) *jsonPaths {
 	slices.Sort(p.sorted)
 	for _, s := range p.sorted {
 		p.idx = append(p.idx, index[s])
+		p.first[s[0]>>6] |= 1 << (s[0] & 63)
 	}
 	return p
 }
@@ -356,49 +364,56 @@ func (s *jsonScanner) keep(j, start, end int, esc bool) {
 	if s.values[j].set {
 		s.dup = true
 	}
-	s.values[j] = jsonValue{start: start, end: end, esc: esc, set: true}
+	s.values[j] = jsonValue{start: int32(start), end: int32(end), esc: esc, set: true}
 }
 
 // number reads a JSON number (RFC 8259 §6).
 func (s *jsonScanner) number() bool {
-	d := s.data
-	i := s.i
+	i, ok := numberEnd(s.data, s.i)
+	if ok {
+		s.i = i
+	}
+	return ok
+}
+
+// numberEnd is the end of the JSON number at d[i:], ok false when
+// there is none.
+func numberEnd(d []byte, i int) (int, bool) {
 	if i < len(d) && d[i] == '-' {
 		i++
 	}
 	switch {
 	case i < len(d) && d[i] == '0':
 		i++
-	case i < len(d) && d[i] >= '1' && d[i] <= '9':
-		for i < len(d) && d[i] >= '0' && d[i] <= '9' {
+	case i < len(d) && d[i]-'1' < 9:
+		for i < len(d) && d[i]-'0' < 10 {
 			i++
 		}
 	default:
-		return false
+		return i, false
 	}
 	if i < len(d) && d[i] == '.' {
 		i++
-		if i >= len(d) || d[i] < '0' || d[i] > '9' {
-			return false
+		if i >= len(d) || d[i]-'0' >= 10 {
+			return i, false
 		}
-		for i < len(d) && d[i] >= '0' && d[i] <= '9' {
+		for i < len(d) && d[i]-'0' < 10 {
 			i++
 		}
 	}
-	if i < len(d) && (d[i] == 'e' || d[i] == 'E') {
+	if i < len(d) && d[i]|0x20 == 'e' {
 		i++
 		if i < len(d) && (d[i] == '+' || d[i] == '-') {
 			i++
 		}
-		if i >= len(d) || d[i] < '0' || d[i] > '9' {
-			return false
+		if i >= len(d) || d[i]-'0' >= 10 {
+			return i, false
 		}
-		for i < len(d) && d[i] >= '0' && d[i] <= '9' {
+		for i < len(d) && d[i]-'0' < 10 {
 			i++
 		}
 	}
-	s.i = i
-	return true
+	return i, true
 }
 
 // str reads a string at s.i and returns it unescaped (as encoding/json

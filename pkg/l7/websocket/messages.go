@@ -194,7 +194,10 @@ func (r *msgRelay) wholeFrames() error {
 		} else {
 			h, perr = parseHeader(rest[:hn])
 		}
-		if perr != nil || !h.Fin || r.c.Check(h) != nil || h.Opcode < OpClose && h.Length > r.max || int64(len(rest)-hn) < h.Length {
+		// Check, short-cut for what passes it unchanged: a whole masked
+		// text or binary frame between messages, no reserved bit.
+		plain := h.Masked == r.c.Client && h.RSV == 0 && !r.c.fragments && (h.Opcode == OpText || h.Opcode == OpBinary)
+		if perr != nil || !h.Fin || !plain && r.c.Check(h) != nil || h.Opcode < OpClose && h.Length > r.max || int64(len(rest)-hn) < h.Length {
 			break // run reads it (and refuses it, for the same reason)
 		}
 		fl := hn + int(h.Length)
@@ -203,10 +206,11 @@ func (r *msgRelay) wholeFrames() error {
 			continue
 		}
 		r.text = h.Opcode == OpText
-		r.data = appendUnmasked(r.data[:0], rest[hn:fl], h.Mask)
+		var ascii bool
+		r.data, ascii = appendUnmasked(r.data[:0], rest[hn:fl], h.Mask)
 		var pay []byte
 		var changed bool
-		if pay, changed, err = r.judge(); err != nil {
+		if pay, changed, err = r.judge(ascii); err != nil {
 			break
 		}
 		if changed {
@@ -284,7 +288,7 @@ func (r *msgRelay) dataFrame(h Header, hn int) error {
 
 // decide holds the gathered message to the rules.
 func (r *msgRelay) decide() error {
-	pay, changed, err := r.judge()
+	pay, changed, err := r.judge(false)
 	if err != nil {
 		r.out = r.out[:r.msgStart]
 		return err
@@ -300,10 +304,11 @@ func (r *msgRelay) decide() error {
 	return r.flushIfFull()
 }
 
-// judge decides the message in r.data (r.text): a *Refusal, or whether
-// r.rw changed it (pay: what to send instead).
-func (r *msgRelay) judge() (pay []byte, changed bool, err error) {
-	if r.text && !utf8.Valid(r.data) {
+// judge decides the message in r.data (r.text; ascii: known to be all
+// ASCII, so UTF-8): a *Refusal, or whether r.rw changed it (pay: what
+// to send instead).
+func (r *msgRelay) judge(ascii bool) (pay []byte, changed bool, err error) {
+	if r.text && !ascii && !utf8.Valid(r.data) {
 		return nil, false, &Refusal{Code: CloseInvalidData, Decision: l7.Denied(ReasonInvalidUTF8, "")}
 	}
 	r.msg = l7.Message{Text: r.text, Data: r.data}

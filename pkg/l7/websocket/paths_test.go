@@ -269,3 +269,39 @@ func TestRelayMessagesAllocs(t *testing.T) {
 		t.Errorf("allocations per relay: %v for 64 messages, %v for 256", a, b)
 	}
 }
+
+// BenchmarkRelayMessages: the proxy's own work per message of
+// BenchmarkWebSocketMessages (pkg/proxy), without the network: 64-byte
+// JSON messages in masked frames through RelayMessages with a json
+// matcher ("rules") and a prefix matcher ("prefix"), from a buffer into
+// io.Discard.
+func BenchmarkRelayMessages(b *testing.B) {
+	msg := []byte(`{"type":"subscribe","channel":"ticker.btc-usd","id":12345678901}`)
+	rng := rand.New(rand.NewPCG(1, 2))
+	var in []byte
+	for range 512 {
+		in = appendTestFrame(in, true, OpText, msg, rng)
+	}
+	for _, c := range []struct {
+		name string
+		m    policy.MessageMatch
+	}{{"rules", policy.MessageMatch{JSON: map[string]string{"type": "subscribe", "channel": "ticker.*"}}}, {"prefix", policy.MessageMatch{Prefix: str(`{"type":"subscribe"`)}}} {
+		b.Run(c.name, func(b *testing.B) {
+			r, err := Compile(&policy.WebSocket{Text: []policy.MessageMatch{c.m}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			rd := bytes.NewReader(in)
+			src := bufio.NewReaderSize(rd, 32<<10)
+			b.SetBytes(int64(len(msg)))
+			b.ReportAllocs()
+			for done := 0; done < b.N; done += 512 {
+				rd.Reset(in)
+				src.Reset(rd)
+				if _, err := RelayMessages(io.Discard, src, &Checker{Client: true}, r, nil, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

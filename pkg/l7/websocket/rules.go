@@ -3,6 +3,7 @@ package websocket
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 
@@ -216,13 +217,13 @@ func (r *Rules) decideJSON(data []byte, doc *jsonFields) l7.Decision {
 // decide holds a text message (its JSON fields in doc, nil when it is
 // no JSON object or no matcher reads JSON) to the matchers.
 func (r *Rules) decide(data []byte, doc *jsonFields) l7.Decision {
-	for i, d := range r.deny {
-		if d.match(data, doc) {
+	for i := range r.deny {
+		if r.deny[i].match(data, doc) {
 			return l7.Denied(ReasonDenyRule, fmt.Sprintf("websocket.deny_text[%d]", i))
 		}
 	}
-	for _, a := range r.allow {
-		if a.match(data, doc) {
+	for i := range r.allow {
+		if r.allow[i].match(data, doc) {
 			return l7.Allowed()
 		}
 	}
@@ -268,6 +269,9 @@ func (r *Rules) putFields(d *jsonFields) {
 // message that is no JSON object is ok but not isObject (json matchers
 // do not match it).
 func readJSON(data []byte, r *Rules, doc *jsonFields) (isObject, ok bool) {
+	if len(data) > math.MaxInt32 {
+		return false, false // jsonValue's offsets are int32 (messages are bounded far below)
+	}
 	sc := jsonScanner{data: data, paths: r.sorted, values: doc.values}
 	switch err := sc.scanObject(); err {
 	case nil:

@@ -300,8 +300,9 @@ func TestUnmaskWords(t *testing.T) {
 				want[i] ^= key[(pos+int64(i))&3]
 			}
 			if pos == 0 {
-				if got := appendUnmasked([]byte("x"), p, key); !bytes.Equal(got, append([]byte("x"), want...)) {
-					t.Fatalf("appendUnmasked len %d: %x, want x%x", n, got, want)
+				got, ascii := appendUnmasked([]byte("x"), p, key)
+				if !bytes.Equal(got, append([]byte("x"), want...)) || ascii != !bytes.ContainsFunc(want, func(r rune) bool { return r >= 0x80 }) {
+					t.Fatalf("appendUnmasked len %d: %x (ascii %v), want x%x", n, got, ascii, want)
 				}
 			}
 			Unmask(p, key, pos)

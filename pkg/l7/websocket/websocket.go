@@ -283,19 +283,24 @@ func Unmask(p []byte, key [4]byte, pos int64) {
 }
 
 // appendUnmasked appends p, a frame's whole payload masked with key,
-// to b unmasked: Unmask on a copy, in one pass.
-func appendUnmasked(b, p []byte, key [4]byte) []byte {
+// to b unmasked: Unmask on a copy, in one pass. ascii reports whether
+// every byte appended is below 0x80 (then it is UTF-8).
+func appendUnmasked(b, p []byte, key [4]byte) (_ []byte, ascii bool) {
 	n := len(b)
 	b = slices.Grow(b, len(p))[:n+len(p)]
 	out := b[n:]
 	k32 := uint64(binary.LittleEndian.Uint32(key[:]))
 	k64 := k32 | k32<<32
+	var high uint64
 	i := 0
 	for ; i+8 <= len(p); i += 8 {
-		binary.LittleEndian.PutUint64(out[i:], binary.LittleEndian.Uint64(p[i:])^k64)
+		w := binary.LittleEndian.Uint64(p[i:]) ^ k64
+		high |= w
+		binary.LittleEndian.PutUint64(out[i:], w)
 	}
 	for ; i < len(p); i++ {
 		out[i] = p[i] ^ key[i&3]
+		high |= uint64(out[i])
 	}
-	return b
+	return b, high&0x8080808080808080 == 0
 }
