@@ -16,7 +16,7 @@
 # time (the worst case for the proxy: its per-message work against a
 # relay that moves whole writes); with SINGLE=1 (the default) each round
 # also runs raw1 and rules1, one message to a write as clients such as
-# ws send them (SINGLE_MSGS each, default 50000), reported apart. Run
+# ws send them (SINGLE_MSGS each, default 200000), reported apart. Run
 # it under the heavy lock:
 #   flock /work/.heavy.lock scripts/bench/websocket.sh
 set -euo pipefail
@@ -24,7 +24,7 @@ cd "$(dirname "$0")/../.."
 ROUNDS=${ROUNDS:-8}
 MSGS=${MSGS:-200000}
 SINGLE=${SINGLE:-1}
-SINGLE_MSGS=${SINGLE_MSGS:-50000}
+SINGLE_MSGS=${SINGLE_MSGS:-200000}
 bin=$(mktemp)
 tmp=$(mktemp)
 trap 'rm -f "$bin" "$tmp"' EXIT
