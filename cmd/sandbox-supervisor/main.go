@@ -5,9 +5,9 @@
 // status, and emits OCSF events. `list`, `status`, `gc`, `preflight` and
 // `spec` inspect and maintain sandboxes.
 //
-// The binary also serves as the in-sandbox init: when started with the
-// hidden first argument sandbox.InitCommand it runs sandbox.RunInit and
-// nothing else.
+// The in-sandbox init is a binary of its own, palisade-init, which run
+// finds beside this one (sandbox.DefaultInitExe) and refuses to start
+// unless root owns it and nobody else can write it.
 package main
 
 import (
@@ -28,11 +28,6 @@ var mainStart time.Time
 
 func main() {
 	mainStart = time.Now()
-	// The init stage is dispatched before anything else is parsed.
-	if len(os.Args) > 1 && os.Args[1] == sandbox.InitCommand {
-		sandbox.RunInit()
-		return
-	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGPIPE)
 	defer stop()
 	err := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)

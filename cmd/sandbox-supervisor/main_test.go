@@ -25,12 +25,15 @@ import (
 	"github.com/palisade-sandbox/palisade/pkg/testutil"
 )
 
-// The test binary is also the in-sandbox init when run() re-executes
-// /proc/self/exe in-process.
+// The test binary is also the in-sandbox init of the sandboxes run()
+// creates in-process (initExe).
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == sandbox.InitCommand {
 		sandbox.RunInit()
 		return
+	}
+	if exe, err := os.Executable(); err == nil {
+		initExe = exe
 	}
 	os.Exit(m.Run())
 }

@@ -293,6 +293,12 @@ func parseSize(s string) (int64, error) {
 	return n * mult, nil
 }
 
+// initExe is the init's binary run starts ("" = palisade-init beside
+// this executable, sandbox.DefaultInitExe). Only this package's tests
+// set it: they run the command line in-process, with the test binary as
+// the init.
+var initExe string
+
 func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, specOnly bool) (err error) {
 	var own *owner
 	if !specOnly {
@@ -383,7 +389,7 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		// Run takes it, or it is killed on the way out.
 		mem, _ := parseSize(f.memory)
 		pre = sandbox.Prestart(sandbox.PrestartOptions{
-			Name: f.name, StateRoot: f.stateDir, Profile: f.profile, PidsLimit: f.pids, Memory: mem, CPUs: f.cpus,
+			Name: f.name, StateRoot: f.stateDir, Profile: f.profile, PidsLimit: f.pids, Memory: mem, CPUs: f.cpus, InitExe: initExe,
 			TTY: f.tty, Stdin: sbIn, Stdout: sbOut, Stderr: sbErr,
 		})
 		defer pre.Abort()
@@ -518,7 +524,7 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	opts := sandbox.Options{
 		Name: f.name, Kind: state.Kind(f.kind), AgentID: f.agentID, Args: cmdArgs, Env: env,
 		Workdir: workdir, Home: f.home, TTY: f.tty, Keep: f.keep, StateRoot: f.stateDir, Policy: pinfo,
-		Profile: f.profile, PidsLimit: f.pids, Memory: mem, CPUs: f.cpus,
+		Profile: f.profile, PidsLimit: f.pids, Memory: mem, CPUs: f.cpus, InitExe: initExe,
 		AllowDegraded: f.allowDegraded, Required: cli.Truthy(os.Getenv("MAC_OPENSHELL_REQUIRED")),
 		Probe: probe, Events: events, Logger: logger, Network: network, Prestarted: pre, Signals: sigs,
 		Stdin: sbIn, Stdout: sbOut, Stderr: sbErr,

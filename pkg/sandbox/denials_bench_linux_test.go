@@ -64,7 +64,7 @@ func burstBench(b *testing.B) (run func(audit bool, args []string) (time.Duratio
 			ev = withoutDenials{ev}
 		}
 		res, err := Run(context.Background(), Options{Kind: state.KindAdhoc, Args: args, Env: env, Workdir: workdir,
-			StateRoot: stateDir, Policy: policy, InitExe: os.Args[0], Events: ev,
+			StateRoot: stateDir, Policy: policy, InitExe: exe, Events: ev,
 			Stdin: strings.NewReader(""), Stdout: &stdout, Stderr: &bytes.Buffer{}})
 		if err != nil || res.ExitCode != 0 {
 			b.Fatalf("run: %v exit %d", err, res.ExitCode)

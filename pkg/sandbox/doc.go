@@ -3,8 +3,11 @@
 // The supervisor side (Create, (*Sandbox).Run) resolves identity, builds
 // an OCI runtime-spec [specs.Spec] describing namespaces, mounts, devices,
 // rlimits, identity and cgroup limits, places the sandbox in its cgroup,
-// gives the network layer its seam (NetworkAttacher), and re-executes the
-// supervisor binary as the in-sandbox init (InitCommand). The init is PID 1
+// gives the network layer its seam (NetworkAttacher), and starts the
+// in-sandbox init: the palisade-init binary (cmd/palisade-init, calling
+// RunInit), opened and checked beside the supervisor's own binary and
+// executed through that descriptor (InitBinaryName, Options.InitExe).
+// The init is PID 1
 // of a fresh PID namespace: it applies the mounts from the spec, sets the
 // hostname, brings up loopback, makes itself non-dumpable, then on a
 // locked OS thread drops the bounding/ambient/inheritable capability sets,

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/containerd/console"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -46,10 +47,17 @@ func (e *initFail) Error() string { return e.stage + ": " + e.err.Error() }
 
 func fail(stage string, code int, err error) error { return &initFail{stage, code, err} }
 
+// initName is the init's process name (comm), NUL-terminated.
+var initName = []byte("palisade-init\x00")
+
 // RunInit is the in-sandbox init. It never returns: it exits with the
 // command's status, or reports a setup failure on the control socket and
 // exits with the matching status.
 func RunInit() {
+	// The supervisor executed this binary through initBinFD (which made
+	// its name "4"); the init has no use for the descriptor.
+	unix.Close(initBinFD)
+	unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(&initName[0])), 0, 0, 0)
 	ctl, err := newChannel(initFD)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "palisade init: control socket: %v\n", err)

@@ -62,7 +62,11 @@ type Options struct {
 	AllowDegraded bool
 	Required      bool // MAC_OPENSHELL_REQUIRED
 
-	InitExe string // the supervisor binary to re-execute ("" = /proc/self/exe)
+	// InitExe is the init's binary ("" = DefaultInitExe: palisade-init
+	// beside the running executable). It must pass openInitBinary's
+	// checks (root's, writable by nobody else); the sandbox is not
+	// created otherwise.
+	InitExe string
 	// Prestarted, when set, holds a cgroup and init started (Prestart)
 	// from the same command line before the policy was loaded; Run takes
 	// them when they fit and aborts them otherwise.

@@ -20,12 +20,13 @@ import (
 	"github.com/palisade-sandbox/palisade/pkg/state"
 )
 
-// An initProc is the sandbox's init being started: the re-executed
-// supervisor binary in new mount, PID, IPC, UTS and network namespaces,
+// An initProc is the sandbox's init being started: the init's binary
+// (InitBinaryName) in new mount, PID, IPC, UTS and network namespaces,
 // inside the sandbox cgroup, holding the other end of the control socket.
 // It does nothing until the supervisor sends its configuration.
 type initProc struct {
 	cmd      *exec.Cmd
+	exe      string // the init's binary, for messages
 	ctl      *channel
 	initEnd  *os.File
 	startErr chan error
@@ -33,27 +34,46 @@ type initProc struct {
 	err      error // the start's result, once joined
 }
 
-// startInit starts the init in cg. With background set it does not wait
-// for the fork and exec to finish (the caller joins it once it has the
-// configuration ready); otherwise the init has been started when it
-// returns.
+// initOpenedForTest, when set, runs once startInit has opened and
+// checked the init's binary, before the fork. Only a test sets it (to
+// replace the file at the path there).
+var initOpenedForTest func(path string)
+
+// startInit starts the init in cg: exe ("" = DefaultInitExe), opened
+// and checked by openInitBinary, executed through that descriptor. With
+// background set it does not wait for the fork and exec to finish (the
+// caller joins it once it has the configuration ready); otherwise the
+// init has been started when it returns.
 func startInit(cg *cgroup.Group, exe string, tty bool, stdin io.Reader, stdout, stderr io.Writer, background bool) (*initProc, error) {
-	ctl, initEnd, err := socketPair()
+	if exe == "" {
+		var err error
+		if exe, err = DefaultInitExe(); err != nil {
+			return nil, err
+		}
+	}
+	bin, err := openInitBinary(exe)
 	if err != nil {
 		return nil, err
 	}
-	if exe == "" {
-		exe = "/proc/self/exe"
+	if initOpenedForTest != nil {
+		initOpenedForTest(exe)
+	}
+	ctl, initEnd, err := socketPair()
+	if err != nil {
+		bin.Close()
+		return nil, err
 	}
 	cmd := &exec.Cmd{
-		Path: exe,
+		// The binary checked above, by descriptor (initBinFD in the
+		// child): what is at exe by the time of the exec is not run.
+		Path: fmt.Sprintf("/proc/self/fd/%d", initBinFD),
 		Args: []string{"palisade-init", InitCommand},
 		// The init needs no parallelism; one P starts measurably faster.
 		Env:        []string{"GOMAXPROCS=1"},
 		Stdin:      stdin,
 		Stdout:     stdout,
 		Stderr:     stderr,
-		ExtraFiles: []*os.File{initEnd},
+		ExtraFiles: []*os.File{initEnd, bin},
 		SysProcAttr: &syscall.SysProcAttr{
 			Cloneflags: unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWNET,
 			// The init, and with it the whole PID namespace, dies with
@@ -66,13 +86,18 @@ func startInit(cg *cgroup.Group, exe string, tty bool, stdin io.Reader, stdout, 
 		// no handle on the caller's terminal.
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, nil, stderr
 	}
-	p := &initProc{cmd: cmd, ctl: ctl, initEnd: initEnd, startErr: make(chan error, 1)}
+	p := &initProc{cmd: cmd, exe: exe, ctl: ctl, initEnd: initEnd, startErr: make(chan error, 1)}
 	// The init starts inside the sandbox cgroup (no migration afterwards).
+	start := func() error {
+		err := cg.StartIn(cmd)
+		bin.Close()
+		return err
+	}
 	if !background {
-		p.startErr <- cg.StartIn(cmd)
+		p.startErr <- start()
 		return p, nil
 	}
-	go func() { p.startErr <- cg.StartIn(cmd) }()
+	go func() { p.startErr <- start() }()
 	return p, nil
 }
 
@@ -83,7 +108,7 @@ func (p *initProc) join() error {
 		p.err = <-p.startErr
 		p.initEnd.Close()
 		if p.err != nil {
-			p.err = fmt.Errorf("start %s: %w", p.cmd.Path, p.err)
+			p.err = fmt.Errorf("start %s: %w", p.exe, p.err)
 		}
 	}
 	return p.err

@@ -94,7 +94,7 @@ func (f *fixture) policy() PolicyInfo {
 func (f *fixture) options(args []string, env []string) Options {
 	return Options{
 		Kind: state.KindAdhoc, Args: args, Env: env, Workdir: f.workdir,
-		StateRoot: f.stateDir, Policy: f.policy(), InitExe: os.Args[0],
+		StateRoot: f.stateDir, Policy: f.policy(), InitExe: f.exe,
 		Events: NewOCSFEvents(ocsf.NewWriter(&f.events), "agent-test", "test", args),
 	}
 }

@@ -28,6 +28,16 @@ func Binary(t testing.TB, name string) string {
 	}
 	buildMu.Lock()
 	defer buildMu.Unlock()
+	p := build(t, name)
+	for _, c := range companions[name] {
+		build(t, c)
+	}
+	return p
+}
+
+// build builds ./cmd/<name> into buildDir once; the caller holds buildMu.
+func build(t testing.TB, name string) string {
+	t.Helper()
 	if p, ok := builtBin[name]; ok {
 		return p
 	}
@@ -52,6 +62,11 @@ func Binary(t testing.TB, name string) string {
 	builtBin[name] = p
 	return p
 }
+
+// companions are the binaries a binary runs from beside itself and
+// cannot work without: sandbox-supervisor starts every sandbox's init,
+// palisade-init, from its own directory.
+var companions = map[string][]string{"sandbox-supervisor": {"palisade-init"}}
 
 // ModuleRoot finds the directory holding go.mod, walking up from the
 // working directory.
