@@ -380,3 +380,39 @@ func TestDenialsReadAfterTheProcessesExited(t *testing.T) {
 		t.Fatalf("%d events for the denied read, want 1", n)
 	}
 }
+
+// A denial in the command's first instruction is reported even when
+// setting up the reading (the audit lease, the subscription) is slow:
+// the command here is itself a binary Landlock refuses to execute, so
+// the refused execve is the first thing it does, and the reading is
+// delayed by 300 ms. The init confines its spawning thread and starts
+// the command only once the supervisor says the denials are read
+// (MsgStart); were the command started before (as "go", which the
+// supervisor sends before the reading is up), the denial would happen
+// while audit is not yet enabled or nothing subscribed, and this test
+// finds no event.
+func TestDenialInTheFirstInstructionIsReported(t *testing.T) {
+	f := newFixture(t)
+	requireDenialEvents(t)
+	testutil.HostLock(t, "audit")
+	acquireAudit = func() *landlockaudit.Lease {
+		time.Sleep(300 * time.Millisecond)
+		return landlockaudit.Acquire()
+	}
+	defer func() { acquireAudit = landlockaudit.Acquire }()
+	tool := filepath.Join(outsideDir(t), "tool")
+	env, _ := BuildEnv(EnvInput{Host: os.Environ(), Workdir: f.workdir, Name: "t"})
+	_, stderr, res := f.run(f.options([]string{tool}, env))
+	if res.ExitCode != ExitNotExecutable {
+		t.Fatalf("exit %d, want %d (stderr %s)", res.ExitCode, ExitNotExecutable, stderr)
+	}
+	n := 0
+	for _, e := range fileEvents(f.validateEvents()) {
+		if evPath(e) == tool && strings.Contains(e["status_detail"].(string), "fs.execute") {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d events for the refused execve of %s, want 1", n, tool)
+	}
+}

@@ -204,6 +204,12 @@ func setup(ctl *channel, cfg *InitConfig, rp *reaper) (*Confinement, *spawner, i
 		}
 	}
 	mark("host")
+	// Nothing of the sandbox's Landlock domain exists before the
+	// supervisor reads its denials: the spawning thread is confined only
+	// after "start".
+	if err := waitStart(ctl); err != nil {
+		return nil, nil, 0, nil, fail("init", ExitSandboxFailed, err)
+	}
 	keepAlive := len(s.Process.Args) == 0
 	var path string
 	var stdio [3]*os.File
@@ -244,6 +250,21 @@ func setup(ctl *channel, cfg *InitConfig, rp *reaper) (*Confinement, *spawner, i
 	}
 	mark("verify")
 	return conf, sp, pid, done, nil
+}
+
+// waitStart waits for the supervisor's MsgStart.
+func waitStart(ctl *channel) error {
+	m, fd, err := ctl.recv()
+	if fd >= 0 {
+		unix.Close(fd)
+	}
+	if err != nil {
+		return fmt.Errorf("waiting for start: %w", err)
+	}
+	if m.Type != MsgStart {
+		return fmt.Errorf("waiting for start: got %q", m.Type)
+	}
+	return nil
 }
 
 // verifyConfined checks after the fact that the kernel's view of the

@@ -82,6 +82,7 @@ type Message struct {
 const (
 	MsgConfig   = "config"   // supervisor -> init: the InitConfig
 	MsgGo       = "go"       // supervisor -> init: cgroup and network are in place
+	MsgStart    = "start"    // supervisor -> init, after go: denials are read; confine, start the command
 	MsgReady    = "ready"    // init -> supervisor: it catches the forwarded signals
 	MsgLog      = "log"      // init -> supervisor: a log line
 	MsgPTY      = "pty"      // init -> supervisor: carries the PTY master (SCM_RIGHTS)

@@ -353,9 +353,6 @@ func (s *Sandbox) startSignalRelay(initPID int) {
 // executed is a result (Wait returns it).
 func (s *Sandbox) Start(ctx context.Context) error {
 	ctl, cmd := s.ip.ctl, s.ip.cmd
-	// Reading before the command can be denied anything, knowing the
-	// init that creates the sandbox's Landlock domain.
-	s.denials().setInit(cmd.Process.Pid)
 	// The exec socket goes to the init with "go": execs are served from
 	// the moment the sandbox runs.
 	dir, err := s.store.Dir(s.name)
@@ -375,6 +372,18 @@ func (s *Sandbox) Start(ctx context.Context) error {
 		return s.failf("init", err)
 	}
 	s.mark("go")
+	// Landlock's denials are read before the command can be denied
+	// anything, knowing the init that creates the sandbox's Landlock
+	// domain: the init creates that domain (confining its spawning
+	// thread) only on "start". Setting the reading up (the audit lease,
+	// the subscription: about 1 ms) overlaps the init's mounts after
+	// "go" instead of delaying them.
+	s.denials().setInit(cmd.Process.Pid)
+	// An init that failed after "go" (its mounts, say) has gone: its
+	// error message, read below, says why, not this send's EPIPE.
+	if err := ctl.send(Message{Type: MsgStart}, -1); err != nil && !errors.Is(err, unix.EPIPE) && !errors.Is(err, unix.ECONNRESET) {
+		return s.failf("init", err)
+	}
 	initPID := cmd.Process.Pid
 	// Bookkeeping for list/status/gc, off the init's critical path: it
 	// runs while the init sets the sandbox up.
