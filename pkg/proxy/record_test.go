@@ -108,3 +108,31 @@ func BenchmarkRequestEvent(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkConnectionEvent is the summary event of one CONNECT tunnel
+// (Network Activity, Open), built and written to io.Discard: what every
+// connection costs the proxy in its event beyond the write(2).
+func BenchmarkConnectionEvent(b *testing.B) {
+	src := ocsf.NewSource("sbx-3f9a2c", Component, "0.1.0")
+	id := identityOf("/usr/bin/python3.11", curlSHA, "/usr/bin/bash", "/usr/local/bin/hermes")
+	id.Backend = "bpf/fast"
+	w := ocsf.NewWriter(io.Discard)
+	b.ReportAllocs()
+	b.ResetTimer()
+	defer testutil.CPUPerOp(b)()
+	for i := range b.N {
+		r := &Record{
+			ConnID: uint64(i), Listener: ListenerProxy, Kind: KindConnect, Start: time.Now(),
+			Client: netip.MustParseAddrPort("10.200.0.2:40522"), Local: netip.MustParseAddrPort("10.200.0.1:3128"),
+			Host: "echo.test", Port: 7, Upstream: netip.MustParseAddrPort("198.51.100.7:7"),
+			Identity: id, Generation: 3, PolicySHA: curlSHA, Entry: "bench",
+			Method: "CONNECT", Outcome: OutcomeAllowed, Status: 200, BytesUp: 1024, BytesDown: 1024, Count: 1,
+		}
+		r.End = time.Now()
+		for _, ev := range r.events(src) {
+			if err := w.Emit(ev); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
