@@ -5,8 +5,10 @@ package attribution
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -153,4 +155,56 @@ func BenchmarkCodeHooksExec(b *testing.B) {
 	b.ReportMetric(on[len(on)/2], "cpu-ns/exec-hooks")
 	b.ReportMetric(off[len(off)/2], "cpu-ns/exec-nohooks")
 	b.ReportMetric(0, "ns/op")
+}
+
+// BenchmarkCodeCheckMaps measures code identity's cost per connection
+// where it reads /proc/<pid>/maps (the /proc backend, and the eBPF
+// backend without its code hooks): one op is the check of one process,
+// /usr/bin/python3 with the socket and ssl modules loaded (nine
+// executable mappings on Debian 12: the interpreter, the loader, libc,
+// libm, libz, libexpat, libssl, libcrypto, the ssl extension), its files already found clean (the steady state:
+// a file is remembered by device, inode and change time). A lookup
+// checks the connecting process and each ancestor a rule could name, so
+// a connection pays this once per process checked. With the eBPF code
+// hooks the mark is read with the process-tree entry the lookup reads
+// anyway, and this costs nothing.
+func BenchmarkCodeCheckMaps(b *testing.B) {
+	py, err := filepath.EvalSymlinks("/usr/bin/python3")
+	testutil.RequireData(b, "/usr/bin/python3 (apt install python3)", err)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, py, "-c", "import socket, ssl, sys; sys.stdout.write('ready\\n'); sys.stdout.flush(); sys.stdin.read()")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { stdin.Close(); cmd.Wait() }()
+	line := make([]byte, 6)
+	if _, err := io.ReadFull(out, line); err != nil || string(line) != "ready\n" {
+		b.Fatalf("python3 did not start: %q %v", line, err)
+	}
+	c := newCodeChecker("/proc", nil)
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", cmd.Process.Pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	mappings := 0
+	parseMaps(raw, func(mapping) { mappings++ })
+	if fc, err := c.check(cmd.Process.Pid); err != nil || fc != nil {
+		b.Fatalf("python3 is not clean: %+v %v", fc, err)
+	}
+	b.ResetTimer()
+	for range b.N {
+		if fc, err := c.check(cmd.Process.Pid); err != nil || fc != nil {
+			b.Fatalf("python3 is not clean: %+v %v", fc, err)
+		}
+	}
+	b.ReportMetric(float64(mappings), "exec-mappings")
 }

@@ -528,7 +528,9 @@ func (in *Internet) goServe(fn func()) {
 }
 
 // handler answers every request with a JSON description of it; GET
-// /bytes?n=N streams N bytes (at most 1 GiB) for throughput tests.
+// /bytes?n=N streams N bytes (at most 1 GiB) for throughput tests, and a
+// PUT or POST to /bytes reads the body to its end, discarding it, and
+// answers how many bytes came (uploads).
 func (in *Internet) handler(kind string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		local, _ := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
@@ -540,6 +542,16 @@ func (in *Internet) handler(kind string) http.Handler {
 		}
 		in.record(h)
 		w.Header().Set("X-Nettest-Server", kind)
+		if r.URL.Path == "/bytes" && (r.Method == http.MethodPut || r.Method == http.MethodPost) {
+			n, err := io.Copy(io.Discard, r.Body)
+			if err != nil {
+				http.Error(w, "reading the body: "+err.Error(), http.StatusBadRequest)
+				return
+			}
+			w.Header().Set("Content-Type", "application/json")
+			json.NewEncoder(w).Encode(map[string]int64{"received": n})
+			return
+		}
 		if r.URL.Path == "/bytes" {
 			n, err := strconv.ParseInt(r.URL.Query().Get("n"), 10, 64)
 			if err != nil || n < 0 || n > 1<<30 {

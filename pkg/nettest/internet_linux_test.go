@@ -135,6 +135,23 @@ func TestInternetServers(t *testing.T) {
 			t.Fatalf("http client seen as %s, want the host address %s", m["remote"], in.HostV4)
 		}
 
+		// An upload to /bytes is read to its end and counted.
+		hc := client(netip.AddrPortFrom(in.V4[0], HTTPPort), nil)
+		for _, n := range []int64{0, 1, 3<<20 + 7} {
+			req, _ := http.NewRequest(http.MethodPut, "http://bulk.test/bytes", io.LimitReader(zeros{}, n))
+			req.ContentLength = n
+			resp, err := hc.Do(req)
+			if err != nil {
+				t.Fatalf("PUT %d bytes: %v", n, err)
+			}
+			var got map[string]int64
+			err = json.NewDecoder(resp.Body).Decode(&got)
+			resp.Body.Close()
+			if err != nil || resp.StatusCode != 200 || got["received"] != n {
+				t.Fatalf("PUT %d bytes: %s %v %v", n, resp.Status, got, err)
+			}
+		}
+
 		tlsOK := &tls.Config{RootCAs: in.CAPool(), ServerName: "allowed.test"}
 		m = getJSON(t, client(netip.AddrPortFrom(in.V4[1], HTTPSPort), tlsOK), "https://allowed.test/x")
 		if m["server"] != "https" || m["sni"] != "allowed.test" {
@@ -209,9 +226,9 @@ func TestInternetServers(t *testing.T) {
 				t.Errorf("hit %+v from %s, want the host address", h, h.Remote)
 			}
 		}
-		wantHTTP := 1
+		wantHTTP := 4 // the GET and three uploads
 		if len(in.V6) > 0 {
-			wantHTTP = 2
+			wantHTTP++
 		}
 		// The CA-less attempt fails in the handshake and is no hit.
 		if kinds["http"] != wantHTTP || kinds["https"] != 1 || kinds["echo"] != 1 || kinds["udp"] != 1 {

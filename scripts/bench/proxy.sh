@@ -23,8 +23,11 @@ PALISADE_BENCH_MB=$MB go test -run '^$' -bench 'TunnelThroughput' -benchtime "${
 # TunnelThroughputSandboxPath: curl in a sandbox-like namespace + cgroup
 # behind a veth, forwarded directly vs through egress-proxy (sandbox mode)
 # on the host side of the same veth.
-awk '/TunnelThroughput\// { split($1, a, "/"); sub(/-[0-9]+$/, "", a[2]); mbs[a[2]] = $(NF-1) }
-/TunnelThroughputSandboxPath\// { split($1, a, "/"); sub(/-[0-9]+$/, "", a[2]); sb[a[2]] = $(NF-1) }
+# (A row's MB/s is the field before "MB/s": the sandbox-path rows report
+# CPU per MiB after it.)
+awk 'function mb(   i) { for (i = 2; i <= NF; i++) if ($i == "MB/s") return $(i - 1); return 0 }
+/TunnelThroughput\// { split($1, a, "/"); sub(/-[0-9]+$/, "", a[2]); mbs[a[2]] = mb() }
+/TunnelThroughputSandboxPath\// { split($1, a, "/"); sub(/-[0-9]+$/, "", a[2]); sb[a[2]] = mb() }
 END {
   d = sb["direct"]; p = sb["egress-proxy"]
   if (d > 0 && p > 0) printf "sandbox path: egress-proxy / direct over the same veths = %.2fx (target >= 0.90x)\n", p / d
@@ -42,7 +45,8 @@ echo "== sandbox path, $ROUNDS more rounds (${MB} MiB x ${COUNT} each)"
 ratios=()
 for r in $(seq "$ROUNDS"); do
   line=$(PALISADE_BENCH_MB=$MB go test -run '^$' -bench 'TunnelThroughputSandboxPath' -benchtime "${COUNT}x" ./cmd/egress-proxy |
-    awk '/TunnelThroughputSandboxPath\/direct/ { d = $(NF-1) } /TunnelThroughputSandboxPath\/egress-proxy/ { p = $(NF-1) }
+    awk 'function mb(   i) { for (i = 2; i <= NF; i++) if ($i == "MB/s") return $(i - 1); return 0 }
+         /TunnelThroughputSandboxPath\/direct/ { d = mb() } /TunnelThroughputSandboxPath\/egress-proxy/ { p = mb() }
          END { if (d > 0 && p > 0) printf "%.3f %s %s", p / d, d, p }')
   [ -n "$line" ] || { echo "round $r: no result" >&2; exit 1; }
   set -- $line
