@@ -780,8 +780,9 @@ func attributor(f *flags, events ocsf.Emitter, src *ocsf.Source, log *slog.Logge
 		if dir != "" {
 			// The process tree holds every live process: twice what the
 			// sandbox's pids limit allows (room for exits not yet seen).
+			// --send-guard off: nothing is put under the guard either.
 			b, err = attribution.NewBPFBackend(attribution.BPFConfig{CgroupPath: dir, Proc: pcfg,
-				MaxProcs: int(min(max(2*g.Limits().Pids, 1024), 1<<20))})
+				MaxProcs: int(min(max(2*g.Limits().Pids, 1024), 1<<20)), NoSendGuard: f.sendGuard == "off"})
 		}
 		if err == nil {
 			emitBackend(events, src, log, attribution.BackendBPF, "")

@@ -47,6 +47,11 @@ type BPFConfig struct {
 	// attach), HooksOff (none: /proc/<pid>/maps at each lookup), or ""
 	// (the tracepoints when they attach, else /proc).
 	CodeHooks string
+	// NoSendGuard leaves the send guard out (egress-proxy --send-guard
+	// off): its sk_msg program is not attached and no socket is put
+	// under it, so the sandbox's sockets keep the kernel's plain TCP
+	// send and receive paths; GuardActive says it is off.
+	NoSendGuard bool
 }
 
 // Code hook settings (BPFConfig.CodeHooks, BPFBackend.CodeHooks).
@@ -189,7 +194,7 @@ func NewBPFBackend(cfg BPFConfig) (_ *BPFBackend, err error) {
 		return nil, err
 	}
 	// Before sock_ops, which puts established sockets under it.
-	if err := b.attachGuard(); err != nil {
+	if err := b.attachGuard(cfg.NoSendGuard); err != nil {
 		return nil, err
 	}
 	for _, at := range []struct {

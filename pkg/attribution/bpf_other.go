@@ -13,11 +13,12 @@ import (
 
 // BPFConfig configures the eBPF backend (Linux only).
 type BPFConfig struct {
-	CgroupPath string
-	Proc       ProcConfig
-	MaxConns   int
-	MaxProcs   int
-	CodeHooks  string
+	CgroupPath  string
+	Proc        ProcConfig
+	MaxConns    int
+	MaxProcs    int
+	CodeHooks   string
+	NoSendGuard bool
 }
 
 // Code hook settings (BPFConfig.CodeHooks).

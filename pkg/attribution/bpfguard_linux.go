@@ -61,9 +61,16 @@ type sendGuard struct {
 // attachGuard attaches send_guard to the guarded sockhash (before the
 // cgroup programs that add sockets to it) and turns insertion on. A
 // kernel that refused the program leaves the guard off (GuardActive
-// says why); the backend works without it.
-func (b *BPFBackend) attachGuard() error {
+// says why); the backend works without it. With off, neither: a socket
+// in the sockhash takes the sk_msg send path (a copy into the message
+// and the verdict on every send) and a psock set up and torn down with
+// it, whether or not anything is ever bound to it.
+func (b *BPFBackend) attachGuard(off bool) error {
 	b.guard.calls = map[uint64]func(SendViolation){}
+	if off {
+		b.guardErr = errors.New("turned off (BPFConfig.NoSendGuard)")
+		return nil
+	}
 	p := b.objs.opt["send_guard"]
 	if p == nil {
 		b.guardErr = fmt.Errorf("send_guard not loaded: %v", b.skipped["guard"])

@@ -101,6 +101,56 @@ func BenchmarkSendGuard(b *testing.B) {
 	b.ReportMetric(0, "ns/op")
 }
 
+// TestNoSendGuardPutsNothingUnderIt: with NoSendGuard (egress-proxy
+// --send-guard off) the backend reports the guard off and a sandbox
+// connection stays out of the guarded sockhash (so its sends keep the
+// plain TCP path), where the default backend puts the same connection
+// under it. Before NoSendGuard, --send-guard off only skipped the binding
+// and every socket still took the sk_msg path.
+func TestNoSendGuardPutsNothingUnderIt(t *testing.T) {
+	s := newTestSandbox(t, 64)
+	self, _ := selfAndOther(t)
+	guarded := func(bb *BPFBackend) int {
+		var key, next uint64
+		n := 0
+		for k := any(nil); n < 1000; k = &key {
+			if err := bb.objs.Guarded.NextKey(k, &next); err != nil {
+				if !errors.Is(err, ebpf.ErrKeyNotExist) {
+					t.Fatalf("guarded sockhash: %v", err)
+				}
+				break
+			}
+			key = next
+			n++
+		}
+		return n
+	}
+	on := s.bpfBackend(t)
+	if active, err := on.GuardActive(); !active {
+		t.Fatalf("send guard: %v", err)
+	}
+	c := s.spawn(self, "client", "4")
+	if _, err := on.Lookup(context.Background(), c.client, c.proxy); err != nil {
+		t.Fatal(err)
+	}
+	if n := guarded(on); n == 0 {
+		t.Fatal("the default backend put no sandbox connection under the guard")
+	}
+	on.Close()
+
+	off := s.bpfBackendWith(t, func(c *BPFConfig) { c.NoSendGuard = true })
+	if active, err := off.GuardActive(); active || err == nil || !strings.Contains(err.Error(), "turned off") {
+		t.Fatalf("GuardActive with NoSendGuard: %v, %v; want false, turned off", active, err)
+	}
+	c = s.spawn(self, "client", "4")
+	if _, err := off.Lookup(context.Background(), c.client, c.proxy); err != nil {
+		t.Fatal(err)
+	}
+	if n := guarded(off); n != 0 {
+		t.Fatalf("NoSendGuard: %d sockets under the guard, want none", n)
+	}
+}
+
 // forgetDecided deletes a present entry, and a missing one costs the
 // system call alone; BenchmarkForgetDecided compares it with
 // cilium/ebpf's Map.Delete on a missing key (the usual case at release).
