@@ -2,7 +2,8 @@
 # This build's egress-proxy against another commit's, side by side in one
 # run (BenchmarkAgainstBaseline, cmd/egress-proxy): bulk download and
 # upload throughput through a CONNECT tunnel from a sandbox, and new
-# tunnels per second, with the proxy's CPU per MiB and per connection;
+# tunnels per second, with CPU per MiB (proxy and curl) and the proxy's per
+# connection;
 # per-round ratios (this / baseline) with median, quartiles and range.
 #
 #   scripts/bench/baseline.sh COMMIT          # builds COMMIT in a worktree
