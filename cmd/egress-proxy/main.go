@@ -127,7 +127,8 @@ Flags:
                          descendants may send on it afterwards): auto
                          (default: when the eBPF backend can), require
                          (exit 1 when it cannot: sandbox-supervisor passes
-                         it under hard_requirement) or off
+                         it under hard_requirement) or off (no socket is
+                         put under it: uploads skip its per-send check)
   --writable PATH        a path the sandbox may write (its workdir, each
                          read_write path; repeat it): a process that maps
                          executable code from under one, or from a writable
