@@ -128,7 +128,8 @@ Flags:
                          (default: when the eBPF backend can), require
                          (exit 1 when it cannot: sandbox-supervisor passes
                          it under hard_requirement) or off (no socket is
-                         put under it: uploads skip its per-send check)
+                         put under it: uploads skip its per-send check; a
+                         Send Guard event says so)
   --writable PATH        a path the sandbox may write (its workdir, each
                          read_write path; repeat it): a process that maps
                          executable code from under one, or from a writable
@@ -812,6 +813,12 @@ func attributor(f *flags, events ocsf.Emitter, src *ocsf.Source, log *slog.Logge
 // The state is reported as a Device Config State Change ("Send Guard").
 func sendGuard(f *flags, attr attribution.Backend, events ocsf.Emitter, src *ocsf.Source, log *slog.Logger) (proxy.SendGuard, error) {
 	if f.sendGuard == "off" {
+		// The operator's opt-in to less protection is said, like a
+		// guard that could not be had (sandbox mode: standalone has no
+		// guard to turn off).
+		if f.cgroup != "" {
+			emitGuard(events, src, log, guardTurnedOff)
+		}
 		return nil, nil
 	}
 	var why error
@@ -833,6 +840,9 @@ func sendGuard(f *flags, attr attribution.Backend, events ocsf.Emitter, src *ocs
 	}
 	return nil, nil
 }
+
+// guardTurnedOff is the Send Guard event's reason under --send-guard off.
+const guardTurnedOff = "turned off by the operator (--send-guard off)"
 
 // emitGuard reports whether decided connections are held to their
 // process; degraded is why not ("" when they are).
