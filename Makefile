@@ -34,9 +34,13 @@ VCS_TIME  = $(if $(INGIT),$(shell TZ=UTC git log -1 --format=%cd --date=format-l
 VCS_MOD   = $(if $(INGIT),$(shell [ -z "$$(git status --porcelain)" ] && echo false || echo true))
 LDFLAGS   = -X $(CLIPKG).stampRevision=$(VCS_REV) -X $(CLIPKG).stampTime=$(VCS_TIME) -X $(CLIPKG).stampModified=$(VCS_MOD)
 
+# The binaries and their directory are made writable by their owner only
+# whatever the umask: sandbox-supervisor refuses a palisade-init that
+# group or others could have replaced (a umask of 002 made both 0775).
 build:
 	@mkdir -p $(OUT)
 	$(GO) build -trimpath -buildvcs=false -ldflags '$(LDFLAGS)' -o $(OUT)/ ./cmd/...
+	@chmod go-w $(OUT) $(OUT)/*
 
 # Privileged integration tests run the binaries from ./bin, so build first.
 # scripts/testsum runs go test -json and prints what go test prints (ok/FAIL

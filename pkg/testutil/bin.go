@@ -59,6 +59,12 @@ func build(t testing.TB, name string) string {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build ./cmd/%s: %v\n%s", name, err, out)
 	}
+	// Writable by its owner only whatever the umask, as make build
+	// leaves it: sandbox-supervisor refuses a palisade-init others
+	// could have replaced.
+	if err := os.Chmod(p, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	builtBin[name] = p
 	return p
 }
