@@ -83,11 +83,7 @@ func (p *Proxy) serveH1(c net.Conn, br *bufio.Reader, ix *inspector, out io.Writ
 			return
 		}
 		if w.close || req.Close || !bodyDone(req.Body) {
-			if tc, ok := c.(*net.TCPConn); ok {
-				lingerClose(tc, 500*time.Millisecond)
-			} else {
-				c.Close()
-			}
+			lingerClose(c, 500*time.Millisecond)
 			return
 		}
 	}
@@ -115,9 +111,7 @@ func (ix *inspector) headFailure(c net.Conn, err error, raw []byte) {
 		body.Detail, rr.Cause = he.Msg, he.Msg
 	}
 	writeJSONResponse(c, status, body)
-	if tc, ok := c.(*net.TCPConn); ok {
-		lingerClose(tc, 500*time.Millisecond)
-	}
+	lingerClose(c, 500*time.Millisecond)
 }
 
 // partialURL is the URL of a malformed request's target, for its

@@ -477,13 +477,16 @@ func (p *Proxy) Close() error {
 // a refused body finishes sending it instead of meeting a reset.
 const lingerDrain = MaxSignedBody + 1<<20
 
-// lingerClose half-closes c, drains what the client still sends for up to
+// lingerClose half-closes c (a TCP FIN, or TLS's close_notify on a
+// terminated connection), drains what the client still sends for up to
 // d (at most lingerDrain bytes), then closes, so a response written
 // before the client finished sending is not destroyed by a reset (the
 // kernel resets a connection closed with unread data).
-func lingerClose(c *net.TCPConn, d time.Duration) {
+func lingerClose(c net.Conn, d time.Duration) {
 	c.SetWriteDeadline(time.Now().Add(d))
-	c.CloseWrite()
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		cw.CloseWrite()
+	}
 	c.SetReadDeadline(time.Now().Add(d))
 	io.CopyN(io.Discard, c, lingerDrain)
 	c.Close()
