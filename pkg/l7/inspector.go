@@ -3,6 +3,9 @@ package l7
 import (
 	"errors"
 	"net/url"
+	"strings"
+
+	"github.com/palisade-sandbox/palisade/pkg/credentials"
 )
 
 // Inspector holds the requests of one inspected endpoint to its
@@ -123,6 +126,53 @@ type Decision struct {
 	// Detail is a fixed sentence for the client about a non-403
 	// refusal. It never quotes the request.
 	Detail string
+	// Call names what a body-inspected request asked the server to do
+	// (the refused call, else the first), for the event; zero when the
+	// protocol names no call (REST, WebSocket) or the request could not
+	// be read that far. Its names pass through EventName.
+	Call Call
+}
+
+// Call names the call a request makes, for the event
+// (unmapped.egress_proxy.l7_call): a JSON-RPC method and, for an MCP
+// tools/call, its tool; a GraphQL operation's type and name. Never
+// params, arguments, variables or documents. The JSON tags are the
+// event's keys, in sorted order.
+type Call struct {
+	Method        string `json:"method,omitempty"`
+	OperationName string `json:"operation_name,omitempty"`
+	OperationType string `json:"operation_type,omitempty"`
+	Tool          string `json:"tool,omitempty"`
+}
+
+// InvalidName stands in an event for a name the request sent that
+// EventName does not pass.
+const InvalidName = "(invalid)"
+
+// MaxEventName bounds a name an event quotes from a request, in bytes.
+const MaxEventName = 128
+
+// EventName is what an event may say of a name the client sent (a
+// JSON-RPC method, an operation name): the name itself when it is 1 to
+// MaxEventName bytes of printable ASCII without spaces and holds no
+// credential placeholder, "" for "", else InvalidName. The client chose
+// the name: an event quotes no control byte, no long string and no
+// placeholder from it. (A name is read from the body before any
+// placeholder in it is resolved, so it never holds a credential's
+// value.)
+func EventName(s string) string {
+	if s == "" {
+		return ""
+	}
+	if len(s) > MaxEventName || strings.Contains(s, credentials.Prefix) {
+		return InvalidName
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] <= ' ' || s[i] > '~' {
+			return InvalidName
+		}
+	}
+	return s
 }
 
 // Allowed is the Decision that relays a request.

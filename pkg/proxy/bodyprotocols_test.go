@@ -242,7 +242,9 @@ func TestGraphQLInspected(t *testing.T) {
 
 // A forwarded http:// request to a protocol mcp endpoint is decided by
 // its body too (what the inspector read is relayed first), and a
-// refused one never reaches the upstream.
+// refused one never reaches the upstream; its event names the call.
+// Mutation-checked: without handle.go's copy of the decision's Call
+// into the record, the l7_call check fails.
 func TestForwardedMCPInspected(t *testing.T) {
 	spy := newHeaderSpy(t)
 	env := newEnv(t, toolsPolicy(spy.port, "protocol: mcp", mcpRulesYAML))
@@ -273,5 +275,108 @@ func TestForwardedMCPInspected(t *testing.T) {
 	spy.mu.Unlock()
 	if n != 1 || body != allowed {
 		t.Errorf("upstream got %d requests, last body %q; want only the allowed one", n, body)
+	}
+	// The refusal's event names the call (forwarded requests fill the
+	// record in handle.go's check, not the inspected tunnel's).
+	var got any
+	for deadline := time.Now().Add(5 * time.Second); got == nil && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		for _, ev := range env.rec.ByClass(ocsf.ClassHTTPActivity) {
+			if get(ev, "unmapped", "egress_proxy", "reason") == policy.L7NoRuleMatched {
+				got = get(ev, "unmapped", "egress_proxy", "l7_call")
+			}
+		}
+	}
+	if m, _ := got.(map[string]any); !maps.Equal(m, map[string]any{"method": "tools/call", "tool": "write_file"}) {
+		t.Errorf("forwarded refusal's l7_call %v, want tools/call write_file", got)
+	}
+}
+
+// The event of a request to a body-inspected endpoint names the call it
+// made (unmapped.egress_proxy.l7_call): the JSON-RPC method, the MCP
+// tool, the GraphQL operation's type and name — for a refusal where no
+// single rule decided too, and under enforcement: audit for a request
+// relayed that the rules refuse — and never its params or arguments; a
+// name that is not short printable ASCII (a tool outside the recommended
+// syntax) is "(invalid)". Every event is also held to the OCSF schema
+// (the recorder). Mutation-checked: without the copy of the decision's
+// Call into the record (inspector.serve) every case fails; with
+// jsonrpc.EventCall passing the tool through unchecked, the invalid
+// tool case fails.
+func TestBodyInspectedEventCall(t *testing.T) {
+	type eventCase struct {
+		path, body string
+		status     int
+		want       map[string]any
+	}
+	call := func(tool string) string {
+		return rpc(2, "tools/call", fmt.Sprintf(`{"name":%q,"arguments":{"token":"s3cret-argument"}}`, tool))
+	}
+	j := http.Header{"Content-Type": {"application/json"}}
+	for _, c := range []struct {
+		name   string
+		lines  []string
+		header http.Header
+		cases  []eventCase
+	}{
+		{"mcp", []string{"protocol: mcp", mcpRulesYAML, `deny_rules: [{method: tools/call, tool: read_secrets}]`}, mcpHeader("2025-11-25"), []eventCase{
+			{"/no-rule", call("write_file"), 403, map[string]any{"method": "tools/call", "tool": "write_file"}},
+			{"/deny-rule", call("read_secrets"), 403, map[string]any{"method": "tools/call", "tool": "read_secrets"}},
+			{"/invalid-tool", rpc(2, "tools/call", `{"name":"read\u0007file x"}`), 403, map[string]any{"method": "tools/call", "tool": "(invalid)"}},
+			{"/method", rpc(3, "resources/read", `{"uri":"file:///etc/passwd"}`), 403, map[string]any{"method": "resources/read"}},
+			{"/allowed", call("read_file"), 200, map[string]any{"method": "tools/call", "tool": "read_file"}},
+		}},
+		{"json-rpc", []string{"protocol: json-rpc", `rules: [{allow: {method: eth_call}}]`}, j, []eventCase{
+			{"/refused", rpc(1, "eth_sendRawTransaction", `["0xsecret"]`), 403, map[string]any{"method": "eth_sendRawTransaction"}},
+			{"/invalid", rpc(1, "eth send", ""), 403, map[string]any{"method": "(invalid)"}},
+		}},
+		{"graphql", []string{"protocol: graphql", "access: read-only"}, j, []eventCase{
+			{"/mutation", `{"query":"mutation DropRepo($id: ID!) { deleteRepo(id: $id) }","variables":{"id":"s3cret"}}`, 403, map[string]any{"operation_type": "mutation", "operation_name": "DropRepo"}},
+			{"/query", `{"query":"{ viewer { login } }"}`, 200, map[string]any{"operation_type": "query"}},
+		}},
+		{"mcp audit", []string{"protocol: mcp", "enforcement: audit", mcpRulesYAML}, mcpHeader("2025-11-25"), []eventCase{
+			{"/audit", call("write_file"), 200, map[string]any{"method": "tools/call", "tool": "write_file"}},
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newInspectEnv(t, false, func(port int) string { return toolsPolicy(port, c.lines...) }, true)
+			cl := e.client(false)
+			for _, ec := range c.cases {
+				req, err := http.NewRequest("POST", e.url(ec.path), strings.NewReader(ec.body))
+				if err != nil {
+					t.Fatal(err)
+				}
+				req.Header = c.header.Clone()
+				resp, err := cl.Do(req)
+				if err != nil {
+					t.Fatalf("%s: %v", ec.path, err)
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != ec.status {
+					t.Errorf("%s: status %d, want %d", ec.path, resp.StatusCode, ec.status)
+				}
+			}
+			for _, ec := range c.cases {
+				var got any
+				for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+					for _, ev := range e.rec.ByClass(ocsf.ClassHTTPActivity) {
+						if get(ev, "http_request", "url", "path") == ec.path {
+							got = get(ev, "unmapped", "egress_proxy", "l7_call")
+						}
+					}
+					if got != nil {
+						break
+					}
+				}
+				if m, _ := got.(map[string]any); !maps.Equal(m, ec.want) {
+					t.Errorf("%s: l7_call %v, want %v", ec.path, got, ec.want)
+				}
+			}
+			for _, line := range e.rec.Lines() {
+				if strings.Contains(string(line), "s3cret") || strings.Contains(string(line), "\\u0007") {
+					t.Errorf("an event quotes the request's params or a control byte: %s", line)
+				}
+			}
+		})
 	}
 }

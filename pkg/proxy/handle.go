@@ -283,6 +283,7 @@ func (p *Proxy) inspectForward(c *net.TCPConn, rec *Record, req *request, v *Ver
 		Method: h.Method, Path: &path, Query: q, RawQuery: req.url.RawQuery, Proto: h.Proto,
 		Field: func(name string) []string { return headerValues(h, name) }, Body: req.body,
 	})
+	rec.Call = d.Call
 	switch {
 	case d.Allow:
 		return true

@@ -394,7 +394,9 @@ func (ix *inspector) serve(w http.ResponseWriter, r *http.Request, rr *Record) {
 		Field: l7.FieldValues(r.Header), Upgrade: upgradeOf(r), Body: body,
 	}
 	in := gv.v.inspector()
-	switch d := in.Request(req); {
+	d := in.Request(req)
+	rr.Call = d.Call
+	switch {
 	case d.Allow:
 	case !d.Policy():
 		rr.protocolRefused = true // a request its protocol cannot accept: a policy result for the endpoint's status

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/palisade-sandbox/palisade/pkg/l7"
 	"github.com/palisade-sandbox/palisade/pkg/ocsf"
 )
 
@@ -117,7 +118,11 @@ type Record struct {
 	// Rule names the endpoint's rule an L7 refusal rests on, as a field
 	// path within the endpoint ("websocket.deny_text[0]"); "" when no
 	// single rule decided.
-	Rule      string
+	Rule string
+	// Call is what a body-inspected request (mcp, json-rpc, graphql)
+	// asked the server to do, as its inspector named it (l7.Decision's
+	// Call: names only, checked by l7.EventName).
+	Call      l7.Call
 	Audit     bool
 	L7Rules   bool // the endpoint has L7 rules
 	L7Checked bool // and this request was checked against them (forward HTTP)
@@ -325,6 +330,9 @@ func (r *Record) unmapped() map[string]any {
 		Transparent: r.Mapping,
 		Denials:     r.Tallies,
 	}
+	if r.Call != (l7.Call{}) {
+		u.L7Call = &r.Call
+	}
 	if rt := r.Route; rt != nil {
 		u.UpstreamProxy = &upstreamProxyUnmapped{ConnectTarget: rt.Target, NoProxy: rt.NoProxy, Proxy: rt.Proxy, Route: "direct"}
 		if rt.Chained() {
@@ -369,6 +377,8 @@ type proxyUnmapped struct {
 	Generation  int64            `json:"generation"`
 	Kind        string           `json:"kind"`
 	L7          string           `json:"l7"`
+	// L7Call is the call a body-inspected request made (Record.Call).
+	L7Call *l7.Call `json:"l7_call,omitempty"`
 	// L7Rule is the endpoint rule an L7 refusal rests on (Record.Rule).
 	L7Rule   string `json:"l7_rule,omitempty"`
 	Listener string `json:"listener"`
@@ -474,6 +484,9 @@ func (u proxyUnmapped) AppendJSON(b []byte) []byte {
 	b = ocsf.AppendJSONString(b, u.Kind)
 	b = append(b, `,"l7":`...)
 	b = ocsf.AppendJSONString(b, u.L7)
+	if c := u.L7Call; c != nil {
+		b = appendCall(append(b, `,"l7_call":`...), c)
+	}
 	if u.L7Rule != "" {
 		b = append(b, `,"l7_rule":`...)
 		b = ocsf.AppendJSONString(b, u.L7Rule)
@@ -662,4 +675,24 @@ func enforcement(audit bool) string {
 		return "audit"
 	}
 	return "enforce"
+}
+
+// appendCall writes what encoding/json writes for c.
+func appendCall(b []byte, c *l7.Call) []byte {
+	b = append(b, '{')
+	sep := false
+	for _, f := range [...]struct{ key, v string }{
+		{`"method":`, c.Method}, {`"operation_name":`, c.OperationName},
+		{`"operation_type":`, c.OperationType}, {`"tool":`, c.Tool},
+	} {
+		if f.v == "" {
+			continue
+		}
+		if sep {
+			b = append(b, ',')
+		}
+		b = ocsf.AppendJSONString(append(b, f.key...), f.v)
+		sep = true
+	}
+	return append(b, '}')
 }

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/palisade-sandbox/palisade/pkg/l7"
 	"github.com/palisade-sandbox/palisade/pkg/policy"
 )
 
@@ -65,7 +66,7 @@ func Decide(ep *policy.Endpoint, r *Request) Decision {
 	}
 	if batch && len(ops) > ep.GraphQLMaxBatchSize {
 		d := refuse(http.StatusForbidden, policy.GraphQLBatchRefused, "batch of more operations than graphql_max_batch_size (0: no batches)")
-		d.OperationType, d.OperationName = ops[0].Type, clip(ops[0].Name)
+		d.OperationType, d.OperationName = ops[0].Type, clipName(ops[0].Name)
 		return d
 	}
 	for i := range ops {
@@ -82,11 +83,21 @@ func Decide(ep *policy.Endpoint, r *Request) Decision {
 		if ok, why, rule := decideOp(ep, *op); !ok {
 			d := refuse(http.StatusForbidden, why, "")
 			d.Rule = rule
-			d.OperationType, d.OperationName, d.Persisted = op.Type, clip(op.Name), clip(op.Persisted)
+			d.OperationType, d.OperationName, d.Persisted = op.Type, clipName(op.Name), clip(op.Persisted)
 			return d
 		}
 	}
-	return Decision{Allowed: true, OperationType: ops[0].Type, OperationName: clip(ops[0].Name), Persisted: clip(ops[0].Persisted)}
+	return Decision{Allowed: true, OperationType: ops[0].Type, OperationName: clipName(ops[0].Name), Persisted: clip(ops[0].Persisted)}
+}
+
+// clipName bounds an operation name for the Decision: l7.MaxEventName
+// bytes, a longer one cut with "..." (which l7.EventName then reports
+// as invalid).
+func clipName(s string) string {
+	if len(s) > l7.MaxEventName {
+		return s[:l7.MaxEventName] + "..."
+	}
+	return s
 }
 
 // operations reads the operations a request asks for.

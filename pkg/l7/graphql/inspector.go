@@ -41,11 +41,18 @@ func (in *inspector) Request(r *l7.Request) l7.Decision {
 		return l7.Invalid(http.StatusBadRequest, policy.GraphQLInvalid, "request body ended before its end")
 	}
 	d := Decide(in.ep, &Request{Method: r.Method, Query: r.Query, Field: r.Field, Body: body, TooLarge: tooLarge})
+	var dec l7.Decision
 	switch {
 	case d.Allowed:
-		return l7.Allowed()
+		dec = l7.Allowed()
 	case d.Status == http.StatusForbidden:
-		return l7.Denied(d.Reason, d.Rule)
+		dec = l7.Denied(d.Reason, d.Rule)
+	default:
+		dec = l7.Invalid(d.Status, d.Reason, d.Detail)
 	}
-	return l7.Invalid(d.Status, d.Reason, d.Detail)
+	// A persisted query's hash or id is the client's string, not a
+	// name: the event leaves it out (a registered one has its
+	// registered type and name).
+	dec.Call = l7.Call{OperationType: l7.EventName(d.OperationType), OperationName: l7.EventName(d.OperationName)}
+	return dec
 }

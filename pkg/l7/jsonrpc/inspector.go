@@ -43,11 +43,30 @@ func (in *inspector) Request(r *l7.Request) l7.Decision {
 		return l7.Invalid(http.StatusBadRequest, policy.JSONRPCInvalid, "request body ended before its end")
 	}
 	d := Decide(in.ep, &Request{Method: r.Method, Query: r.Query, Field: r.Field, Body: body, TooLarge: tooLarge})
+	var dec l7.Decision
 	switch {
 	case d.Allowed:
-		return l7.Allowed()
+		dec = l7.Allowed()
 	case d.Status == http.StatusForbidden:
-		return l7.Denied(d.Reason, d.Rule)
+		dec = l7.Denied(d.Reason, d.Rule)
+	default:
+		dec = l7.Invalid(d.Status, d.Reason, d.Detail)
 	}
-	return l7.Invalid(d.Status, d.Reason, d.Detail)
+	dec.Call = EventCall(d)
+	return dec
+}
+
+// EventCall is what the event says of the call d rests on: its method
+// through l7.EventName, and its tool only when the tool name has the
+// recommended syntax (policy.ValidToolName), else l7.InvalidName.
+func EventCall(d Decision) l7.Call {
+	c := l7.Call{Method: l7.EventName(d.Method)}
+	switch {
+	case d.Tool == "":
+	case policy.ValidToolName(d.Tool):
+		c.Tool = d.Tool
+	default:
+		c.Tool = l7.InvalidName
+	}
+	return c
 }
