@@ -630,26 +630,13 @@ func TestFenceCollectAfterCrash(t *testing.T) {
 	l := newLab(t)
 	// The sandbox is a real process in its own network namespace, as the
 	// supervisor sees it: /proc/<pid>/ns/net.
-	sleep := exec.Command("sleep", "60")
-	sleep.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET}
-	if err := sleep.Start(); err != nil {
-		t.Fatal(err)
-	}
-	killed := false
-	kill := func() {
-		if !killed {
-			killed = true
-			sleep.Process.Kill()
-			sleep.Wait()
-		}
-	}
-	t.Cleanup(kill)
-	cfg := l.config(fmt.Sprintf("/proc/%d/ns/net", sleep.Process.Pid))
+	nsPath, kill := netnsProcess(t)
+	cfg := l.config(nsPath)
 	f, err := Setup(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sbx, err := netns.GetFromPid(sleep.Process.Pid)
+	sbx, err := netns.GetFromPath(nsPath)
 	if err != nil {
 		t.Fatal(err)
 	}
