@@ -188,6 +188,19 @@ func Invalid(status int, reason, detail string) Decision {
 	return Decision{Reason: reason, Status: status, Detail: detail}
 }
 
+// Verdict is the Decision for a body inspector's own verdict: allowed;
+// a policy denial (status 403) by rule; else a request the protocol
+// cannot accept (status, detail).
+func Verdict(allowed bool, status int, reason, rule, detail string) Decision {
+	switch {
+	case allowed:
+		return Allowed()
+	case status == 403:
+		return Denied(reason, rule)
+	}
+	return Invalid(status, reason, detail)
+}
+
 // Policy reports whether d is a policy denial (as opposed to allowed or
 // an invalid request).
 func (d Decision) Policy() bool { return !d.Allow && (d.Status == 0 || d.Status == 403) }

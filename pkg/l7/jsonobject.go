@@ -69,6 +69,16 @@ func ReadJSONString(dec *jsontext.Decoder, what string) (string, error) {
 	return tok.String(), nil
 }
 
+// AsKind makes err wrap kind (an inspector's own sentinel, such as its
+// ErrInvalid) unless it already does; nil stays nil. The inspectors
+// pass ReadJSONObject's and ReadJSONString's errors through it.
+func AsKind(kind, err error) error {
+	if err == nil || errors.Is(err, kind) {
+		return err
+	}
+	return fmt.Errorf("%w: %v", kind, err)
+}
+
 func clipName(s string) string {
 	if len(s) > 64 {
 		return s[:64] + "..."

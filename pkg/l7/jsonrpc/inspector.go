@@ -43,15 +43,7 @@ func (in *inspector) Request(r *l7.Request) l7.Decision {
 		return l7.Invalid(http.StatusBadRequest, policy.JSONRPCInvalid, "request body ended before its end")
 	}
 	d := Decide(in.ep, &Request{Method: r.Method, Query: r.Query, Field: r.Field, Body: body, TooLarge: tooLarge})
-	var dec l7.Decision
-	switch {
-	case d.Allowed:
-		dec = l7.Allowed()
-	case d.Status == http.StatusForbidden:
-		dec = l7.Denied(d.Reason, d.Rule)
-	default:
-		dec = l7.Invalid(d.Status, d.Reason, d.Detail)
-	}
+	dec := l7.Verdict(d.Allowed, d.Status, d.Reason, d.Rule, d.Detail)
 	dec.Call = EventCall(d)
 	return dec
 }

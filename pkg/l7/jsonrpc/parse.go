@@ -198,12 +198,7 @@ func readString(dec *jsontext.Decoder, name string) (string, error) {
 }
 
 // asInvalid makes err (from package l7's JSON readers) wrap ErrInvalid.
-func asInvalid(err error) error {
-	if err == nil || errors.Is(err, ErrInvalid) {
-		return err
-	}
-	return fmt.Errorf("%w: %v", ErrInvalid, err)
-}
+func asInvalid(err error) error { return l7.AsKind(ErrInvalid, err) }
 
 // message checks one collected envelope.
 func (env *envelope) message(mcp bool) (Message, error) {
