@@ -31,11 +31,7 @@ type Proxy struct {
 	log    *slog.Logger
 	src    *ocsf.Source
 	events ocsf.Emitter
-	// lines is events when it takes encoded lines (an events file): a
-	// plain connection's event is then written from its record
-	// (emitOpenLine).
-	lines ocsf.LineEmitter
-	now   func() time.Time
+	now    func() time.Time
 
 	gen           atomic.Pointer[Generation]
 	endpoints     endpointBook // the inspected endpoints' last results
@@ -107,7 +103,6 @@ func New(cfg Config) (*Proxy, error) {
 	if p.events == nil {
 		p.events = ocsf.Discard
 	}
-	p.lines, _ = p.events.(ocsf.LineEmitter)
 	if p.now == nil {
 		p.now = time.Now
 	}
@@ -384,9 +379,6 @@ func (p *Proxy) finish(r *Record) {
 }
 
 func (p *Proxy) emitRecord(r *Record) {
-	if p.emitOpenLine(r) {
-		return
-	}
 	for _, ev := range r.events(p.src) {
 		p.emitEvent(ev)
 	}

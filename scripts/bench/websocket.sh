@@ -8,8 +8,12 @@
 #             reassembled, UTF-8 checked, its start compared
 #  - rules:   protocol websocket with a json matcher: every message
 #             reassembled, UTF-8 checked, parsed and matched
-# Target: rules >= 0.7x raw in messages/s. ROUNDS rounds (default 8), the
-# four modes side by side in each (the order rotated round by round);
+# Target: rules >= 0.7x raw in messages/s. The ratio depends on the load:
+# with CPU to spare it is set by the slowest goroutine (the proxy's relay
+# against the test's server), on a busy machine it follows the CPU per
+# message (docs/egress-proxy.md), so quote the load printed with it.
+# ROUNDS rounds (default 8), the four modes side by side in each (the
+# order rotated round by round);
 # prints per-round ratios and their median and spread (min-max), and the
 # CPU per message (client, proxy and server together). MSGS messages per
 # mode and round (default 200000). The client writes 64 frames at a

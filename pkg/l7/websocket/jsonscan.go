@@ -2,8 +2,10 @@ package websocket
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"math/bits"
 	"slices"
 	"strconv"
 	"unicode/utf16"
@@ -22,7 +24,8 @@ import (
 // It exists because encoding/json's token reader costs several
 // microseconds per small message, most of the proxy's CPU for a
 // WebSocket: BenchmarkJSONScan compares the two on the 64-byte
-// subscribe message (docs/egress-proxy.md quotes the ratio).
+// subscribe message, 72 ns against 3,018 ns (about 42x; medians of 5
+// under the heavy lock, 2026-12-02; docs/egress-proxy.md).
 // FuzzJSONScan checks it agrees with encoding/json on every input:
 // which texts are JSON, which are ambiguous, and the values kept.
 type jsonScanner struct {
@@ -43,7 +46,22 @@ type jsonPaths struct {
 	sorted []string  // never "": no value is reached by that
 	idx    []int     // sorted[i]'s index in jsonScanner.values
 	first  [4]uint64 // bit c set: some path starts with byte c (a top-level key starting otherwise reaches none)
+	// top is every key of the top object that reaches a path, with
+	// key's answer for it, when there are at most maxTop (nil
+	// otherwise): flatScan matches a top-level key by one pass over it.
+	top []topKey
 }
+
+// topKey is a key of the top object that reaches a path: the index of
+// the path it completes (-1: none) and the run continuing below it.
+type topKey struct {
+	key   string
+	exact int
+	below pathRun
+}
+
+// maxTop bounds jsonPaths.top.
+const maxTop = 8
 
 // topMiss reports whether key, a key of the top object, reaches no
 // path: told by its first byte alone.
@@ -66,6 +84,11 @@ func (v *jsonValue) text(data []byte) []byte {
 	if !v.esc {
 		return data[v.start:v.end]
 	}
+	return v.unescaped(data)
+}
+
+// unescaped is text for a string holding escapes.
+func (v *jsonValue) unescaped(data []byte) []byte {
 	sc := jsonScanner{data: data[:v.end+1], i: int(v.start) - 1}
 	b, _ := sc.str()
 	return b
@@ -83,6 +106,22 @@ func newJSONPaths(index map[string]int) *jsonPaths {
 	for _, s := range p.sorted {
 		p.idx = append(p.idx, index[s])
 		p.first[s[0]>>6] |= 1 << (s[0] & 63)
+	}
+	// The top keys reaching a path: each path's start up to a dot or
+	// its end (the key "a.b" reaches a.b as "b" inside "a" does).
+	all := pathRun{0, len(p.sorted), 0}
+	var top []topKey
+	for _, s := range p.sorted {
+		for e := 1; e <= len(s); e++ {
+			if e < len(s) && s[e] != '.' || slices.ContainsFunc(top, func(t topKey) bool { return t.key == s[:e] }) {
+				continue
+			}
+			exact, below := p.key(all, []byte(s[:e]))
+			top = append(top, topKey{key: s[:e], exact: exact, below: below})
+		}
+	}
+	if len(top) <= maxTop {
+		p.top = top
 	}
 	return p
 }
@@ -171,21 +210,21 @@ var (
 	errDup     = errors.New("ambiguous JSON")
 )
 
-// scanObject reads data as one JSON object. It returns errNotJSON
-// for data that is no JSON text or no object, errDup for ambiguous
-// JSON, and otherwise fills values for the wanted paths. Most messages
-// are read by flatScan; what it leaves (escapes, deep nesting, many
-// keys) by readObject.
-func (s *jsonScanner) scanObject() error {
-	if err, ok := s.flatScan(); ok {
+// scanJSON reads data as one JSON object. It returns errNotJSON for
+// data that is no JSON text or no object, errDup for ambiguous JSON,
+// and otherwise fills values (by path index) for the wanted paths. Most
+// messages are read by flatScan; what it leaves (escapes, deep nesting,
+// many keys) by readObject.
+func scanJSON(data []byte, paths *jsonPaths, values []jsonValue) error {
+	if err, ok := flatScan(data, paths, values); ok {
 		return err
 	}
-	clear(s.values)
-	s.i, s.dup = 0, false
+	clear(values)
+	s := &jsonScanner{data: data, paths: paths, values: values}
 	return s.readObject()
 }
 
-// readObject is scanObject for every text: a recursive reader.
+// readObject is scanJSON for every text: a recursive reader.
 func (s *jsonScanner) readObject() error {
 	s.space()
 	if s.i >= len(s.data) || s.data[s.i] != '{' {
@@ -386,9 +425,7 @@ func numberEnd(d []byte, i int) (int, bool) {
 	case i < len(d) && d[i] == '0':
 		i++
 	case i < len(d) && d[i]-'1' < 9:
-		for i < len(d) && d[i]-'0' < 10 {
-			i++
-		}
+		i = digitsEnd(d, i)
 	default:
 		return i, false
 	}
@@ -397,9 +434,7 @@ func numberEnd(d []byte, i int) (int, bool) {
 		if i >= len(d) || d[i]-'0' >= 10 {
 			return i, false
 		}
-		for i < len(d) && d[i]-'0' < 10 {
-			i++
-		}
+		i = digitsEnd(d, i)
 	}
 	if i < len(d) && d[i]|0x20 == 'e' {
 		i++
@@ -409,11 +444,29 @@ func numberEnd(d []byte, i int) (int, bool) {
 		if i >= len(d) || d[i]-'0' >= 10 {
 			return i, false
 		}
-		for i < len(d) && d[i]-'0' < 10 {
-			i++
-		}
+		i = digitsEnd(d, i)
 	}
 	return i, true
+}
+
+// digitsEnd is the index of the first byte from i on that is no ASCII
+// digit, or len(d): eight bytes at a time while eight are left.
+func digitsEnd(d []byte, i int) int {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	for ; i+8 <= len(d); i += 8 {
+		w := binary.LittleEndian.Uint64(d[i:])
+		// A byte below '0' borrows in w-'0', one above '9' sets its top
+		// bit in w+0x46 (or in w-'0', from 0xb0 on); each term flags
+		// its bytes exactly up to the first one it flags, so the lowest
+		// flag is the first byte that is no digit (as in plainEnd).
+		if m := ((w - ones*'0') | (w + ones*0x46)) & highs; m != 0 {
+			return i + bits.TrailingZeros64(m)/8
+		}
+	}
+	for i < len(d) && d[i]-'0' < 10 {
+		i++
+	}
+	return i
 }
 
 // str reads a string at s.i and returns it unescaped (as encoding/json

@@ -23,7 +23,7 @@ type refWalker struct {
 	set    []bool
 }
 
-// refScan is scanObject's answer by encoding/json: errNotJSON, errDup
+// refScan is scanJSON's answer by encoding/json: errNotJSON, errDup
 // or nil with values filled.
 func refScan(data []byte, want map[string]int) ([]string, []bool, error) {
 	if !json.Valid(data) {
@@ -121,11 +121,14 @@ func (w *refWalker) value(path string, reach bool, depth int) error {
 var errFlatLeft = errors.New("left to readObject")
 
 // scanWants are the paths FuzzJSONScan keeps: a few (matched in one
-// pass), and many sharing prefixes (matched by binary search).
+// pass, top-level keys by jsonPaths.top), many sharing prefixes
+// (matched by binary search, no jsonPaths.top), and odd spellings few
+// enough for jsonPaths.top.
 var scanWants = []map[string]int{
 	{"type": 0, "params.channel": 1, "op": 2, "a.b": 3, "a": 4},
 	manyPaths("type", "params.channel", "params", "params.ch", "params.channels", "params-x", "op", "a", "a.b", "a.b.c",
 		"a-b", "a.c", "ab", "b", "b.a", "k1", "k16", "x.type", "id", "", "\x00a", "a..b", "a.", ".a", "é.ü"),
+	manyPaths("a..b", "a.", ".a", "", "\x00a", "é.ü"),
 }
 
 func manyPaths(paths ...string) map[string]int {
@@ -137,8 +140,11 @@ func manyPaths(paths ...string) map[string]int {
 }
 
 func scan(data []byte) ([]string, []bool, error) {
-	return scanWith(data, scanWants[0], (*jsonScanner).scanObject)
+	return scanWith(data, scanWants[0], scanObject)
 }
+
+// scanObject is scanJSON of s's text.
+func scanObject(s *jsonScanner) error { return scanJSON(s.data, s.paths, s.values) }
 
 // scanWith reads data for want with read: scanObject, or one of its
 // two ways.
@@ -160,7 +166,7 @@ func scanWith(data []byte, want map[string]int, read func(*jsonScanner) error) (
 func checkScan(t *testing.T, data []byte, want map[string]int) {
 	wv, ws, werr := refScan(data, want)
 	flat := func(s *jsonScanner) error {
-		if err, ok := s.flatScan(); ok {
+		if err, ok := flatScan(s.data, s.paths, s.values); ok {
 			return err
 		}
 		return errFlatLeft
@@ -168,13 +174,22 @@ func checkScan(t *testing.T, data []byte, want map[string]int) {
 	for _, r := range []struct {
 		name string
 		read func(*jsonScanner) error
-	}{{"scanObject", (*jsonScanner).scanObject}, {"readObject", (*jsonScanner).readObject}, {"flatScan", flat}} {
+	}{{"scanJSON", scanObject}, {"readObject", (*jsonScanner).readObject}, {"flatScan", flat}} {
 		gv, gs, gerr := scanWith(data, want, r.read)
 		if gerr == errFlatLeft {
 			continue
 		}
 		if gerr != werr || gerr == nil && (fmt.Sprint(gv) != fmt.Sprint(wv) || fmt.Sprint(gs) != fmt.Sprint(ws)) {
 			t.Fatalf("%q (%d paths): %s %v, kept %q %v; encoding/json %v, kept %q %v", data, len(want), r.name, gerr, gv, gs, werr, wv, ws)
+		}
+	}
+}
+
+// The fuzzed path sets take both ways of matching a top-level key.
+func TestScanWantsTop(t *testing.T) {
+	for i, want := range scanWants {
+		if got := newJSONPaths(want).top != nil; got != (i != 1) {
+			t.Errorf("scanWants[%d]: jsonPaths.top set %v", i, got)
 		}
 	}
 }
@@ -191,7 +206,9 @@ func FuzzJSONScan(f *testing.F) {
 		`{"k1":1,"k2":2,"k3":3,"k4":4,"k5":5,"k6":6,"k7":7,"k8":8,"k9":9,"k10":10,"k11":11,"k12":12,"k13":13,"k14":14,"k15":15,"k16":16,"k1":0}`,
 		`{"a":{"a":{"a":{"a":{"a":{"a":{"a":{"a":{"a":1}}}}}}}}}`, `{"type":"sub\"scribe"}`, `{"op" :1 , "type":"x" }`,
 		`{"a":{"b":1},"b":2}`, `{"a":[{"b":1}],"b":2}`, `{"x":[1,{"type":2}],"type":"subscribe","op":[]}`,
-		`{"params":{"ch":1,"channels":[2],"channel":"c"},"params-x":3,"a":{"b":{"c":4},"":5,".b":6},"\u0000a":7,"é":{"ü":8}}`} {
+		`{"params":{"ch":1,"channels":[2],"channel":"c"},"params-x":3,"a":{"b":{"c":4},"":5,".b":6},"\u0000a":7,"é":{"ü":8}}`,
+		`{"op":15E+3,"a":1.5,"type":10e2,"x":[7.0,8E1]}`, `{"type":12345678901234567890,"op":0.5,"a":123456789}`, `{"op":1x}`, `{"op":12345678.}`,
+		`{"type":"subscribe","channel":"ticker.btc-usd","id":12345678901}`, `{"a.b":1,"a":2,"op":3,"params":4,"params.channel":5,"typ":6,"types":7}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -215,8 +232,7 @@ func BenchmarkJSONScan(b *testing.B) {
 		b.ReportAllocs()
 		for range b.N {
 			var values [2]jsonValue
-			s := jsonScanner{data: msg, paths: paths, values: values[:]}
-			if s.scanObject() != nil {
+			if scanJSON(msg, paths, values[:]) != nil {
 				b.Fatal("scan")
 			}
 		}
@@ -243,6 +259,26 @@ func TestPlainEnd(t *testing.T) {
 					want++
 				}
 				if got := plainEnd(d, i); got != want {
+					t.Fatalf("byte %#x at %d, from %d: %d, want %d", c, at, i, got, want)
+				}
+			}
+		}
+	}
+}
+
+// digitsEnd's eight-at-a-time reading finds the byte a byte-at-a-time
+// reading does, at every offset, with every byte value in every place.
+func TestDigitsEnd(t *testing.T) {
+	for c := range 256 {
+		for at := range 20 {
+			d := bytes.Repeat([]byte("7"), 24)
+			d[at] = byte(c)
+			for i := range at + 1 {
+				want := i
+				for want < len(d) && d[want]-'0' < 10 {
+					want++
+				}
+				if got := digitsEnd(d, i); got != want {
 					t.Fatalf("byte %#x at %d, from %d: %d, want %d", c, at, i, got, want)
 				}
 			}

@@ -80,6 +80,7 @@ func RelayMessages(dst io.Writer, src *bufio.Reader, c *Checker, msgs l7.Message
 // gathered (the tests compare the two ways).
 func relayMessages(dst io.Writer, src *bufio.Reader, c *Checker, msgs l7.Messages, audit func(l7.Decision), rw Rewrite, whole bool) (int64, error) {
 	r := &msgRelay{dst: dst, src: src, c: c, msgs: msgs, max: msgs.MaxMessage(), audit: audit, rw: rw, whole: whole}
+	r.rules, _ = msgs.(*Rules)
 	err := r.run()
 	if ferr := r.flush(); err == nil {
 		err = ferr
@@ -97,6 +98,7 @@ type msgRelay struct {
 	src   *bufio.Reader
 	c     *Checker
 	msgs  l7.Messages
+	rules *Rules // msgs, when it is: asked Rules.allows first
 	max   int64
 	audit func(l7.Decision)
 	rw    Rewrite
@@ -311,13 +313,14 @@ func (r *msgRelay) judge(ascii bool) (pay []byte, changed bool, err error) {
 	if r.text && !ascii && !utf8.Valid(r.data) {
 		return nil, false, &Refusal{Code: CloseInvalidData, Decision: l7.Denied(ReasonInvalidUTF8, "")}
 	}
-	r.msg = l7.Message{Text: r.text, Data: r.data}
-	d := r.msgs.Message(&r.msg)
-	if !d.Allow {
-		if r.audit == nil || !d.Policy() {
-			return nil, false, &Refusal{Code: ClosePolicyViolation, Decision: d}
+	if r.rules == nil || !r.rules.allows(r.text, r.data) {
+		r.msg = l7.Message{Text: r.text, Data: r.data}
+		if d := r.msgs.Message(&r.msg); !d.Allow {
+			if r.audit == nil || !d.Policy() {
+				return nil, false, &Refusal{Code: ClosePolicyViolation, Decision: d}
+			}
+			r.audit(d)
 		}
-		r.audit(d)
 	}
 	if !r.text || r.rw == nil {
 		return nil, false, nil

@@ -186,51 +186,96 @@ func (r *Rules) Message(m *l7.Message) l7.Decision {
 		}
 		return l7.Denied(ReasonBinaryDenied, "websocket.binary")
 	}
+	switch v := r.text(m.Data); v {
+	case textAllowed:
+		return l7.Allowed()
+	case textNoRule:
+		return l7.Denied(ReasonNoRule, "")
+	case textAmbiguous:
+		return l7.Denied(ReasonAmbiguousJSON, "")
+	default:
+		return l7.Denied(ReasonDenyRule, fmt.Sprintf("websocket.deny_text[%d]", v))
+	}
+}
+
+// allows is Message(m).Allow, answered without building the Decision
+// (128 bytes, copied through every return): what the relay asks of
+// each message, Message being called only for a refusal.
+func (r *Rules) allows(text bool, data []byte) bool {
+	if !text {
+		return r.binary
+	}
+	return r.text(data) == textAllowed
+}
+
+// What text decides of a text message, besides the index of the
+// deny_text matcher that matches it (>= 0).
+const (
+	textAllowed   = -1 // an allow matcher matches it, no deny_text one
+	textNoRule    = -2 // no matcher matches it
+	textAmbiguous = -3 // JSON servers may read differently (ReasonAmbiguousJSON)
+)
+
+// text decides a text message: one of the text* constants, or the
+// index of the deny_text matcher that matches it.
+func (r *Rules) text(data []byte) int {
 	if !r.json {
-		return r.decide(m.Data, nil)
+		return r.match(data, nil)
 	}
 	if len(r.paths) > smallFields {
-		d := r.fields.Get().(*jsonFields)
-		defer r.putFields(d)
-		return r.decideJSON(m.Data, d)
+		return r.textPooled(data)
 	}
 	var values [smallFields]jsonValue
-	return r.decideJSON(m.Data, &jsonFields{values: values[:len(r.paths)]})
+	return r.matchJSON(data, values[:len(r.paths)])
+}
+
+// textPooled is text for rules naming many field paths: the values go
+// into a pooled jsonFields.
+func (r *Rules) textPooled(data []byte) int {
+	d := r.fields.Get().(*jsonFields)
+	defer r.putFields(d)
+	return r.matchJSON(data, d.values)
 }
 
 // smallFields: rules naming at most this many field paths read a
 // message's fields into arrays on the stack, not a pooled jsonFields.
 const smallFields = 8
 
-// decideJSON reads data's fields into doc and decides it.
-func (r *Rules) decideJSON(data []byte, doc *jsonFields) l7.Decision {
-	isObject, ok := readJSON(data, r, doc)
-	if !ok {
-		return l7.Denied(ReasonAmbiguousJSON, "")
+// matchJSON reads data's fields into values (sized len(r.paths)) and
+// holds it to the matchers. A message that is JSON servers may read
+// differently (duplicate keys, too deep) is textAmbiguous; one that is
+// no JSON object is matched without fields (json matchers do not match
+// it).
+func (r *Rules) matchJSON(data []byte, values []jsonValue) int {
+	if len(data) > math.MaxInt32 {
+		return textAmbiguous // jsonValue's offsets are int32 (messages are bounded far below)
 	}
-	if !isObject {
-		doc = nil
+	switch scanJSON(data, r.sorted, values) {
+	case errDup:
+		return textAmbiguous
+	case errNotJSON:
+		values = nil
 	}
-	return r.decide(data, doc)
+	return r.match(data, values)
 }
 
-// decide holds a text message (its JSON fields in doc, nil when it is
+// match holds a text message (its JSON fields in doc, nil when it is
 // no JSON object or no matcher reads JSON) to the matchers.
-func (r *Rules) decide(data []byte, doc *jsonFields) l7.Decision {
+func (r *Rules) match(data []byte, doc []jsonValue) int {
 	for i := range r.deny {
 		if r.deny[i].match(data, doc) {
-			return l7.Denied(ReasonDenyRule, fmt.Sprintf("websocket.deny_text[%d]", i))
+			return i
 		}
 	}
 	for i := range r.allow {
 		if r.allow[i].match(data, doc) {
-			return l7.Allowed()
+			return textAllowed
 		}
 	}
-	return l7.Denied(ReasonNoRule, "")
+	return textNoRule
 }
 
-func (m *matcher) match(data []byte, doc *jsonFields) bool {
+func (m *matcher) match(data []byte, doc []jsonValue) bool {
 	switch {
 	case m.exact != nil:
 		return string(data) == *m.exact
@@ -243,7 +288,7 @@ func (m *matcher) match(data []byte, doc *jsonFields) bool {
 	}
 	for i := range m.fields {
 		f := &m.fields[i]
-		if v := &doc.values[f.idx]; !v.set || !f.glob.match(v.text(data)) {
+		if v := &doc[f.idx]; !v.set || !f.glob.match(v.text(data)) {
 			return false
 		}
 	}
@@ -257,27 +302,8 @@ type jsonFields struct {
 	values []jsonValue
 }
 
-// putFields clears d (it holds slices of a message) and pools it.
+// putFields clears d (it holds offsets into a message) and pools it.
 func (r *Rules) putFields(d *jsonFields) {
 	clear(d.values)
 	r.fields.Put(d)
-}
-
-// readJSON reads data as one JSON object (jsonScanner) and keeps the
-// values at the paths r names in doc (sized len(r.paths)). ok is false
-// for JSON servers may read differently (duplicate keys, too deep); a
-// message that is no JSON object is ok but not isObject (json matchers
-// do not match it).
-func readJSON(data []byte, r *Rules, doc *jsonFields) (isObject, ok bool) {
-	if len(data) > math.MaxInt32 {
-		return false, false // jsonValue's offsets are int32 (messages are bounded far below)
-	}
-	sc := jsonScanner{data: data, paths: r.sorted, values: doc.values}
-	switch err := sc.scanObject(); err {
-	case nil:
-		return true, true
-	case errDup:
-		return false, false
-	}
-	return false, true
 }

@@ -186,22 +186,27 @@ func TestRelayMessagesRewrite(t *testing.T) {
 	}
 }
 
-// FuzzRulesMessage: the matcher never panics; a message it allows
-// matches an allow matcher and no deny matcher under a straightforward
-// reading (encoding/json into a map, for JSON without duplicate keys),
-// and a text message holding a duplicate key is never allowed by a
-// json matcher alone.
+// FuzzRulesMessage: the matcher never panics; the relay's question
+// (allows) gets Message's answer; a message it allows matches an allow
+// matcher and no deny matcher under a straightforward reading
+// (encoding/json into a map, for JSON without duplicate keys), and a
+// text message holding a duplicate key is never allowed by a json
+// matcher alone.
 func FuzzRulesMessage(f *testing.F) {
 	for _, s := range []string{"ping", "SUB x", "SUB admin", `{"type":"subscribe","params":{"channel":"ticker.a"}}`,
 		`{"type":"subscribe","params":{"channel":"ticker.secret"}}`, `{"op":42,"ok":true}`, `{"a":1,"a":2}`, `{"params.channel":"x","params":{"channel":"y"}}`} {
 		f.Add([]byte(s), false)
 	}
+	f.Add([]byte("ping"), true)
 	r := testRules(f)
 	f.Fuzz(func(t *testing.T, msg []byte, binary bool) {
 		if !binary && !utf8.Valid(msg) {
 			return // RelayMessages closes with 1007 before Message (l7.Messages's contract)
 		}
 		d := r.Message(&l7.Message{Text: !binary, Data: msg})
+		if a := r.allows(!binary, msg); a != d.Allow {
+			t.Fatalf("%q: allows %v, Message %+v", msg, a, d)
+		}
 		if !d.Allow {
 			return
 		}
