@@ -143,6 +143,27 @@ func (w *Writer) Emit(ev Event) error {
 	return err
 }
 
+// LineEmitter is an Emitter that also takes lines its producer encoded
+// itself: the egress proxy writes the summary event of a plain
+// connection straight from its record (pkg/proxy, appendOpenEvent),
+// byte for byte what Marshal writes for the event it would otherwise
+// build (a test compares the two).
+type LineEmitter interface {
+	Emitter
+	// EmitLine writes line, one JSON object and its final newline, in
+	// one Write call. The caller may reuse line once it returns.
+	EmitLine(line []byte) error
+}
+
+// EmitLine implements LineEmitter: line is written as Emit writes the
+// line of an event, counted and refused the same way.
+func (w *Writer) EmitLine(line []byte) error {
+	if len(line) == 0 || line[len(line)-1] != '\n' {
+		return w.fail(errors.New("ocsf: event line does not end in a newline"))
+	}
+	return w.writeLine(line)
+}
+
 // lineBufs holds the buffers Emit encodes into: an event is encoded and
 // written without allocating its line.
 var lineBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}

@@ -31,7 +31,11 @@ type Proxy struct {
 	log    *slog.Logger
 	src    *ocsf.Source
 	events ocsf.Emitter
-	now    func() time.Time
+	// lines is events when it takes encoded lines (an events file): a
+	// plain connection's event is then written from its record
+	// (emitOpenLine).
+	lines ocsf.LineEmitter
+	now   func() time.Time
 
 	gen           atomic.Pointer[Generation]
 	endpoints     endpointBook // the inspected endpoints' last results
@@ -103,6 +107,7 @@ func New(cfg Config) (*Proxy, error) {
 	if p.events == nil {
 		p.events = ocsf.Discard
 	}
+	p.lines, _ = p.events.(ocsf.LineEmitter)
 	if p.now == nil {
 		p.now = time.Now
 	}
@@ -379,6 +384,9 @@ func (p *Proxy) finish(r *Record) {
 }
 
 func (p *Proxy) emitRecord(r *Record) {
+	if p.emitOpenLine(r) {
+		return
+	}
 	for _, ev := range r.events(p.src) {
 		p.emitEvent(ev)
 	}

@@ -316,6 +316,11 @@ func (r *Record) decision() ocsf.Decision {
 
 // unmapped carries what OCSF has no attribute for, under one constant key.
 func (r *Record) unmapped() map[string]any {
+	return map[string]any{"egress_proxy": r.unmappedProxy()}
+}
+
+// unmappedProxy is unmapped.egress_proxy.
+func (r *Record) unmappedProxy() proxyUnmapped {
 	u := proxyUnmapped{
 		Audit:       r.Audit,
 		BytesDown:   r.BytesDown,
@@ -352,7 +357,7 @@ func (r *Record) unmapped() map[string]any {
 	if fp != nil {
 		u.ForeignCode = &foreignUnmapped{File: fp.Code.File, PID: fp.PID, Reasons: fp.Code.Reasons}
 	}
-	return map[string]any{"egress_proxy": u}
+	return u
 }
 
 // proxyUnmapped is unmapped.egress_proxy. A struct rather than a map, in
@@ -557,30 +562,24 @@ func (r *Record) events(src *ocsf.Source) []ocsf.Event {
 	var sum ocsf.Event
 	var base *ocsf.Base
 	var ci **ocsf.ConnectionInfo
-	switch {
-	case r.Listener == ListenerFence:
+	switch r.summaryClass() {
+	case summaryRefuse:
 		e := src.NetworkRefuse(c, d)
 		sum, base, ci = e, &e.Base, &e.ConnectionInfo
-	case r.PerRequest:
+	case summaryPerRequest:
 		proto := r.Proto
 		if proto == "" {
 			proto = "HTTP/1.1"
 		}
 		e := src.HTTPRequest(c, ocsf.Request{Method: r.Method, URL: r.URL, Version: proto, Status: r.Status}, d)
 		sum, base, ci = e, &e.Base, &e.ConnectionInfo
-	case r.Outcome == OutcomeUpstreamFailed:
+	case summaryFail:
 		e := src.NetworkFail(c, d.Rule, r.Outcome, causeError(r.Reason, r.Cause))
 		sum, base, ci = e, &e.Base, &e.ConnectionInfo
-	case r.Outcome == OutcomeClientGone:
+	case summaryAbandoned:
 		e := src.NetworkAbandoned(c, r.Outcome, r.Reason)
 		sum, base, ci = e, &e.Base, &e.ConnectionInfo
-	case r.Kind == KindHTTP && (r.Outcome == OutcomeAllowed || r.URL != nil && (r.L7Checked || r.CredentialRefused || r.Outcome == OutcomeBadRequest)):
-		// An allowed forwarded request, one refused by the endpoint's L7
-		// rules or for a credential placeholder, or a malformed one whose
-		// target parsed: the request was read, so its event names its
-		// method and path (what `policy-sync propose` turns into a rule).
-		// A refusal of its host, port or binary stays a Network Activity,
-		// like a refused CONNECT.
+	case summaryRequest:
 		e := src.HTTPRequest(c, ocsf.Request{Method: r.Method, URL: r.URL, Version: "HTTP/1.1", Status: r.Status}, d)
 		sum, base, ci = e, &e.Base, &e.ConnectionInfo
 	default:
@@ -596,31 +595,97 @@ func (r *Record) events(src *ocsf.Source) []ocsf.Event {
 		}
 	}
 	out := []ocsf.Event{sum}
-	switch {
-	case r.Listener == ListenerFence:
+	switch r.findingClass() {
+	case findingBypass:
 		f := src.BypassAttempt(c, "connection captured by the network fence: egress must go through the proxy")
 		r.stamp(&f.Base, src.Sandbox)
 		out = append(out, f)
-	case r.Mismatch != nil:
+	case findingMismatch:
 		f := src.IdentityMismatch(c.Actor, r.Mismatch.Exe, r.Mismatch.Pinned, r.Mismatch.Seen)
 		r.stamp(&f.Base, src.Sandbox)
 		out = append(out, f)
-	case r.Violation != nil && r.Violation.Code == nil:
+	case findingSender:
 		v := r.Violation
 		f := src.UndecidedSender(c, ocsf.SenderInfo{PID: v.PID, Exe: v.Exe, Comm: v.Comm})
 		r.stamp(&f.Base, src.Sandbox)
 		out = append(out, f)
-	case r.Foreign != nil:
+	case findingForeign:
 		fp := r.Foreign
 		f := src.ForeignCode(c.Actor, ocsf.ForeignCodeInfo{PID: fp.PID, Exe: fp.Exe, File: fp.Code.File, Reasons: fp.Code.Reasons})
 		r.stamp(&f.Base, src.Sandbox)
 		out = append(out, f)
-	case r.CredentialMisuse:
+	case findingCredential:
 		f := src.CredentialMisuse(c, r.Reason)
 		r.stamp(&f.Base, src.Sandbox)
 		out = append(out, f)
 	}
 	return out
+}
+
+// summaryClass is which event a record's summary is (events builds it).
+type summaryClass int
+
+const (
+	// summaryOpen: a Network Activity Open, allowed or denied: a CONNECT
+	// tunnel or transparent connection, a refused forwarded request's
+	// host, port or binary, a malformed request.
+	summaryOpen       summaryClass = iota
+	summaryRefuse                  // a fence capture: Network Activity Refuse
+	summaryPerRequest              // one request on an inspected connection: HTTP Activity
+	summaryFail                    // an upstream failure: Network Activity Fail
+	summaryAbandoned               // the client left before attribution: Network Activity Close
+	summaryRequest                 // a forwarded request that was read: HTTP Activity
+)
+
+func (r *Record) summaryClass() summaryClass {
+	switch {
+	case r.Listener == ListenerFence:
+		return summaryRefuse
+	case r.PerRequest:
+		return summaryPerRequest
+	case r.Outcome == OutcomeUpstreamFailed:
+		return summaryFail
+	case r.Outcome == OutcomeClientGone:
+		return summaryAbandoned
+	case r.Kind == KindHTTP && (r.Outcome == OutcomeAllowed || r.URL != nil && (r.L7Checked || r.CredentialRefused || r.Outcome == OutcomeBadRequest)):
+		// An allowed forwarded request, one refused by the endpoint's L7
+		// rules or for a credential placeholder, or a malformed one whose
+		// target parsed: the request was read, so its event names its
+		// method and path (what `policy-sync propose` turns into a rule).
+		// A refusal of its host, port or binary stays a Network Activity,
+		// like a refused CONNECT.
+		return summaryRequest
+	}
+	return summaryOpen
+}
+
+// findingClass is the Detection Finding that goes with a record's
+// summary event, if any (events builds it).
+type findingClass int
+
+const (
+	findingNone       findingClass = iota
+	findingBypass                  // captured by the fence
+	findingMismatch                // the binary's identity changed
+	findingSender                  // another process sent after the decision
+	findingForeign                 // foreign code refused
+	findingCredential              // a credential placeholder sent elsewhere
+)
+
+func (r *Record) findingClass() findingClass {
+	switch {
+	case r.Listener == ListenerFence:
+		return findingBypass
+	case r.Mismatch != nil:
+		return findingMismatch
+	case r.Violation != nil && r.Violation.Code == nil:
+		return findingSender
+	case r.Foreign != nil:
+		return findingForeign
+	case r.CredentialMisuse:
+		return findingCredential
+	}
+	return findingNone
 }
 
 // stamp sets the time span, count and correlation of an event.

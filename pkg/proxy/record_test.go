@@ -110,8 +110,10 @@ func BenchmarkRequestEvent(b *testing.B) {
 }
 
 // BenchmarkConnectionEvent is the summary event of one CONNECT tunnel
-// (Network Activity, Open), built and written to io.Discard: what every
-// connection costs the proxy in its event beyond the write(2).
+// (Network Activity, Open), built and written to io.Discard by the
+// generic path (events() and Marshal): what the event of a connection
+// with a Detection Finding costs, and what a plain connection's cost
+// before the dedicated encoder (BenchmarkOpenEvent).
 func BenchmarkConnectionEvent(b *testing.B) {
 	src := ocsf.NewSource("sbx-3f9a2c", Component, "0.1.0")
 	id := identityOf("/usr/bin/python3.11", curlSHA, "/usr/bin/bash", "/usr/local/bin/hermes")

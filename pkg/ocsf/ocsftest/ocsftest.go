@@ -22,6 +22,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"sync"
 	"testing"
 
@@ -98,8 +99,9 @@ func ValidateLines(t testing.TB, data []byte) int {
 	return n
 }
 
-// Recorder is an ocsf.Emitter for tests: it validates every event as it
-// is emitted (reporting through t) and keeps the lines. Safe for
+// Recorder is an ocsf.Emitter (and ocsf.LineEmitter) for tests: it
+// validates every event as it is emitted (reporting through t) and
+// keeps the lines. Safe for
 // concurrent use.
 type Recorder struct {
 	t      testing.TB
@@ -125,6 +127,22 @@ func (r *Recorder) Emit(ev ocsf.Event) error {
 	report(r.t, line, r.schema.Validate(line))
 	r.mu.Lock()
 	r.lines = append(r.lines, line)
+	r.mu.Unlock()
+	return nil
+}
+
+// EmitLine implements ocsf.LineEmitter: the line (one JSON object and
+// its newline) is validated and kept as Emit keeps a marshalled event.
+func (r *Recorder) EmitLine(line []byte) error {
+	body, ok := bytes.CutSuffix(line, []byte("\n"))
+	if !ok || bytes.IndexByte(body, '\n') >= 0 {
+		r.t.Errorf("EmitLine: %q is not one line ending in a newline", line)
+		return errors.New("ocsftest: not one line")
+	}
+	body = bytes.Clone(body)
+	report(r.t, body, r.schema.Validate(body))
+	r.mu.Lock()
+	r.lines = append(r.lines, body)
 	r.mu.Unlock()
 	return nil
 }
