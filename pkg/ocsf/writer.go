@@ -158,8 +158,8 @@ type LineEmitter interface {
 // EmitLine implements LineEmitter: line is written as Emit writes the
 // line of an event, counted and refused the same way.
 func (w *Writer) EmitLine(line []byte) error {
-	if len(line) == 0 || line[len(line)-1] != '\n' {
-		return w.fail(errors.New("ocsf: event line does not end in a newline"))
+	if len(line) < 3 || line[0] != '{' || line[len(line)-1] != '\n' {
+		return w.fail(errors.New("ocsf: event line is not a JSON object and a newline"))
 	}
 	return w.writeLine(line)
 }

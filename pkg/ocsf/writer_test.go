@@ -283,3 +283,30 @@ func TestDiscard(t *testing.T) {
 		t.Fatal("Discard accepted a malformed event")
 	}
 }
+
+// EmitLine writes an encoded line as Emit writes an event's: one Write
+// call, counted; a line without its final newline or with another one
+// inside is refused, counted as an error, and reaches no writer.
+func TestWriterEmitLine(t *testing.T) {
+	ow := &oneWrite{}
+	w := ocsf.NewWriter(ow)
+	var le ocsf.LineEmitter = w
+	if err := le.EmitLine([]byte("{\"a\":1}\n")); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{"", "{\"a\":1}", "{\"a\":1}\n{}\n", "\n", "[1]\n"} {
+		if err := w.EmitLine([]byte(bad)); err == nil {
+			t.Errorf("EmitLine(%q) accepted", bad)
+		}
+	}
+	if len(ow.calls) != 1 || string(ow.calls[0]) != "{\"a\":1}\n" {
+		t.Fatalf("Write calls %q, want the one good line", ow.calls)
+	}
+	if w.Written() != 1 || w.Errors() != 5 {
+		t.Fatalf("written %d errors %d, want 1 and 5", w.Written(), w.Errors())
+	}
+	w.Close()
+	if err := w.EmitLine([]byte("{}\n")); !errors.Is(err, ocsf.ErrClosed) {
+		t.Fatalf("EmitLine after Close = %v, want ErrClosed", err)
+	}
+}
