@@ -215,9 +215,7 @@ func (r *Record) appendOpenEvent(b []byte, src *ocsf.Source, now int64) (out []b
 		b = append(b, '}')
 	}
 	if r.Client.IsValid() {
-		b = append(b, `,"src_endpoint":{"ip":"`...)
-		b = r.Client.Addr().Unmap().AppendTo(b)
-		b = append(b, '"')
+		b = appendJSONAddr(append(b, `,"src_endpoint":{"ip":`...), r.Client.Addr().Unmap())
 		if p := r.Client.Port(); p != 0 {
 			b = strconv.AppendUint(append(b, `,"port":`...), uint64(p), 10)
 		}
@@ -234,9 +232,7 @@ func (r *Record) appendOpenEvent(b []byte, src *ocsf.Source, now int64) (out []b
 			if comma {
 				b = append(b, ',')
 			}
-			b = append(b, `"ip":"`...)
-			b = dst.ip.AppendTo(b)
-			b = append(b, '"')
+			b = appendJSONAddr(append(b, `"ip":`...), dst.ip)
 			comma = true
 		}
 		if dst.port != 0 {
@@ -325,22 +321,34 @@ func containsColon(s string) bool {
 }
 
 // parseIPLiteral is netip.ParseAddr for a record's host without the
-// error value it allocates for a name: only a string of digits and dots
-// or one with a colon can be an address.
+// error value it allocates for a name: only a string with a colon (IPv6,
+// which may start with a hex letter) or one of digits and dots (IPv4)
+// can be an address.
 func parseIPLiteral(s string) (netip.Addr, bool) {
-	maybe := s != ""
-	for i := 0; i < len(s) && maybe; i++ {
-		c := s[i]
-		if c == ':' {
-			break
-		}
-		maybe = c == '.' || c >= '0' && c <= '9'
+	if s == "" {
+		return netip.Addr{}, false
 	}
-	if !maybe {
+	colon, digitsDots := false, true
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		colon = colon || c == ':'
+		digitsDots = digitsDots && (c == '.' || c >= '0' && c <= '9')
+	}
+	if !colon && !digitsDots {
 		return netip.Addr{}, false
 	}
 	a, err := netip.ParseAddr(s)
 	return a, err == nil
+}
+
+// appendJSONAddr writes a as a JSON string: as it is (digits, dots,
+// colons, hex) unless it has a zone, which may hold anything.
+func appendJSONAddr(b []byte, a netip.Addr) []byte {
+	if a.Zone() != "" {
+		return ocsf.AppendJSONString(b, a.String())
+	}
+	b = append(b, '"')
+	return append(a.AppendTo(b), '"')
 }
 
 // appendConnUID writes sandbox+sep+id (connectionUID, correlationUID)

@@ -49,7 +49,7 @@ func randAddrPort(rng *rand.Rand) netip.AddrPort {
 	case 2:
 		return netip.AddrPortFrom(netip.MustParseAddr("::ffff:192.0.2.9"), uint16(rng.IntN(3)))
 	case 3:
-		return netip.AddrPortFrom(netip.MustParseAddr("fe80::1%veth0"), 8080)
+		return netip.AddrPortFrom(netip.MustParseAddr(pick(rng, []string{"fe80::1%veth0", "fe80::2%a\"b\\c\x01"})), 8080)
 	}
 	return netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 200, byte(rng.IntN(256)), 2}), uint16(rng.IntN(65536)))
 }
@@ -104,7 +104,7 @@ func randRecord(rng *rand.Rand) *Record {
 		End:        randTime(rng),
 		Client:     randAddrPort(rng),
 		Local:      randAddrPort(rng),
-		Host:       pick(rng, []string{"echo.test", "", "198.51.100.7", "2001:db8::9", "::ffff:203.0.113.5", "1.2.3", randString(rng)}),
+		Host:       pick(rng, []string{"echo.test", "", "198.51.100.7", "2001:db8::9", "fd00::1", "A::", "fe80::1%\"q", "::ffff:203.0.113.5", "1.2.3", randString(rng)}),
 		Port:       rng.IntN(3) * rng.IntN(65536),
 		Upstream:   randAddrPort(rng),
 		Identity:   randIdentity(rng),
