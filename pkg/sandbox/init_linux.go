@@ -210,6 +210,7 @@ func setup(ctl *channel, cfg *InitConfig, rp *reaper) (*Confinement, *spawner, i
 	if err := waitStart(ctl); err != nil {
 		return nil, nil, 0, nil, fail("init", ExitSandboxFailed, err)
 	}
+	mark("start")
 	keepAlive := len(s.Process.Args) == 0
 	var path string
 	var stdio [3]*os.File
@@ -233,8 +234,8 @@ func setup(ctl *channel, cfg *InitConfig, rp *reaper) (*Confinement, *spawner, i
 		}
 		return nil, nil, 0, nil, err
 	}
+	mark("confined")
 	if keepAlive {
-		mark("confined")
 		return conf, sp, 0, nil, nil
 	}
 	pid, done, err := rp.start(func() (int, error) { return sp.spawn(path, s.Process, stdio, pty != nil) })
