@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -361,6 +362,12 @@ func startSpawner(cfg *InitConfig, conf *Confinement) (*spawner, error) {
 	ready := make(chan error, 1)
 	go func() {
 		lockThreadForever()
+		// Every command is forked from this thread and inherits its
+		// timer slack: the supervisor's, not the init's coarse one.
+		if err := restoreTimerSlack(); err != nil {
+			ready <- fail("timerslack", ExitSandboxFailed, err)
+			return
+		}
 		if err := confineThread(cfg, conf); err != nil {
 			ready <- err
 			return // the thread, half-confined, exits with the goroutine
@@ -461,6 +468,17 @@ func confineThread(cfg *InitConfig, conf *Confinement) error {
 		conf.SeccompRules = cfg.SeccompRules
 	}
 	return nil
+}
+
+// restoreTimerSlack gives the calling thread the timer slack the
+// supervisor passed (timerSlackEnv; the kernel's default when it passed
+// none), instead of the init's initTimerSlack.
+func restoreTimerSlack() error {
+	slack := defaultTimerSlack
+	if v, err := strconv.Atoi(os.Getenv(timerSlackEnv)); err == nil && v > 0 {
+		slack = v
+	}
+	return unix.Prctl(unix.PR_SET_TIMERSLACK, uintptr(slack), 0, 0, 0)
 }
 
 // forkConfined forks the command from the confined thread (it must run

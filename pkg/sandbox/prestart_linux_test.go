@@ -6,12 +6,17 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
+	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/palisade-sandbox/palisade/pkg/cgroup"
 )
@@ -72,6 +77,48 @@ func TestPrestartedInitRunsTheSandbox(t *testing.T) {
 	assertGone(t, p)
 	if ents, _ := os.ReadDir(f.stateDir); len(ents) != 0 {
 		t.Fatalf("state left behind: %v", ents)
+	}
+}
+
+func init() {
+	// timerslack prints the timer slack (ns) the command runs with.
+	helpers["timerslack"] = func([]string) int {
+		b, err := os.ReadFile("/proc/self/timerslack_ns")
+		if err != nil {
+			fmt.Println(err)
+			return 1
+		}
+		fmt.Print(string(b))
+		return 0
+	}
+}
+
+// The init runs with a coarse timer slack (its runtime's monitor thread
+// wakes less often), but the command gets the supervisor's own: a
+// sandboxed program's sleeps and timeouts are not made coarser.
+func TestCommandKeepsTheSupervisorsTimerSlack(t *testing.T) {
+	f := newFixture(t)
+	o := f.options([]string{f.exe, "timerslack"}, []string{"PATH=/usr/bin:/bin"})
+	out, errb := stdio(&o)
+	// A slack of this thread's own, neither the kernel's default nor the
+	// init's, which Create reads on this goroutine.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	old, err := unix.PrctlRetInt(unix.PR_GET_TIMERSLACK, 0, 0, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const mine = 70_000
+	if err := unix.Prctl(unix.PR_SET_TIMERSLACK, mine, 0, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Prctl(unix.PR_SET_TIMERSLACK, uintptr(old), 0, 0, 0)
+	res, err := Run(context.Background(), o)
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("Run = %+v, %v; stderr %s", res, err, errb)
+	}
+	if got := strings.TrimSpace(out.String()); got != strconv.Itoa(mine) {
+		t.Errorf("the command's timer slack is %s ns, want the supervisor's %d (the init's is %d)", got, mine, initTimerSlack)
 	}
 }
 
