@@ -18,16 +18,45 @@
 # bwrap + (supervisor start - bare) + (init start - bare).
 # Target to resolve the supervisor issue: <= 1.5x bwrap; product goal <= 1.0x.
 # Issue 28: run <= 1.8x and exec <= 1.0x the hardened bwrap line.
-# Needs root, hyperfine and bwrap (apt: hyperfine bubblewrap).
+#
+# With BASELINE_BIN=DIR (another build's bin directory, e.g. from
+# `git worktree add /tmp/base REV && make -C /tmp/base build`) it then
+# measures both builds side by side in one run: run and exec of each
+# build and the hardened bwrap line, interleaved one of each per round
+# (PAIRS_ROUNDS rounds, default RUNS; startup-pairs.py), both builds'
+# sandboxes in the same state directory, at nice -10 so that other work
+# on a shared host takes less from the measured rounds. It prints the
+# median of the per-round ratios with their middle half, and each
+# command's median CPU time (with the children it reaped): on a host
+# whose load drifts, ratios taken in the same rounds are steadier than
+# those between the hyperfine medians above, which are measured one
+# command after the other. Run it under the host's benchmark lock:
+#   flock /work/.heavy.lock env BASELINE_BIN=/tmp/base/bin scripts/bench/startup.sh
+# Needs root, hyperfine and bwrap (apt: hyperfine bubblewrap), and
+# python3 for BASELINE_BIN.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BIN=${PALISADE_BIN_DIR:-$PWD/bin}
 RUNS=${RUNS:-200}
 [ -x "$BIN/sandbox-supervisor" ] || { echo "build first: make build" >&2; exit 2; }
 for t in hyperfine bwrap jq; do command -v $t >/dev/null || { echo "missing $t" >&2; exit 2; }; done
-work=$(mktemp -d); state=$(mktemp -d); inst=$(mktemp -d)
+# The state directories go where the supervisor's own go (its default
+# root is /run/palisade/sandboxes), not to /tmp: on this VM /run and /tmp
+# share an ext4 file system without a journal, which allocates an inode
+# only after skipping every inode deleted in the same block group in the
+# last five minutes, and a directory made under /tmp lands in the group
+# where every test and build on the host makes and deletes its files. A
+# sandbox's state (its directory, labels written twice, HOME, exec
+# socket, config: six new inodes) cost 2.5 ms of wall time and 3.7 ms of
+# CPU more there than under /run (2026-12-02, interleaved, load 4;
+# STATE_PARENT=/tmp reproduces it).
+STATE_PARENT=${STATE_PARENT:-/run/palisade}
+mkdir -p "$STATE_PARENT"
+work=$(mktemp -d); state=$(mktemp -d -p "$STATE_PARENT"); inst=$(mktemp -d); binst=$(mktemp -d)
 name=bench-exec-$$
-trap '"$BIN/sandbox-supervisor" delete --state-dir "$state" "$name" >/dev/null 2>&1 || true; rm -rf "$work" "$state" "$inst"' EXIT
+trap '"$BIN/sandbox-supervisor" delete --state-dir "$state" "$name" >/dev/null 2>&1 || true
+  [ -x "$binst/sandbox-supervisor" ] && "$binst/sandbox-supervisor" delete --state-dir "$state" "$name-base" >/dev/null 2>&1 || true
+  rm -rf "$work" "$state" "$inst" "$binst"' EXIT
 # Measure the binary as installed (make install copies it, as a package
 # manager would). A file fresh from the Go linker starts ~0.5 ms slower
 # on this VM until it is rewritten: its page cache was filled through the
@@ -73,3 +102,17 @@ awk -v s="$sup" -v b="$bw" -v t="$bare" -v g="$supstart" -v i="$initstart" -v x=
   f = b + (g - t) + (i - t)
   printf "floor for the two binaries'"'"' starts plus bwrap'"'"'s work = %.2f ms = %.2fx bwrap\n", f*1000, f/b
 }'
+
+[ -n "${BASELINE_BIN:-}" ] || exit 0
+[ -x "$BASELINE_BIN/sandbox-supervisor" ] || { echo "BASELINE_BIN=$BASELINE_BIN: no sandbox-supervisor there" >&2; exit 2; }
+install -m 0755 "$BASELINE_BIN/sandbox-supervisor" "$BASELINE_BIN/palisade-init" "$binst/"
+"$binst/sandbox-supervisor" run --detach --state-dir "$state" --workdir "$work" --name "$name-base" >/dev/null
+echo "side by side with $BASELINE_BIN (base), interleaved, ${PAIRS_ROUNDS:-$RUNS} rounds; load average before $(cut -d' ' -f1-3 /proc/loadavg)"
+nice -n -10 python3 scripts/bench/startup-pairs.py "${PAIRS_ROUNDS:-$RUNS}" \
+  "run=$BIN/sandbox-supervisor run --state-dir $state --workdir $work -- /bin/true" \
+  "run-base=$binst/sandbox-supervisor run --state-dir $state --workdir $work -- /bin/true" \
+  "exec=$BIN/sandbox-supervisor exec --state-dir $state --no-login-shell $name -- /bin/true" \
+  "exec-base=$binst/sandbox-supervisor exec --state-dir $state --no-login-shell $name-base -- /bin/true" \
+  "bwrap-hardened=$(command -v bwrap) ${hardened#bwrap }" \
+  RATIO=run/bwrap-hardened RATIO=run-base/bwrap-hardened RATIO=exec/bwrap-hardened RATIO=exec-base/bwrap-hardened RATIO=run/run-base
+echo "load average after $(cut -d' ' -f1-3 /proc/loadavg)"
