@@ -261,7 +261,7 @@ func TestWebSocketMessageRules(t *testing.T) {
 				{"fragmented too big", [][]byte{wsFrame(websocket.OpText, false, true, bytes.Repeat([]byte("a"), 1000)), wsFrame(websocket.OpContinuation, true, true, bytes.Repeat([]byte("a"), 100))}, 1009, websocket.ReasonTooBig, ""},
 				{"not utf-8", [][]byte{wsFrame(websocket.OpText, true, true, []byte{'p', 0xff})}, 1007, websocket.ReasonInvalidUTF8, ""},
 			}
-			for _, tc := range cases {
+			for i, tc := range cases {
 				c, status := dialWS(t, e, h2, "/stream", "permessage-deflate; client_max_window_bits")
 				if status != 101 && status != 200 {
 					t.Fatalf("%s: upgrade answered %d", tc.name, status)
@@ -297,6 +297,11 @@ func TestWebSocketMessageRules(t *testing.T) {
 					}
 					return false
 				})
+				// The codes are compared in order below: the next case
+				// starts only once the upstream has this one's close (the
+				// event can come first, and a starved upstream goroutine
+				// recorded two cases' codes swapped, 2 runs in 40 under load).
+				waitFor(t, tc.name+"'s close upstream", func() bool { _, _, codes := up.received(); return len(codes) == i+1 })
 			}
 			waitFor(t, "the upstream's close codes", func() bool { _, _, codes := up.received(); return len(codes) == len(cases) })
 			msgs, exts, codes := up.received()
