@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -55,7 +56,9 @@ import (
 //     own sends, which the send guard's sk_msg program sees;
 //   - connrate: python3 makes PALISADE_BENCH_CONNS (default 500)
 //     sequential connections, each a CONNECT and a 1 KiB echo round trip,
-//     events written to a file (conns/s; the proxy's CPU per connection).
+//     events written to a file (conns/s; the proxy's CPU per connection);
+//   - transparent: as many connections to echo.test's policy DNS address
+//     with no CONNECT, redirected to the proxy's transparent listener.
 //
 // It prints each round and reports, per row, the median of each build's
 // rate and CPU, and of the per-round ratios (current / baseline) with
@@ -129,8 +132,27 @@ func BenchmarkAgainstBaseline(b *testing.B) {
 				return bulk(b, build, pid, "-H", "Expect:", "-T", file, "http://bulk.test/bytes")
 			})
 	})
+	// connrate runs python3's sequential connections (mode connect or
+	// direct, through proxy or "-", to target) from build's sandbox and
+	// returns conns/s and the CPU microseconds per connection of the
+	// proxy (pid).
+	conns := envInt("PALISADE_BENCH_CONNS", 500)
+	connrate := func(b *testing.B, build *benchBuild, pid int, mode, proxy, target string) (float64, float64) {
+		var out bytes.Buffer
+		cpu0 := procCPU(b, pid)
+		cmd := build.sb.start(b, &out, python, script, mode, proxy, target, strconv.Itoa(conns), "20")
+		if err := cmd.Wait(); err != nil {
+			b.Fatalf("connrate through %s: %v: %s", build.name, err, out.String())
+		}
+		cpu := procCPU(b, pid) - cpu0
+		var got int
+		var secs float64
+		if _, err := fmt.Sscan(out.String(), &got, &secs); err != nil || got == 0 || secs <= 0 {
+			b.Fatalf("connrate output %q: %v", out.String(), err)
+		}
+		return float64(got) / secs, float64(cpu.Nanoseconds()) / 1e3 / float64(got)
+	}
 	b.Run("connrate", func(b *testing.B) {
-		conns := envInt("PALISADE_BENCH_CONNS", 500)
 		target := "echo.test:" + strconv.Itoa(nettest.EchoPort)
 		sideBySide(b, &builds, rounds, pairs, "conns/s", "proxy-cpu-us",
 			func(b *testing.B, build *benchBuild) int {
@@ -139,19 +161,26 @@ func BenchmarkAgainstBaseline(b *testing.B) {
 				return build.sb.runProxy(b, build, addr, "echo.test", nettest.EchoPort, python, "--events", filepath.Join(b.TempDir(), "events.jsonl"))
 			},
 			func(b *testing.B, build *benchBuild, pid int) (float64, float64) {
-				var out bytes.Buffer
-				cpu0 := procCPU(b, pid)
-				cmd := build.sb.start(b, &out, python, script, "connect", addr, target, strconv.Itoa(conns), "20")
-				if err := cmd.Wait(); err != nil {
-					b.Fatalf("connrate through %s: %v: %s", build.name, err, out.String())
-				}
-				cpu := procCPU(b, pid) - cpu0
-				var got int
-				var secs float64
-				if _, err := fmt.Sscan(out.String(), &got, &secs); err != nil || got == 0 || secs <= 0 {
-					b.Fatalf("connrate output %q: %v", out.String(), err)
-				}
-				return float64(got) / secs, float64(cpu.Nanoseconds()) / 1e3 / float64(got)
+				return connrate(b, build, pid, "connect", addr, target)
+			})
+	})
+	// transparent: the same connections to echo.test's policy DNS
+	// address, which each sandbox's host namespace redirects to its
+	// proxy's transparent listener (BenchmarkSandboxConnectRate's
+	// transparent row); the name is resolved again before each unit (a
+	// mapping lives 30 s, and a proxy started again may answer another).
+	b.Run("transparent", func(b *testing.B) {
+		for k := range builds {
+			builds[k].sb.redirectSynthetic(b, benchTransparentPort)
+		}
+		sideBySide(b, &builds, rounds, pairs, "conns/s", "proxy-cpu-us",
+			func(b *testing.B, build *benchBuild) int {
+				return build.sb.runProxy(b, build, addr, "echo.test", nettest.EchoPort, python, "--events", filepath.Join(b.TempDir(), "events.jsonl"),
+					"--dns-listen", benchDNSAddr, "--transparent-listen", net.JoinHostPort(benchHostAddr, strconv.Itoa(benchTransparentPort)), "--dns-ttl", "30s")
+			},
+			func(b *testing.B, build *benchBuild, pid int) (float64, float64) {
+				target := net.JoinHostPort(build.sb.resolvePolicyDNS(b, python, "echo.test").String(), strconv.Itoa(nettest.EchoPort))
+				return connrate(b, build, pid, "direct", "-", target)
 			})
 	})
 }

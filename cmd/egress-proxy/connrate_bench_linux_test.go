@@ -29,9 +29,12 @@ import (
 // "transparent" (the same proxy's transparent listener: the client
 // connects to echo.test's policy DNS address, which the host namespace
 // redirects there, with no CONNECT; the proxy CPU is that proxy's),
-// squid and tinyproxy (when installed), all on the host side of the same
-// veth. It runs with no extra processes in the cgroup and with 2,000
-// sleeping ones, which cost a /proc-based attribution its fd-table scan.
+// "floor" (a minimal Go relay in the transparent row's place: accept,
+// SO_ORIGINAL_DST, dial, splice both ways, and nothing else;
+// floor_bench_linux_test.go), squid and tinyproxy (when installed), all
+// on the host side of the same veth. It runs with no extra processes in
+// the cgroup and with 2,000 sleeping ones, which cost a /proc-based
+// attribution its fd-table scan.
 // The conns/s metric is the rate (b.N connections, at most 20 s), and
 // connect-us, connect-answer-us, echo-us and close-us the median time of
 // each phase (TCP connect; CONNECT sent until its 200 arrived, 0 when
@@ -67,6 +70,8 @@ func BenchmarkSandboxConnectRate(b *testing.B) {
 	synthetic := func() string {
 		return net.JoinHostPort(sb.resolvePolicyDNS(b, exe, "echo.test").String(), strconv.Itoa(nettest.EchoPort))
 	}
+	floor := sb.startFloor(b, echo)
+	floorTarget := net.JoinHostPort(floorAddr, strconv.Itoa(nettest.EchoPort))
 	dir := b.TempDir()
 	squid := sb.startSquid(b, dir)
 	tiny := sb.startTinyproxy(b, dir)
@@ -116,7 +121,7 @@ func BenchmarkSandboxConnectRate(b *testing.B) {
 	// with 2,000 processes, measured later in the same round.
 	for _, w := range []struct{ mode, proxy, target string }{
 		{"direct", "-", echo}, {"connect", proxyAddr, "echo.test:" + strconv.Itoa(nettest.EchoPort)},
-		{"direct", "-", synthetic()}, {"connect", squid, echo}, {"connect", tiny, echo},
+		{"direct", "-", synthetic()}, {"direct", "-", floorTarget}, {"connect", squid, echo}, {"connect", tiny, echo},
 	} {
 		if w.proxy == "" {
 			continue
@@ -136,6 +141,7 @@ func BenchmarkSandboxConnectRate(b *testing.B) {
 				rate(b, "connect", proxyAddr, "echo.test:"+strconv.Itoa(nettest.EchoPort), proxyAddr)
 			})
 			b.Run("transparent", func(b *testing.B) { rate(b, "direct", "-", synthetic(), proxyAddr) })
+			b.Run("floor", func(b *testing.B) { rate(b, "direct", "-", floorTarget, floor) })
 			b.Run("squid", func(b *testing.B) {
 				if squid == "" {
 					b.Skip("squid not installed (apt install squid)")

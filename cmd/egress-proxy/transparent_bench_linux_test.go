@@ -27,7 +27,8 @@ const (
 // redirectSynthetic does in the bench host namespace what the fence's
 // host table does for a sandbox: TCP arriving from the client's veth for
 // the synthetic range is redirected to the proxy's transparent listener
-// on port (which reads the original destination with SO_ORIGINAL_DST).
+// on port (which reads the original destination with SO_ORIGINAL_DST),
+// and TCP for floorAddr to the floor relay.
 func (sb *benchSandbox) redirectSynthetic(b *testing.B, port uint16) {
 	c, err := nftables.New(nftables.WithNetNSFd(int(sb.hostNS)))
 	if err != nil {
@@ -51,6 +52,19 @@ func (sb *benchSandbox) redirectSynthetic(b *testing.B, port uint16) {
 		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_TCP}},
 		&expr.Immediate{Register: 1, Data: binary.BigEndian.AppendUint16(nil, port)},
+		&expr.Redir{RegisterProtoMin: 1},
+	}})
+	// The floor row's address (floor_bench_linux_test.go) to the floor
+	// relay, the same way.
+	floor := netip.MustParseAddr(floorAddr).As4()
+	c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: floor[:]},
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_TCP}},
+		&expr.Immediate{Register: 1, Data: binary.BigEndian.AppendUint16(nil, floorPort)},
 		&expr.Redir{RegisterProtoMin: 1},
 	}})
 	if err := c.Flush(); err != nil {

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # This build's egress-proxy against another commit's, side by side in one
 # run (BenchmarkAgainstBaseline, cmd/egress-proxy): bulk download and
-# upload throughput through a CONNECT tunnel from a sandbox, and new
-# tunnels per second, with CPU per MiB (proxy and curl) and the proxy's per
+# upload throughput through a CONNECT tunnel from a sandbox, new tunnels
+# per second, and new transparent connections (policy DNS, no CONNECT)
+# per second, with CPU per MiB (proxy and curl) and the proxy's per
 # connection;
 # per-round ratios (this / baseline) with median, quartiles and range.
 #

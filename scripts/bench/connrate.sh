@@ -5,7 +5,9 @@
 # sleeping ones: direct vs egress-proxy (sandbox mode, eBPF attribution,
 # events written to a file as sandbox-supervisor has them; CONNECT, and
 # transparent: the name's policy DNS address redirected to the proxy's
-# transparent listener) vs squid vs tinyproxy on the host side of the
+# transparent listener) vs a minimal Go relay in the transparent
+# listener's place (floor: accept, SO_ORIGINAL_DST, dial, splice both
+# ways, no decision) vs squid vs tinyproxy on the host side of the
 # same veth. ROUNDS rounds (default 5) of CONNS connections per row
 # (default 2000), rows side by side in each round; medians of the rates
 # and of the per-round ratios. Needs root and a build (make build);
@@ -35,7 +37,7 @@ for r in $(seq "$ROUNDS"); do
     printf "%s %d %s %s %s %s", k, r, v[k "/direct"] + 0, v[k "/egress-proxy"] + 0, v[k "/squid"] + 0, v[k "/tinyproxy"] + 0
     split("egress-proxy squid tinyproxy", names, " ")
     for (j = 1; j <= 3; j++) { x = k "/" names[j]; printf " %s %s %s", c[x] + 0, ans[x] + 0, f[x] + 0 }
-    printf " %s %s\n", v[k "/transparent"] + 0, c[k "/transparent"] + 0 } }' "$out" >>"$rounds"
+    printf " %s %s %s %s\n", v[k "/transparent"] + 0, c[k "/transparent"] + 0, v[k "/floor"] + 0, c[k "/floor"] + 0 } }' "$out" >>"$rounds"
 done
 # Medians over the rounds of each rate and of each per-round ratio
 # (egress-proxy / direct, / squid, / tinyproxy). Targets: >= 0.45x
@@ -45,9 +47,13 @@ done
 awk 'function median(arr, n,   i, j, t, w) { for (i = 1; i <= n; i++) w[i] = arr[i]
     for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (w[j] < w[i]) { t = w[i]; w[i] = w[j]; w[j] = t }
     return (n % 2) ? w[(n + 1) / 2] : (w[n / 2] + w[n / 2 + 1]) / 2 }
+  # The q-quantile (0 <= q <= 1) of arr[1..n], interpolated.
+  function quantile(arr, n, q,   i, j, t, w, h) { for (i = 1; i <= n; i++) w[i] = arr[i]
+    for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (w[j] < w[i]) { t = w[i]; w[i] = w[j]; w[j] = t }
+    h = 1 + (n - 1) * q; i = int(h); return (i >= n) ? w[n] : w[i] + (h - i) * (w[i + 1] - w[i]) }
   { k = $1; n = ++cnt[k]; d[k, n] = $3; e[k, n] = $4; sq[k, n] = $5; tp[k, n] = $6
     for (j = 1; j <= 3; j++) { v7[k, n, j] = $(4 + 3 * j); v8[k, n, j] = $(5 + 3 * j); v9[k, n, j] = $(6 + 3 * j) }
-    tr[k, n] = $16; tc[k, n] = $17 }
+    tr[k, n] = $16; tc[k, n] = $17; fl[k, n] = $18; fc[k, n] = $19 }
   END { for (p = 0; p <= 1; p++) { k = p ? "procs=2000" : "procs=0"; n = cnt[k]; if (!n) continue
       split("", a); split("", b); split("", c); split("", rd); split("", rs); split("", rt); split("", t); ns = 0; nt = 0
       for (i = 1; i <= n; i++) { a[i] = d[k, i]; b[i] = e[k, i]; rd[i] = (d[k, i] > 0) ? e[k, i] / d[k, i] : 0
@@ -61,7 +67,13 @@ awk 'function median(arr, n,   i, j, t, w) { for (i = 1; i <= n; i++) w[i] = arr
       # same proxy: no CONNECT round trip). Target: >= 0.6x direct.
       split("", x); split("", y); split("", z); m = 0
       for (i = 1; i <= n; i++) if (tr[k, i] > 0 && d[k, i] > 0) { m++; x[m] = tr[k, i]; y[m] = tr[k, i] / d[k, i]; z[m] = tc[k, i] }
-      if (m) printf "%s, median of %d rounds: transparent %.0f/s = %.2fx direct (target >= 0.6x), proxy CPU per connection %.0f us\n", k, m, median(x, m), median(y, m), median(z, m)
+      if (m) printf "%s, median of %d rounds: transparent %.0f/s = %.2fx direct (quartiles %.2f-%.2f, range %.2f-%.2f; target >= 0.6x), proxy CPU per connection %.0f us\n", k, m, median(x, m), median(y, m), quantile(y, m, 0.25), quantile(y, m, 0.75), quantile(y, m, 0), quantile(y, m, 1), median(z, m)
+      # The floor row: a minimal Go relay in place of the transparent listener
+      # (accept, SO_ORIGINAL_DST, dial, splice both ways; no
+      # decision), what this design reaches at best.
+      split("", x); split("", y); split("", z); m = 0
+      for (i = 1; i <= n; i++) if (fl[k, i] > 0 && d[k, i] > 0) { m++; x[m] = fl[k, i]; y[m] = fl[k, i] / d[k, i]; z[m] = fc[k, i] }
+      if (m) printf "%s, median of %d rounds: floor (minimal relay) %.0f/s = %.2fx direct (quartiles %.2f-%.2f, range %.2f-%.2f), relay CPU per connection %.0f us\n", k, m, median(x, m), median(y, m), quantile(y, m, 0.25), quantile(y, m, 0.75), quantile(y, m, 0), quantile(y, m, 1), median(z, m)
       # Columns 7.. hold, per proxy (egress-proxy, squid, tinyproxy): CPU
       # microseconds per connection, median CONNECT answer, and that of
       # the first 100 connections.

@@ -1,0 +1,141 @@
+//go:build linux
+
+package main
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/palisade-sandbox/palisade/pkg/fence"
+	"github.com/palisade-sandbox/palisade/pkg/nsthread"
+	"github.com/palisade-sandbox/palisade/pkg/runtimetune"
+)
+
+// The "floor" row of BenchmarkSandboxConnectRate: the least a
+// transparent relay of egress-proxy's design does per connection, in the
+// same harness as the transparent row. It accepts, reads the original
+// destination (SO_ORIGINAL_DST), dials the upstream, copies both ways on
+// two goroutines (io.Copy: splice), half-closes and closes — with no
+// attribution, decision, SSRF check, SNI check or event, with the
+// proxy's per-connection economies (floorRelay), and the Go runtime set
+// as egress-proxy sets its own in sandbox mode (runtimetune, one P). What the
+// transparent row loses to it is what the proxy's own steps cost; what
+// the floor loses to direct is the design's (a second connection, a
+// user-space hop each way).
+
+// floorEnv, set to "LISTEN UPSTREAM", makes the test binary the floor
+// relay (see init); startFloor starts it in the bench host namespace.
+const floorEnv = "PALISADE_BENCH_FLOOR_RELAY"
+
+// The TEST-NET-3 address the floor row's client connects to, which the
+// bench host namespace redirects to the floor relay on floorPort
+// (redirectSynthetic).
+const (
+	floorAddr = "203.0.113.7"
+	floorPort = 3141
+)
+
+func init() {
+	if v := os.Getenv(floorEnv); v != "" {
+		listen, upstream, _ := strings.Cut(v, " ")
+		fmt.Fprintln(os.Stderr, floorRelay(listen, upstream))
+		os.Exit(1)
+	}
+}
+
+// floorRelay serves listen until it fails: every connection is relayed
+// to upstream once its original destination has been read. It does
+// what egress-proxy does to make a connection cheap, so that it is a
+// floor and not merely a naive relay: goroutines are kept and reused
+// (floorWorkers), the upstream's connect(2) is issued from the dialer's
+// Control hook (a veth peer completes the handshake inside the call:
+// pkg/ssrf's eagerConnect), and no keep-alive is set on a fresh
+// upstream connection.
+func floorRelay(listen, upstream string) error {
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return err
+	}
+	up, err := netip.ParseAddrPort(upstream)
+	if err != nil || !up.Addr().Is4() {
+		return fmt.Errorf("floor relay: upstream %q: want an IPv4 address and port", upstream)
+	}
+	sa := &unix.SockaddrInet4{Port: int(up.Port()), Addr: up.Addr().As4()}
+	d := net.Dialer{KeepAlive: -1, Control: func(_, _ string, c syscall.RawConn) error {
+		return c.Control(func(fd uintptr) { unix.Connect(int(fd), sa) })
+	}}
+	w := make(floorWorkers)
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return err
+		}
+		w.run(func() {
+			tc := c.(*net.TCPConn)
+			defer tc.Close()
+			if _, err := fence.OriginalDst(tc); err != nil {
+				return
+			}
+			uc, err := d.Dial("tcp", upstream)
+			if err != nil {
+				return
+			}
+			defer uc.Close()
+			done := make(chan struct{})
+			w.run(func() {
+				io.Copy(uc, tc)
+				uc.(*net.TCPConn).CloseWrite()
+				close(done)
+			})
+			io.Copy(tc, uc)
+			tc.CloseWrite()
+			<-done
+		})
+	}
+}
+
+// floorWorkers runs functions on goroutines kept waiting once their
+// function returns (as egress-proxy's workers do; unbounded here).
+type floorWorkers chan func()
+
+func (w floorWorkers) run(fn func()) {
+	select {
+	case w <- fn:
+	default:
+		go func() {
+			for {
+				fn()
+				fn = <-w
+			}
+		}()
+	}
+}
+
+// startFloor runs the floor relay (this test binary) in the bench host
+// namespace, relaying to upstream, and returns its listening address
+// (the key of its pid in sb.pids).
+func (sb *benchSandbox) startFloor(b *testing.B, upstream string) string {
+	listen := net.JoinHostPort(benchHostAddr, strconv.Itoa(floorPort))
+	cmd := exec.Command(os.Args[0])
+	// The Go runtime set as egress-proxy sets its own in sandbox mode:
+	// runtimetune's GODEBUG, one P (--procs).
+	cmd.Env, _ = runtimetune.Env(append(os.Environ(), floorEnv+"="+listen+" "+upstream, "GOMAXPROCS=1"))
+	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
+	if err := nsthread.Run(sb.hostNS, cmd.Start); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	sb.pids[listen] = cmd.Process.Pid
+	sb.waitListening(b, listen)
+	return listen
+}
