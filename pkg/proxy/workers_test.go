@@ -18,6 +18,24 @@ func waitIdle(t *testing.T, w *workers, n int32) {
 	}
 }
 
+// handoff gives fn to a waiting worker as run does, retrying until one
+// waits.
+func handoff(t *testing.T, w *workers, fn func()) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		select {
+		case w.idle <- fn:
+			return
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no idle worker took the function in 5s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // A worker whose function returned takes the next one; no more than
 // maxIdleWorkers wait; all of them leave when done is closed.
 func TestWorkersReuseBoundAndStop(t *testing.T) {
@@ -27,7 +45,11 @@ func TestWorkersReuseBoundAndStop(t *testing.T) {
 	w.run(func() { ran <- 1 })
 	<-ran
 	waitIdle(t, w, 1)
-	w.run(func() { ran <- 2 }) // taken by the idle worker
+	// Taken by the idle worker. It counts itself idle just before it
+	// waits, so run's hand-off, which never blocks, could miss it and
+	// start a second worker (a flake under load): hand it over as run
+	// does, retried until the worker waits.
+	handoff(t, w, func() { ran <- 2 })
 	if got := <-ran; got != 2 {
 		t.Fatalf("ran %d", got)
 	}
