@@ -430,6 +430,10 @@ struct decided_info {
 // its binary's identity is refused too.
 #define DECIDED_CLEAN 2
 
+// decided holds an entry for every socket under the guard: sock_ops
+// puts a placeholder (unbound: tgid 0) when the socket joins the
+// guarded sockhash, and the proxy's binding replaces it, so a binding
+// succeeds only for a socket under the guard.
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 65536);
@@ -490,6 +494,7 @@ static __always_inline int loopback(struct tuple *t)
 SEC("sockops")
 int sock_ops(struct bpf_sock_ops *ctx)
 {
+	struct decided_info unbound = {};
 	struct tuple t = {};
 	struct bpf_sock *sk;
 	__u64 cookie, *stored;
@@ -510,11 +515,29 @@ int sock_ops(struct bpf_sock_ops *ctx)
 		if (!sk)
 			break;
 		cookie = bpf_get_socket_cookie(ctx);
+		// A socket that was under the guard before (established,
+		// disconnected with AF_UNSPEC, connected again: the same
+		// socket, the same cookie; a disconnect leaves it in the
+		// sockhash) is taken out of the guard and gets no placeholder,
+		// so the proxy refuses its new connection: bindings are named
+		// by cookie, and the earlier connection's release would delete
+		// the new one's.
+		if (bpf_sk_storage_get(&guard_cookie, sk, 0, 0)) {
+			bpf_map_delete_elem(&guarded, &cookie);
+			break;
+		}
 		stored = bpf_sk_storage_get(&guard_cookie, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 		if (!stored)
 			break;
 		*stored = cookie;
-		bpf_sock_hash_update(ctx, &guarded, &cookie, BPF_NOEXIST);
+		if (bpf_sock_hash_update(ctx, &guarded, &cookie, BPF_NOEXIST))
+			break;
+		// The placeholder (tgid 0: not bound yet) the proxy's binding
+		// replaces (BPF_EXIST): a socket without one is not under the
+		// guard. The state callbacks delete it at TCP_CLOSE, also for a
+		// socket whose connect the callbacks were not asked for.
+		bpf_sock_ops_cb_flags_set(ctx, ctx->bpf_sock_ops_cb_flags | BPF_SOCK_OPS_STATE_CB_FLAG);
+		bpf_map_update_elem(&decided, &cookie, &unbound, BPF_ANY);
 		break;
 	case BPF_SOCK_OPS_STATE_CB:
 		if (ctx->args[1] == BPF_TCP_CLOSE) {
@@ -579,7 +602,7 @@ int send_guard(struct sk_msg_md *msg)
 		return SK_PASS;
 	cookie = *c;
 	d = bpf_map_lookup_elem(&decided, &cookie);
-	if (!d)
+	if (!d || !d->tgid) // not decided yet
 		return SK_PASS;
 	if (d->flags & DECIDED_VIOLATED)
 		return SK_DROP;

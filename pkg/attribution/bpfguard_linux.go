@@ -23,8 +23,8 @@ import (
 
 // ErrNoGuard: the connection cannot be held to its decided process
 // after the decision (the guard is not attached, or this socket is not
-// under it: connected before the programs were attached, or the guarded
-// map was full).
+// under it: connected before the programs were attached, the guarded
+// map was full, or it was disconnected and connected again).
 var ErrNoGuard = errors.New("attribution: the send guard does not hold this connection")
 
 // SendViolation is a send the kernel refused on a guarded connection: a
@@ -118,10 +118,6 @@ func (b *BPFBackend) Guard(id *Identity, onViolation func(SendViolation)) (func(
 	if id == nil || id.cookie == 0 || id.start == 0 || id.PID <= 0 {
 		return nil, fmt.Errorf("%w: the socket or its process is not known to the process tree", ErrNoGuard)
 	}
-	var member uint64
-	if err := b.objs.Guarded.Lookup(id.cookie, &member); err != nil {
-		return nil, fmt.Errorf("%w: socket %d: %v", ErrNoGuard, id.cookie, err)
-	}
 	b.guard.mu.Lock()
 	b.guard.calls[id.cookie] = onViolation
 	b.guard.mu.Unlock()
@@ -129,8 +125,15 @@ func (b *BPFBackend) Guard(id *Identity, onViolation func(SendViolation)) (func(
 	if id.Code == nil {
 		d.Flags = decidedClean
 	}
-	if err := b.objs.Decided.Update(id.cookie, &d, ebpf.UpdateAny); err != nil {
+	// sock_ops put a placeholder under the cookie when the socket
+	// joined the guarded sockhash (bpf/attr.c): the binding replaces it
+	// and fails without it, so a socket not under the guard is never
+	// bound, at no system call more than the binding.
+	if err := b.objs.Decided.Update(id.cookie, &d, ebpf.UpdateExist); err != nil {
 		b.dropGuard(id.cookie)
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return nil, fmt.Errorf("%w: socket %d is not under it", ErrNoGuard, id.cookie)
+		}
 		return nil, fmt.Errorf("%w: decided map: %v", ErrNoGuard, err)
 	}
 	cookie := id.cookie

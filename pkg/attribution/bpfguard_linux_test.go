@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -76,6 +77,9 @@ func BenchmarkSendGuard(b *testing.B) {
 		}
 	}
 	// The bind: Guard + release on one decided connection, many times.
+	// A release deletes the entry, and a connection is bound once, on
+	// the placeholder sock_ops put when it was established: each round
+	// puts the placeholder back first, outside the time.
 	setGuard(true)
 	c := s.spawn(self, "client", "4")
 	id, err := bb.Lookup(context.Background(), c.client, c.proxy)
@@ -83,15 +87,20 @@ func BenchmarkSendGuard(b *testing.B) {
 		b.Fatal(err)
 	}
 	const binds = 2000
-	start := time.Now()
+	var took time.Duration
 	for range binds {
+		if err := bb.objs.Decided.Update(id.cookie, &palisadebpf.AttrDecidedInfo{}, ebpf.UpdateAny); err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
 		release, err := bb.Guard(id, func(SendViolation) {})
 		if err != nil {
 			b.Fatal(err)
 		}
 		release()
+		took += time.Since(start)
 	}
-	bind := float64(time.Since(start).Nanoseconds()) / binds
+	bind := float64(took.Nanoseconds()) / binds
 	slices.Sort(on)
 	slices.Sort(off)
 	b.Logf("CPU ns per 1 KiB write, guarded %.0f\nunguarded %.0f\nbind+release %.0f ns", on, off, bind)
@@ -130,11 +139,18 @@ func TestNoSendGuardPutsNothingUnderIt(t *testing.T) {
 		t.Fatalf("send guard: %v", err)
 	}
 	c := s.spawn(self, "client", "4")
-	if _, err := on.Lookup(context.Background(), c.client, c.proxy); err != nil {
+	id, err := on.Lookup(context.Background(), c.client, c.proxy)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if n := guarded(on); n == 0 {
 		t.Fatal("the default backend put no sandbox connection under the guard")
+	}
+	var member uint64
+	var d palisadebpf.AttrDecidedInfo
+	if on.objs.Guarded.Lookup(id.cookie, &member) != nil || on.objs.Decided.Lookup(id.cookie, &d) != nil || d.Tgid != 0 {
+		t.Fatalf("guarded connection: in the sockhash %v, placeholder %v (%+v); want both, unbound",
+			on.objs.Guarded.Lookup(id.cookie, &member) == nil, on.objs.Decided.Lookup(id.cookie, &d) == nil, d)
 	}
 	on.Close()
 
@@ -143,11 +159,53 @@ func TestNoSendGuardPutsNothingUnderIt(t *testing.T) {
 		t.Fatalf("GuardActive with NoSendGuard: %v, %v; want false, turned off", active, err)
 	}
 	c = s.spawn(self, "client", "4")
-	if _, err := off.Lookup(context.Background(), c.client, c.proxy); err != nil {
+	if id, err = off.Lookup(context.Background(), c.client, c.proxy); err != nil {
 		t.Fatal(err)
 	}
 	if n := guarded(off); n != 0 {
 		t.Fatalf("NoSendGuard: %d sockets under the guard, want none", n)
+	}
+	if off.objs.Decided.Lookup(id.cookie, &d) == nil {
+		t.Fatalf("NoSendGuard: a decided-map entry %+v for the connection", d)
+	}
+}
+
+// TestGuardNeedsThePlaceholder: sock_ops puts an unbound placeholder
+// (tgid 0) in the decided map when a socket joins the guarded sockhash,
+// and Guard binds only by replacing it (BPF_EXIST) instead of asking the
+// sockhash first (a system call fewer per connection). A socket without
+// the placeholder is not bound (ErrNoGuard: the proxy refuses the
+// connection). That sends pass under the placeholder every test of a
+// tunnel shows: its CONNECT request is sent before the binding.
+func TestGuardNeedsThePlaceholder(t *testing.T) {
+	s := newTestSandbox(t, 64)
+	self, _ := selfAndOther(t)
+	bb := s.bpfBackend(t)
+	if active, err := bb.GuardActive(); !active {
+		t.Fatalf("send guard: %v", err)
+	}
+	c := s.spawn(self, "client", "4")
+	id, err := bb.Lookup(context.Background(), c.client, c.proxy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d palisadebpf.AttrDecidedInfo
+	if err := bb.objs.Decided.Lookup(id.cookie, &d); err != nil || d.Tgid != 0 {
+		t.Fatalf("placeholder: %+v, %v; want an unbound entry", d, err)
+	}
+	release, err := bb.Guard(id, func(SendViolation) {})
+	if err != nil {
+		t.Fatalf("Guard with the placeholder in place: %v", err)
+	}
+	if err := bb.objs.Decided.Lookup(id.cookie, &d); err != nil || int(d.Tgid) != id.PID {
+		t.Fatalf("binding: %+v, %v; want tgid %d", d, err, id.PID)
+	}
+	release() // deletes the entry, placeholder and all
+	if release, err := bb.Guard(id, func(SendViolation) {}); !errors.Is(err, ErrNoGuard) {
+		if release != nil {
+			release()
+		}
+		t.Fatalf("Guard without the placeholder: %v, want ErrNoGuard", err)
 	}
 }
 
@@ -198,4 +256,61 @@ func BenchmarkForgetDecided(b *testing.B) {
 			m.Delete(uint64(i))
 		}
 	})
+}
+
+// TestReconnectedSocketIsNotGuardedAgain: a socket that was under the
+// guard, bound to a decided connection, then disconnected (connect with
+// AF_UNSPEC, which leaves it in the sockhash) and connected again is the
+// same socket with the same cookie. sock_ops takes it out of the guard
+// without a placeholder, so its new connection cannot be bound
+// (ErrNoGuard: the proxy refuses it as attribution_incomplete). Before,
+// the second connection was bound like any other, and the first
+// connection's release (forgetDecided by cookie, whenever that
+// connection ended) deleted the second one's binding, leaving it
+// unguarded.
+func TestReconnectedSocketIsNotGuardedAgain(t *testing.T) {
+	s := newTestSandbox(t, 64)
+	self, _ := selfAndOther(t)
+	bb := s.bpfBackend(t)
+	if active, err := bb.GuardActive(); !active {
+		t.Fatalf("send guard: %v", err)
+	}
+	c := s.spawnArgs(self, "reconnect", "4")
+	id, err := bb.Lookup(context.Background(), c.client, c.proxy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release, err := bb.Guard(id, func(SendViolation) {})
+	if err != nil {
+		t.Fatalf("bind the first connection: %v", err)
+	}
+	defer release()
+	syscall.Kill(c.pid, syscall.SIGUSR1)
+	f := strings.Fields(s.waitLine(c.tag+".re", 20*time.Second))
+	if len(f) != 3 {
+		t.Fatalf("bad reconnected line %q", f)
+	}
+	s.ln4.(*net.TCPListener).SetDeadline(time.Now().Add(10 * time.Second))
+	conn, err := s.ln4.Accept()
+	if err != nil {
+		t.Fatalf("accept the second connection: %v", err)
+	}
+	defer conn.Close()
+	client := conn.RemoteAddr().(*net.TCPAddr).AddrPort()
+	if client.String() != f[2] {
+		t.Fatalf("the helper says it reconnected from %s, accepted %v", f[2], client)
+	}
+	id2, err := bb.Lookup(context.Background(), client, conn.LocalAddr().(*net.TCPAddr).AddrPort())
+	if err != nil {
+		t.Fatalf("lookup of the second connection: %v", err)
+	}
+	if id2.cookie != id.cookie {
+		t.Fatalf("the second connection's cookie %d is not the first's %d: not the same socket", id2.cookie, id.cookie)
+	}
+	if release2, err := bb.Guard(id2, func(SendViolation) {}); !errors.Is(err, ErrNoGuard) {
+		if release2 != nil {
+			release2()
+		}
+		t.Fatalf("Guard of the reconnected socket: %v, want ErrNoGuard", err)
+	}
 }

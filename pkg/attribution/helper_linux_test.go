@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -76,6 +77,10 @@ func TestMain(m *testing.M) {
 //	  and unlinked first; memfd, its bytes copied into a memfd; exec, maps
 //	  it then execs "<self> client <tag> <dial>", which connects) and
 //	  prints its ready line.
+//	reconnect <tag> <dial>: connects, prints its ready line, waits for
+//	  SIGUSR1, then disconnects the socket (connect with AF_UNSPEC),
+//	  connects it to the same address again and prints
+//	  "reconnected <tag>.re <local>".
 //	blast <tag> <dial> <n> <size>: connects, prints its ready line, waits
 //	  for SIGUSR1, then writes n messages of size bytes and prints
 //	  "blasted <tag> <cpu ns>" (its own user+system time for the writes).
@@ -104,6 +109,8 @@ func runHelper(mode string, args []string) error {
 		return helperCode(args)
 	case "blast":
 		return helperBlast(args)
+	case "reconnect":
+		return helperReconnect(args)
 	case "poke":
 		return helperPoke(args)
 	case "exechand", "execwait", "forkhand", "forkexit", "exit", "scmsend":
@@ -560,5 +567,45 @@ func helperBlast(args []string) error {
 	unix.Getrusage(unix.RUSAGE_THREAD, &r1)
 	cpu := (r1.Utime.Nano() + r1.Stime.Nano()) - (r0.Utime.Nano() + r0.Stime.Nano())
 	fmt.Printf("blasted %s %d\n", args[0], cpu)
+	return nil
+}
+
+func helperReconnect(args []string) error {
+	if len(args) != 2 {
+		return fmt.Errorf("reconnect: want <tag> <dial>")
+	}
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	fd, local, err := helperDial(args[1])
+	if err != nil {
+		return err
+	}
+	fmt.Printf("ready %s %d %d %s\n", args[0], os.Getpid(), os.Getppid(), local)
+	select {
+	case <-usr1:
+	case <-time.After(helperLife):
+		return nil
+	}
+	sa, err := unix.Getpeername(fd)
+	if err != nil {
+		return err
+	}
+	var unspec unix.RawSockaddr // Family 0: AF_UNSPEC
+	if _, _, e := unix.Syscall(unix.SYS_CONNECT, uintptr(fd), uintptr(unsafe.Pointer(&unspec)), unsafe.Sizeof(unspec)); e != 0 {
+		return fmt.Errorf("disconnect: %w", e)
+	}
+	if err := unix.Connect(fd, sa); err != nil {
+		return fmt.Errorf("connect again: %w", err)
+	}
+	got, err := unix.Getsockname(fd)
+	if err != nil {
+		return err
+	}
+	s, ok := got.(*unix.SockaddrInet4)
+	if !ok {
+		return fmt.Errorf("reconnect: IPv4 only")
+	}
+	fmt.Printf("reconnected %s.re %s\n", args[0], netip.AddrPortFrom(netip.AddrFrom4(s.Addr), uint16(s.Port)))
+	time.Sleep(helperLife)
 	return nil
 }
