@@ -59,14 +59,14 @@ func BenchmarkSandboxConnectRate(b *testing.B) {
 	echo := net.JoinHostPort(sb.inet.V4[0].String(), strconv.Itoa(nettest.EchoPort))
 	// Events to a file, as sandbox-supervisor runs it: every connection's
 	// event is part of its cost.
-	proxyAddr := sb.startProxy(b, "echo.test", nettest.EchoPort, exe, "--events", filepath.Join(b.TempDir(), "events.jsonl"),
-		"--dns-listen", benchDNSAddr, "--transparent-listen", net.JoinHostPort(benchHostAddr, strconv.Itoa(benchTransparentPort)), "--dns-ttl", "30s")
+	proxyAddr := sb.startProxy(b, "echo.test", nettest.EchoPort, exe,
+		append([]string{"--events", filepath.Join(b.TempDir(), "events.jsonl")}, benchTransparentArgs()...)...)
 	// Transparent: the client connects to echo.test's synthetic address
 	// (policy DNS, asked again before each row: a mapping lives at most
 	// 30 s, a row at most 20), redirected to the same proxy's
 	// transparent listener, which decides it as the CONNECT to echo.test
 	// would be.
-	sb.redirectSynthetic(b, benchTransparentPort)
+	sb.redirectSynthetic(b)
 	synthetic := func() string {
 		return net.JoinHostPort(sb.resolvePolicyDNS(b, exe, "echo.test").String(), strconv.Itoa(nettest.EchoPort))
 	}

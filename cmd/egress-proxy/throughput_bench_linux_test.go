@@ -318,7 +318,7 @@ type benchSandbox struct {
 // benchHostAddr is the host side of the client's veth.
 const benchHostAddr = "192.0.2.1"
 
-func newBenchSandbox(b *testing.B) *benchSandbox {
+func newBenchSandbox(b testing.TB) *benchSandbox {
 	testutil.RequireRoot(b)
 	sb := &benchSandbox{pids: map[string]int{}}
 	_, sb.hostNS = testutil.NamedNetns(b, "bh")
@@ -392,7 +392,7 @@ func newBenchSandbox(b *testing.B) *benchSandbox {
 
 // start runs argv in the client namespace and cgroup, its stdout and
 // stderr to stdout (nil: /dev/null).
-func (sb *benchSandbox) start(b *testing.B, stdout io.Writer, argv ...string) *exec.Cmd {
+func (sb *benchSandbox) start(b testing.TB, stdout io.Writer, argv ...string) *exec.Cmd {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = stdout, stdout
 	if err := nsthread.Run(sb.clientNS, func() error { return sb.cg.StartIn(cmd) }); err != nil {
@@ -404,17 +404,17 @@ func (sb *benchSandbox) start(b *testing.B, stdout io.Writer, argv ...string) *e
 // startProxy runs egress-proxy in sandbox mode on the host side of the
 // veth, allowing host:port for binary, and returns its address once the
 // client namespace can reach it. extra flags are appended.
-func (sb *benchSandbox) startProxy(b *testing.B, host string, port int, binary string, extra ...string) string {
+func (sb *benchSandbox) startProxy(b testing.TB, host string, port int, binary string, extra ...string) string {
 	return sb.startProxyAt(b, benchHostAddr+":3128", host, port, binary, extra...)
 }
 
 // startProxyAt is startProxy listening on addr.
-func (sb *benchSandbox) startProxyAt(b *testing.B, addr, host string, port int, binary string, extra ...string) string {
+func (sb *benchSandbox) startProxyAt(b testing.TB, addr, host string, port int, binary string, extra ...string) string {
 	return sb.startBuildAt(b, testutil.Binary(b, "egress-proxy"), addr, host, port, binary, extra...)
 }
 
 // startBuildAt is startProxyAt running the egress-proxy binary bin.
-func (sb *benchSandbox) startBuildAt(b *testing.B, bin, addr, host string, port int, binary string, extra ...string) string {
+func (sb *benchSandbox) startBuildAt(b testing.TB, bin, addr, host string, port int, binary string, extra ...string) string {
 	hosts := sb.inet.HostsFile(map[string]string{host: sb.inet.V4[0].String()})
 	pol := filepath.Join(b.TempDir(), "policy.yaml")
 	os.WriteFile(pol, []byte(fmt.Sprintf(`version: 1
@@ -446,7 +446,7 @@ network_policies:
 
 // waitListening waits until addr accepts connections from the client
 // namespace.
-func (sb *benchSandbox) waitListening(b *testing.B, addr string) {
+func (sb *benchSandbox) waitListening(b testing.TB, addr string) {
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		err := nsthread.Run(sb.clientNS, func() error {

@@ -5,7 +5,9 @@ package main
 import (
 	"bytes"
 	"encoding/binary"
+	"net"
 	"net/netip"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -18,18 +20,37 @@ import (
 )
 
 // Where the bench proxy serves policy DNS and transparent connections
-// (BenchmarkSandboxConnectRate's "transparent" row).
+// (BenchmarkSandboxConnectRate's and BenchmarkAgainstBaseline's
+// "transparent" rows): the transparent listener on a range of ports, as
+// sandboxnet runs it (its fence redirects to DefaultTransparentPorts
+// ports). With one port, a client port reused for another synthetic
+// address while its earlier connection's conntrack entry is in TIME_WAIT
+// (as after a proxy restart, whose new epoch hands out another address)
+// has its source port moved by the kernel's NAT, and the proxy refuses
+// the connection (attribution_failed):
+// TestBenchTransparentClientPortAcrossRestart.
 const (
-	benchDNSAddr         = benchHostAddr + ":5353"
-	benchTransparentPort = 3140
+	benchDNSAddr          = benchHostAddr + ":5353"
+	benchTransparentPort  = 3132
+	benchTransparentPorts = 8
 )
+
+// benchTransparentArgs are the proxy's flags for policy DNS and the
+// transparent listener (every port of the range).
+func benchTransparentArgs() []string {
+	return []string{"--dns-listen", benchDNSAddr, "--transparent-listen",
+		net.JoinHostPort(benchHostAddr, strconv.Itoa(benchTransparentPort)) + "-" + strconv.Itoa(benchTransparentPort+benchTransparentPorts-1),
+		"--dns-ttl", "30s"}
+}
 
 // redirectSynthetic does in the bench host namespace what the fence's
 // host table does for a sandbox: TCP arriving from the client's veth for
-// the synthetic range is redirected to the proxy's transparent listener
-// on port (which reads the original destination with SO_ORIGINAL_DST),
-// and TCP for floorAddr to the floor relay.
-func (sb *benchSandbox) redirectSynthetic(b *testing.B, port uint16) {
+// the synthetic range is redirected to the proxy's transparent listener,
+// the first port of benchTransparentPort's range that makes the
+// connection's reply tuple unique (the proxy reads the original
+// destination with SO_ORIGINAL_DST), and TCP for floorAddr to the floor
+// relay.
+func (sb *benchSandbox) redirectSynthetic(b testing.TB) {
 	c, err := nftables.New(nftables.WithNetNSFd(int(sb.hostNS)))
 	if err != nil {
 		b.Fatal(err)
@@ -51,8 +72,9 @@ func (sb *benchSandbox) redirectSynthetic(b *testing.B, port uint16) {
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: net4[:]},
 		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_TCP}},
-		&expr.Immediate{Register: 1, Data: binary.BigEndian.AppendUint16(nil, port)},
-		&expr.Redir{RegisterProtoMin: 1},
+		&expr.Immediate{Register: 1, Data: binary.BigEndian.AppendUint16(nil, benchTransparentPort)},
+		&expr.Immediate{Register: 2, Data: binary.BigEndian.AppendUint16(nil, benchTransparentPort+benchTransparentPorts-1)},
+		&expr.Redir{RegisterProtoMin: 1, RegisterProtoMax: 2},
 	}})
 	// The floor row's address (floor_bench_linux_test.go) to the floor
 	// relay, the same way.
@@ -78,7 +100,7 @@ func (sb *benchSandbox) redirectSynthetic(b *testing.B, port uint16) {
 // with python3 as a sandboxed client would, and returns the synthetic
 // address. It retries for up to 10 s (the server starts after the
 // proxy's listener).
-func (sb *benchSandbox) resolvePolicyDNS(b *testing.B, python, name string) netip.Addr {
+func (sb *benchSandbox) resolvePolicyDNS(b testing.TB, python, name string) netip.Addr {
 	var out bytes.Buffer
 	cmd := sb.start(b, &out, python, "-c", askDNS, benchDNSAddr, name)
 	if err := cmd.Wait(); err != nil {
