@@ -13,7 +13,8 @@
 # ROUNDS (default 20), PAIRS (units per build per round, default 2: ABBA),
 # MB (per download/upload, default 256), CONNS (per connection-rate unit,
 # default 500), ROWS (a -bench pattern under AgainstBaseline, default
-# all), BASELINE_ARGS (flags for the baseline's proxy only: with
+# all; alternatives in parentheses, ROWS='(connrate|upload)': go test
+# splits a bare '|' at the top level, so only the first would run), BASELINE_ARGS (flags for the baseline's proxy only: with
 # BASELINE_BIN=bin and BASELINE_ARGS='--send-guard off' it measures the
 # send guard). Run it under the host's benchmark lock:
 #   flock /work/.heavy.lock scripts/bench/baseline.sh 7487d13
