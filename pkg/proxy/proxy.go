@@ -412,6 +412,7 @@ func (p *Proxy) logRecord(r *Record) {
 		slog.String("kind", r.Kind),
 		slog.String("outcome", r.Outcome),
 		slog.String("reason", r.Reason),
+		slog.String("cause", r.refusalCause()),
 		slog.String("host", r.Host),
 		slog.Int("port", r.Port),
 		slog.String("binary", r.binary()),

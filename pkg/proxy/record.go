@@ -325,6 +325,7 @@ func (r *Record) unmappedProxy() proxyUnmapped {
 		Audit:       r.Audit,
 		BytesDown:   r.BytesDown,
 		BytesUp:     r.BytesUp,
+		Cause:       r.refusalCause(),
 		Enforcement: enforcement(r.Audit),
 		Generation:  r.Generation,
 		Kind:        r.Kind,
@@ -370,6 +371,10 @@ type proxyUnmapped struct {
 	Audit       bool   `json:"audit"`
 	BytesDown   int64  `json:"bytes_down"`
 	BytesUp     int64  `json:"bytes_up"`
+	// Cause says why a caller could not be attributed (refusalCause):
+	// on attribution_failed and attribution_incomplete refusals and fence
+	// captures only.
+	Cause string `json:"cause,omitempty"`
 	// Connector is a handed-on socket's recorded connector.
 	Connector *connectorUnmapped `json:"connector,omitempty"`
 	// Denials lists the folded denials of a count report by (method,
@@ -436,6 +441,10 @@ func (u proxyUnmapped) AppendJSON(b []byte) []byte {
 	b = strconv.AppendInt(b, u.BytesDown, 10)
 	b = append(b, `,"bytes_up":`...)
 	b = strconv.AppendInt(b, u.BytesUp, 10)
+	if u.Cause != "" {
+		b = append(b, `,"cause":`...)
+		b = ocsf.AppendJSONString(b, u.Cause)
+	}
 	if c := u.Connector; c != nil {
 		b = append(b, `,"connector":{"exe":`...)
 		b = ocsf.AppendJSONString(b, c.Exe)
@@ -722,6 +731,52 @@ func l7State(rules, checked bool) string {
 		return "not_enforced"
 	}
 	return "none"
+}
+
+// maxRefusalCause bounds the cause an attribution refusal's event and
+// log line carry.
+const maxRefusalCause = 256
+
+// refusalCause is the operator's answer to why a caller could not be
+// attributed: the attribution error (which socket or process was not
+// found, a process that exited, a connect record missing, a send guard
+// that could not hold the socket) on an attribution_failed or
+// attribution_incomplete refusal, and on a fence capture the error that
+// left it without an actor; "" otherwise. The error names addresses,
+// socket inodes and host pids, and may name an executable path the
+// sandbox chose, so it is cut to printable ASCII (anything else becomes
+// '?') of at most maxRefusalCause bytes. It goes to the event and the
+// log only, never to the agent's 403 body.
+func (r *Record) refusalCause() string {
+	if r.Cause == "" || r.Reason != ReasonAttributionFailed && r.Reason != ReasonAttributionIncomplete && r.Listener != ListenerFence {
+		return ""
+	}
+	return printableCause(r.Cause)
+}
+
+// printableCause is s as printable ASCII ('?' for any other byte),
+// cut to maxRefusalCause bytes.
+func printableCause(s string) string {
+	if len(s) > maxRefusalCause {
+		s = s[:maxRefusalCause]
+	}
+	clean := true
+	for i := 0; i < len(s); i++ {
+		if s[i] < ' ' || s[i] > '~' {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	b := []byte(s)
+	for i, c := range b {
+		if c < ' ' || c > '~' {
+			b[i] = '?'
+		}
+	}
+	return string(b)
 }
 
 type causeErr string
