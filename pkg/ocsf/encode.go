@@ -427,6 +427,20 @@ const hexDigits = "0123456789abcdef"
 // else (including '<', '>' and '&') as it is.
 func AppendJSONString(dst []byte, s string) []byte { return appendJSONString(dst, s) }
 
+// AppendJSONStrings appends ss as a JSON array of strings, each as
+// AppendJSONString writes it; a nil or empty ss is [] (callers that
+// must write null for nil say so themselves).
+func AppendJSONStrings(dst []byte, ss []string) []byte {
+	dst = append(dst, '[')
+	for i, s := range ss {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = appendJSONString(dst, s)
+	}
+	return append(dst, ']')
+}
+
 func appendJSONString(dst []byte, s string) []byte {
 	dst = append(dst, '"')
 	i := 0

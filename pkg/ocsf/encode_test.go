@@ -346,3 +346,19 @@ func TestPrepareSharedObjectsReadOnly(t *testing.T) {
 		t.Errorf("prepare of a prepared event allocated %v times", n)
 	}
 }
+
+func TestAppendJSONStringsMatchesEncodingJSON(t *testing.T) {
+	for _, ss := range [][]string{nil, {}, {""}, {"a"}, {"a", "b\n\"c\"", "\xff", "\u2028<&>"}} {
+		// As encoding/json writes a non-nil slice with SetEscapeHTML(false).
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(append([]string{}, ss...)); err != nil {
+			t.Fatal(err)
+		}
+		want := append([]byte("x"), bytes.TrimSuffix(buf.Bytes(), []byte("\n"))...)
+		if got := AppendJSONStrings([]byte("x"), ss); !bytes.Equal(got, want) {
+			t.Errorf("AppendJSONStrings(%q) = %s, want %s", ss, got, want)
+		}
+	}
+}

@@ -146,14 +146,7 @@ func (r *Record) appendOpenEvent(b []byte, src *ocsf.Source, now int64) (out []b
 		b = ocsf.AppendJSONString(append(b, `,"source":`...), c)
 	}
 	if len(src.Labels) > 0 {
-		b = append(b, `,"labels":[`...)
-		for i, l := range src.Labels {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = ocsf.AppendJSONString(b, l)
-		}
-		b = append(b, ']')
+		b = ocsf.AppendJSONStrings(append(b, `,"labels":`...), src.Labels)
 	}
 	// The device is always there (host) and so is the decision
 	// (security_control).

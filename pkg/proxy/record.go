@@ -481,14 +481,7 @@ func (u proxyUnmapped) AppendJSON(b []byte) []byte {
 		if f.Reasons == nil {
 			b = append(b, "null"...)
 		} else {
-			b = append(b, '[')
-			for i, r := range f.Reasons {
-				if i > 0 {
-					b = append(b, ',')
-				}
-				b = ocsf.AppendJSONString(b, r)
-			}
-			b = append(b, ']')
+			b = ocsf.AppendJSONStrings(b, f.Reasons)
 		}
 		b = append(b, '}')
 	}
@@ -521,14 +514,7 @@ func (u proxyUnmapped) AppendJSON(b []byte) []byte {
 			b = ocsf.AppendJSONString(b, m.Name)
 		}
 		if len(m.Real) > 0 {
-			b = append(b, `,"real":[`...)
-			for i, r := range m.Real {
-				if i > 0 {
-					b = append(b, ',')
-				}
-				b = ocsf.AppendJSONString(b, r)
-			}
-			b = append(b, ']')
+			b = ocsf.AppendJSONStrings(append(b, `,"real":`...), m.Real)
 		}
 		b = append(b, `,"synthetic":`...)
 		b = ocsf.AppendJSONString(b, m.Synthetic)
