@@ -110,14 +110,7 @@ func (r *Record) appendOpenEvent(b []byte, src *ocsf.Source, now int64) (out []b
 	b = ocsf.AppendJSONString(append(b, `,"message":`...), msg)
 
 	// stamp
-	start := r.Start
-	if r.Count > 1 && !r.First.IsZero() {
-		start = r.First
-	}
-	end := r.End
-	if end.IsZero() {
-		end = start
-	}
+	start, end := r.span()
 	if r.Count > 1 {
 		b = strconv.AppendInt(append(b, `,"count":`...), int64(r.Count), 10)
 	}

@@ -683,16 +683,24 @@ func (r *Record) findingClass() findingClass {
 	return findingNone
 }
 
-// stamp sets the time span, count and correlation of an event.
-func (r *Record) stamp(b *ocsf.Base, sandbox string) {
-	start := r.Start
+// span is the time span an event of r covers: from the first folded
+// occurrence (a count report) or the start, to the end or, for a record
+// not ended, the start.
+func (r *Record) span() (start, end time.Time) {
+	start = r.Start
 	if r.Count > 1 && !r.First.IsZero() {
 		start = r.First
 	}
-	end := r.End
+	end = r.End
 	if end.IsZero() {
 		end = start
 	}
+	return start, end
+}
+
+// stamp sets the time span, count and correlation of an event.
+func (r *Record) stamp(b *ocsf.Base, sandbox string) {
+	start, end := r.span()
 	b.StartTime = start.UnixMilli()
 	b.EndTime = end.UnixMilli()
 	if d := end.Sub(start).Milliseconds(); d > 0 {
