@@ -543,17 +543,9 @@ func helperBlast(args []string) error {
 	if err1 != nil || err2 != nil {
 		return fmt.Errorf("blast: n %q size %q", args[2], args[3])
 	}
-	usr1 := make(chan os.Signal, 1)
-	signal.Notify(usr1, syscall.SIGUSR1)
-	fd, local, err := helperDial(args[1])
-	if err != nil {
+	fd, signalled, err := helperDialThenWait(args[0], args[1])
+	if err != nil || !signalled {
 		return err
-	}
-	fmt.Printf("ready %s %d %d %s\n", args[0], os.Getpid(), os.Getppid(), local)
-	select {
-	case <-usr1:
-	case <-time.After(helperLife):
-		return nil
 	}
 	runtime.LockOSThread()
 	buf := make([]byte, size)
@@ -570,21 +562,32 @@ func helperBlast(args []string) error {
 	return nil
 }
 
+// helperDialThenWait connects as helperDial does, prints the ready line
+// and waits for the test's SIGUSR1 (listened for before the line, so it
+// cannot arrive unheard): signalled is false when helperLife passed first.
+func helperDialThenWait(tag, dial string) (fd int, signalled bool, err error) {
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	fd, local, err := helperDial(dial)
+	if err != nil {
+		return -1, false, err
+	}
+	fmt.Printf("ready %s %d %d %s\n", tag, os.Getpid(), os.Getppid(), local)
+	select {
+	case <-usr1:
+		return fd, true, nil
+	case <-time.After(helperLife):
+		return fd, false, nil
+	}
+}
+
 func helperReconnect(args []string) error {
 	if len(args) != 2 {
 		return fmt.Errorf("reconnect: want <tag> <dial>")
 	}
-	usr1 := make(chan os.Signal, 1)
-	signal.Notify(usr1, syscall.SIGUSR1)
-	fd, local, err := helperDial(args[1])
-	if err != nil {
+	fd, signalled, err := helperDialThenWait(args[0], args[1])
+	if err != nil || !signalled {
 		return err
-	}
-	fmt.Printf("ready %s %d %d %s\n", args[0], os.Getpid(), os.Getppid(), local)
-	select {
-	case <-usr1:
-	case <-time.After(helperLife):
-		return nil
 	}
 	sa, err := unix.Getpeername(fd)
 	if err != nil {
