@@ -124,20 +124,25 @@ func (b *endpointBook) install(gen int64, inv []EndpointStatus) {
 }
 
 // observe records result for endpoint id as observed at t by a request
-// of generation gen. A request of another generation than the one
+// of generation gen, and calls changed with the new status when the
+// result changed. A request of another generation than the one
 // installed is not counted (it may name another configuration's
-// endpoint). It returns the status and whether the result changed.
-func (b *endpointBook) observe(gen int64, id, result string, t time.Time) (EndpointStatus, bool) {
+// endpoint). changed runs under the book's lock, so two requests'
+// changes reach it in the order they were recorded: the last Endpoint
+// Status event is always the status in force.
+func (b *endpointBook) observe(gen int64, id, result string, t time.Time, changed func(EndpointStatus)) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	i, ok := b.idx[id]
 	if !ok || gen != b.gen {
-		return EndpointStatus{}, false
+		return
 	}
 	s := &b.list[i]
-	changed := s.Result != result
+	differs := s.Result != result
 	s.Result, s.ObservedAt = result, t
-	return *s, changed
+	if differs {
+		changed(*s)
+	}
 }
 
 // snapshot returns a copy of the statuses.
@@ -166,10 +171,9 @@ func (p *Proxy) observeResult(r *Record, result string, t time.Time) {
 	if result == "" || r.EndpointID == "" {
 		return
 	}
-	s, changed := p.endpoints.observe(r.Generation, r.EndpointID, result, t)
-	if changed {
+	p.endpoints.observe(r.Generation, r.EndpointID, result, t, func(s EndpointStatus) {
 		p.emitEvent(p.src.EndpointStatus(ocsf.EndpointStatusInfo{ID: s.ID, Entry: s.Entry, Address: s.Address, Protocol: s.Protocol, Result: s.Result, ObservedAt: s.ObservedAt}))
-	}
+	})
 }
 
 // endpointResult classifies a finished record ("" when it shows no

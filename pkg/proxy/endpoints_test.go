@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/palisade-sandbox/palisade/pkg/eventlog"
 	"github.com/palisade-sandbox/palisade/pkg/ocsf"
@@ -189,5 +190,39 @@ func TestEndpointResultClasses(t *testing.T) {
 		if got := endpointResult(&c.r); got != c.want {
 			t.Errorf("%+v: %q, want %q", c.r, got, c.want)
 		}
+	}
+}
+
+// TestEndpointChangesInOrder: a change's callback (the Endpoint Status
+// event) runs under the book's lock, so a second request's change is
+// not reported while the first one's is, and the last event reported
+// is the status in force. Fails if the event is emitted after the lock
+// is released (as it was: under load two events came out swapped).
+func TestEndpointChangesInOrder(t *testing.T) {
+	var b endpointBook
+	b.install(1, []EndpointStatus{{ID: "e"}})
+	inFirst, secondDone := make(chan struct{}), make(chan struct{})
+	var reported []string
+	go func() {
+		<-inFirst
+		b.observe(1, "e", ResultPolicyDenied, time.Now(), func(s EndpointStatus) { reported = append(reported, s.Result) })
+		close(secondDone)
+	}()
+	b.observe(1, "e", ResultUpstreamRejected, time.Now(), func(s EndpointStatus) {
+		close(inFirst)
+		select {
+		case <-secondDone:
+			t.Errorf("a second change was reported while the first was being reported")
+		case <-time.After(50 * time.Millisecond):
+		}
+		reported = append(reported, s.Result)
+	})
+	<-secondDone
+	want := []string{ResultUpstreamRejected, ResultPolicyDenied}
+	if strings.Join(reported, " ") != strings.Join(want, " ") {
+		t.Errorf("reported %v, want %v", reported, want)
+	}
+	if st := b.snapshot(); st[0].Result != ResultPolicyDenied {
+		t.Errorf("status %+v, want the last change in force", st)
 	}
 }
