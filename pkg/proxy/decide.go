@@ -28,7 +28,7 @@ func (p *Proxy) admit(c *net.TCPConn, rec *Record, g *Generation, attribute bool
 	}
 	rec.Generation, rec.PolicySHA = g.Number, g.SHA256
 	if attribute && !p.identify(c, rec) {
-		rec.Outcome = OutcomePolicyDenied
+		rec.Outcome, rec.refused = OutcomePolicyDenied, true
 		if rec.Reason == ReasonAttributionFailed && peerGone(c) {
 			rec.Outcome, rec.Reason = OutcomeClientGone, ReasonClientClosed
 		}
@@ -37,7 +37,7 @@ func (p *Proxy) admit(c *net.TCPConn, rec *Record, g *Generation, attribute bool
 	v, ok := decideConn(g.Decider, rec)
 	rec.L7Rules, rec.EndpointID = v.L7Rules, v.EndpointID
 	if !ok {
-		rec.Outcome = OutcomePolicyDenied
+		rec.Outcome, rec.refused = OutcomePolicyDenied, true
 	}
 	return v, ok
 }

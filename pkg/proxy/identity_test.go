@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
 	"strings"
 	"sync"
@@ -155,6 +156,9 @@ type fakeGuard struct {
 	report   func(SendViolation)
 	released int
 	err      error
+	// atBind, when set, is reported as soon as a connection is bound: a
+	// send that raced the decision.
+	atBind *SendViolation
 }
 
 func (g *fakeGuard) Guard(id *Identity, onViolation func(SendViolation)) (func(), error) {
@@ -165,6 +169,9 @@ func (g *fakeGuard) Guard(id *Identity, onViolation func(SendViolation)) (func()
 	}
 	g.bound = append(g.bound, id)
 	g.report = onViolation
+	if g.atBind != nil {
+		onViolation(*g.atBind)
+	}
 	return func() {
 		g.mu.Lock()
 		g.released++
@@ -262,5 +269,36 @@ func TestSendGuardForeignCodeAfterTheDecision(t *testing.T) {
 	net := env.waitEvents(4001, 1)
 	if got := get(net[0], "unmapped", "egress_proxy", "reason"); got != ReasonForeignCode {
 		t.Errorf("connection event reason %v, want %s", got, ReasonForeignCode)
+	}
+}
+
+// A send refused on a connection whose own decision refused it (an
+// unlisted program's socket handed to another process while the proxy
+// decided it) keeps the decision's reason: the record says why the
+// connection was refused, and the Undecided Sender finding still names
+// the process that sent.
+func TestSendViolationKeepsTheRefusalsReason(t *testing.T) {
+	echo := newEchoServer(t)
+	g := &fakeGuard{atBind: &SendViolation{PID: 99, Exe: "/usr/bin/curl", Comm: "curl"}}
+	env := newEnv(t, policyYAML(echo.port, ""), func(c *Config) {
+		c.Attributor = fixedIdentity(identityOf("/work/agent", ""))
+		c.Guard = g
+	})
+	c, err := net.Dial("tcp", env.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "CONNECT allowed.test:%d HTTP/1.1\r\nHost: allowed.test\r\n\r\n", echo.port)
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	io.ReadAll(c)
+	evs := env.waitEvents(4001, 1)
+	if got := get(evs[0], "unmapped", "egress_proxy", "reason"); got != "binary_not_allowed" {
+		t.Errorf("connection event reason %v, want the decision's binary_not_allowed", got)
+	}
+	fs := env.waitEvents(2004, 1)
+	ev, _ := json.Marshal(fs[0])
+	if !strings.Contains(string(ev), "Undecided Sender") || !strings.Contains(string(ev), `"pid":99`) {
+		t.Errorf("finding %s: want an Undecided Sender finding naming pid 99", ev)
 	}
 }

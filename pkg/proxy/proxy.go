@@ -332,12 +332,21 @@ func addrPort(a net.Addr) netip.AddrPort {
 func (p *Proxy) finish(r *Record) {
 	if v := r.guard.take(); v != nil {
 		// The kernel refused a send by another process after the
-		// decision, and the connection was closed for it.
-		r.Violation, r.Reason, r.silent = v, ReasonUndecidedSender, false
-		if v.Code != nil {
+		// guard bound the connection, and the connection was closed
+		// for it.
+		r.Violation, r.silent = v, false
+		switch {
+		case r.refused:
+			// The decision refused the connection anyway (a socket
+			// handed on while the proxy decided its connector, say): the
+			// decision's reason stands, and the finding still names the
+			// sender.
+		case v.Code != nil:
 			// The decided process itself, with code it mapped since.
 			r.Reason = ReasonForeignCode
 			r.Foreign = &ForeignProcess{PID: v.PID, Exe: v.Exe, Code: *v.Code}
+		default:
+			r.Reason = ReasonUndecidedSender
 		}
 		if r.Outcome == "" {
 			r.Outcome = OutcomePolicyDenied // between two requests of a keep-alive connection

@@ -144,6 +144,10 @@ type Record struct {
 	// the decision (the send guard): the real sender, for the Detection
 	// Finding.
 	Violation *SendViolation
+	// refused: the connection's own decision (attribution, guard, pin or
+	// policy) refused it; a send violation reported after that keeps the
+	// decision's reason.
+	refused bool
 	// guard is the connection's send guard binding (nil without one);
 	// every record of a keep-alive connection shares it.
 	guard *connGuard
