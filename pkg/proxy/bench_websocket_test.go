@@ -7,6 +7,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -70,6 +72,137 @@ func BenchmarkWebSocketMessages(b *testing.B) {
 			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
 		})
 	}
+}
+
+// BenchmarkWebSocketPairs: the raw and rules rows of
+// BenchmarkWebSocketMessages measured side by side in one process, a
+// chunk at a time: two proxies (an endpoint without protocol, one with
+// the json matcher) in front of the same server, one connection
+// through each, and the same client sending each b.N messages (64
+// frames to a write) in alternating chunks of wsPairChunk, the order
+// flipped every pair (raw then rules, rules then raw). Each chunk ends
+// as a row's run does: a last message the server answers, read back.
+//
+// Why pairs: on the shared 2-CPU machine the other processes' load
+// changes from second to second, and the rate of a row follows it;
+// rows measured a second or more apart (BenchmarkWebSocketMessages, one
+// process per row) see different machines, so their ratio's spread
+// was mostly the load's (0.42-0.81x in 8 rounds). Two chunks tens of
+// milliseconds apart see nearly the same load, and the order flipped
+// every pair gives neither row the first or the warmer place. Nothing
+// else differs from BenchmarkWebSocketMessages: the same client,
+// server, frames and policies; messages per second end to end.
+//
+// It reports each row's messages/s and CPU per message (the process's,
+// client, proxies and server together, over that row's chunks), and of
+// the per-pair ratios rules/raw the median and quartiles (ratio-med,
+// ratio-q1, ratio-q3), and of raw's CPU per message over rules' the
+// median (cpu-ratio: what rules/raw tends to when the CPUs are
+// saturated and throughput follows CPU per message). With WS_PAIRS set
+// to a file, each pair is appended to it as a line: raw's and rules'
+// messages/s, raw's and rules' CPU ns per message
+// (scripts/bench/websocket.sh pools them over its rounds).
+func BenchmarkWebSocketPairs(b *testing.B) {
+	up := newWSBenchUpstream(b)
+	type row struct {
+		c      net.Conn
+		br     *bufio.Reader
+		secs   float64
+		cpu    time.Duration
+		rate   float64
+		cpuMsg float64
+	}
+	var rows [2]*row // raw, rules
+	for i, mode := range []string{"raw", "rules"} {
+		env := newEnv(b, wsBenchPolicy(up.port, mode))
+		c, br := wsBenchDial(b, env, up.port)
+		defer c.Close()
+		rows[i] = &row{c: c, br: br}
+	}
+	frame := wsBenchFrame([]byte(`{"type":"subscribe","channel":"ticker.btc-usd","id":12345678901}`))
+	batch := bytes.Repeat(frame, 64)
+	end := wsBenchFrame([]byte(`{"type":"subscribe","channel":"ticker.end","id":12345678901234}`))
+	send := func(r *row, n int) {
+		for sent := 0; sent < n; {
+			k := min(64, n-sent)
+			if _, err := r.c.Write(batch[:k*len(frame)]); err != nil {
+				b.Fatal(err)
+			}
+			sent += k
+		}
+		if _, err := r.c.Write(end); err != nil {
+			b.Fatal(err)
+		}
+		if _, _, err := websocket.ReadHeader(r.br); err != nil {
+			b.Fatalf("the server's answer: %v", err)
+		}
+		r.br.Discard(2) // "ok"
+	}
+	for _, r := range rows { // a first chunk each, not measured: connections and buffers warm
+		send(r, wsPairChunk)
+	}
+	var pairsOut *os.File // WS_PAIRS: every pair's rates and CPU per message, a line each, for websocket.sh
+	if path := os.Getenv("WS_PAIRS"); path != "" {
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer f.Close()
+		pairsOut = f
+	}
+	var ratios, cpuRatios []float64
+	b.ResetTimer()
+	for done, pair := 0, 0; done < b.N; pair++ {
+		n := min(wsPairChunk, b.N-done)
+		for j := range 2 {
+			r := rows[j^pair&1]
+			t0, c0 := time.Now(), testutil.ProcessCPU()
+			send(r, n)
+			dt, dc := time.Since(t0), testutil.ProcessCPU()-c0
+			r.secs += dt.Seconds()
+			r.cpu += dc
+			r.rate, r.cpuMsg = float64(n)/dt.Seconds(), float64(dc.Nanoseconds())/float64(n)
+		}
+		ratios = append(ratios, rows[1].rate/rows[0].rate)
+		if rows[1].cpuMsg > 0 {
+			cpuRatios = append(cpuRatios, rows[0].cpuMsg/rows[1].cpuMsg)
+		}
+		if pairsOut != nil && n == wsPairChunk { // not the testing package's first, one-message run
+			fmt.Fprintf(pairsOut, "%.0f %.0f %.1f %.1f\n", rows[0].rate, rows[1].rate, rows[0].cpuMsg, rows[1].cpuMsg)
+		}
+		done += n
+	}
+	b.StopTimer()
+	for i, name := range []string{"raw", "rules"} {
+		b.ReportMetric(float64(b.N)/rows[i].secs, name+"-msgs/s")
+		b.ReportMetric(float64(rows[i].cpu.Nanoseconds())/float64(b.N), name+"-cpu-ns/msg")
+	}
+	slices.Sort(ratios)
+	slices.Sort(cpuRatios)
+	b.ReportMetric(quantile(ratios, 0.5), "ratio-med")
+	b.ReportMetric(quantile(ratios, 0.25), "ratio-q1")
+	b.ReportMetric(quantile(ratios, 0.75), "ratio-q3")
+	b.ReportMetric(quantile(cpuRatios, 0.5), "cpu-ratio")
+	b.ReportMetric(float64(len(ratios)), "pairs")
+}
+
+// wsPairChunk is the messages a row sends at a time in
+// BenchmarkWebSocketPairs: 10-20 ms on the 2-CPU machine, long against
+// the end-of-chunk round trip, short against the load's changes.
+const wsPairChunk = 50000
+
+// quantile is the q-quantile of sorted v (linear between neighbours;
+// 0 for none).
+func quantile(v []float64, q float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	x := q * float64(len(v)-1)
+	i := int(x)
+	if i+1 >= len(v) {
+		return v[len(v)-1]
+	}
+	return v[i] + (x-float64(i))*(v[i+1]-v[i])
 }
 
 func wsBenchPolicy(port int, mode string) string {
