@@ -118,6 +118,7 @@ for bld in "${builds[@]}"; do
     for (r in k) { for (i = 1; i <= k[r]; i++) t[i] = one[r, i]; rm[++m] = median(t, k[r]) }
     sort_(rr, np); sort_(cr, np); sort_(rm, m)
     printf "rules/raw, messages/s per pair: median %.2fx, quartiles %.2f-%.2fx, min-max %.2f-%.2fx; rounds'"'"' medians %.2f-%.2fx\n", q(rr, np, .5), q(rr, np, .25), q(rr, np, .75), rr[1], rr[np], rm[1], rm[m]
+    printf "target rules >= 0.7x raw, beyond the spread (lower quartile and every round'"'"'s median at or above it): %s\n", ((q(rr, np, .25) >= 0.7 && rm[1] >= 0.7) ? "met" : "not met")
     printf "raw CPU/rules CPU per message, per pair: median %.2fx, quartiles %.2f-%.2fx\n", q(cr, np, .5), q(cr, np, .25), q(cr, np, .75)
     printf "raw: median %.0f msgs/s, %.0f ns of CPU per message; rules: %.0f msgs/s, %.0f ns\n", median(rw, np), median(cw, np), median(ru, np), median(cu, np) }'
 done
