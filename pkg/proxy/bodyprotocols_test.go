@@ -8,6 +8,7 @@ import (
 	"maps"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -379,4 +380,97 @@ func TestBodyInspectedEventCall(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Different calls refused on one body-inspected path within the denial
+// rate limiter's window are events of their own, each naming its call
+// (issue 27: a denied event names the tool), while a repeated call still
+// folds into the count event, which lists the folded calls. Before, the
+// limiter told denials apart by (method, path, reason) only, so a second
+// tool refused on the same /mcp was folded into the first one's count
+// and never named (fails so with DenialDetail's Call dropped).
+func TestDenialBurstNamesEachCall(t *testing.T) {
+	var mu sync.Mutex
+	now := time.Unix(1_800_000_000, 0)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	j := http.Header{"Content-Type": {"application/json"}}
+	call := func(tool string) string { return rpc(2, "tools/call", fmt.Sprintf(`{"name":%q}`, tool)) }
+	for _, c := range []struct {
+		name   string
+		lines  []string
+		header http.Header
+		bodies []string // all refused, on the same path and for the same reason
+		named  string   // the l7_call of each event in full, in order
+		folded string   // the count event's denials
+	}{
+		{"mcp", []string{"protocol: mcp", mcpRulesYAML}, mcpHeader("2025-11-25"),
+			[]string{call("write_file"), call("delete_repo"), call("write_file"), rpc(3, "resources/read", `{"uri":"file:///x"}`), call("write_file"), call("delete_repo")},
+			"[tools/call/write_file tools/call/delete_repo resources/read/]",
+			`[{"count":2,"l7_call":{"method":"tools/call","tool":"write_file"},"method":"POST","path":"/mcp","reason":"l7_no_rule"},{"count":1,"l7_call":{"method":"tools/call","tool":"delete_repo"},"method":"POST","path":"/mcp","reason":"l7_no_rule"}]`},
+		{"json-rpc", []string{"protocol: json-rpc", `rules: [{allow: {method: eth_call}}]`}, j,
+			[]string{rpc(1, "eth_sendRawTransaction", `[]`), rpc(1, "eth_sign", `[]`), rpc(1, "eth_sign", `[]`), rpc(1, "eth_sign", `[]`)},
+			"[eth_sendRawTransaction/ eth_sign/]",
+			`[{"count":2,"l7_call":{"method":"eth_sign"},"method":"POST","path":"/mcp","reason":"l7_no_rule"}]`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			mu.Lock()
+			now = time.Unix(1_800_000_000, 0)
+			mu.Unlock()
+			e := newInspectEnv(t, false, func(port int) string { return toolsPolicy(port, c.lines...) }, true,
+				func(cf *Config) { cf.Now = clock; cf.Limits.DenyWindow = time.Hour })
+			cl := e.client(false)
+			for _, body := range c.bodies {
+				req, err := http.NewRequest("POST", e.url("/mcp"), strings.NewReader(body))
+				if err != nil {
+					t.Fatal(err)
+				}
+				req.Header = c.header.Clone()
+				resp, err := cl.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 403 {
+					t.Fatalf("%s: status %d, want 403", body, resp.StatusCode)
+				}
+			}
+			named := func() []string {
+				var out []string
+				for _, ev := range e.rec.ByClass(ocsf.ClassHTTPActivity) {
+					if ev["count"] == nil {
+						out = append(out, fmt.Sprintf("%v/%v", get(ev, "unmapped", "egress_proxy", "l7_call", "method"), orEmpty(get(ev, "unmapped", "egress_proxy", "l7_call", "tool"))))
+					}
+				}
+				return out
+			}
+			nNamed := strings.Count(c.named, " ") + 1
+			nFolded := len(c.bodies) - nNamed
+			waitFor(t, "every denial reported or folded", func() bool {
+				return len(named())+int(e.p.Counters().EventsSuppressed) >= len(c.bodies)
+			})
+			if got := fmt.Sprint(named()); got != c.named {
+				t.Fatalf("events in full name %s, want %s (the first of each distinct call)", got, c.named)
+			}
+			mu.Lock()
+			now = now.Add(time.Hour)
+			mu.Unlock()
+			e.p.flushDenials(clock())
+			evs := e.rec.ByClass(ocsf.ClassHTTPActivity)
+			last := evs[len(evs)-1]
+			if len(evs) != nNamed+1 || num(get(last, "count")) != nFolded {
+				t.Fatalf("%d events, the last with count %v; want %d and a count of %d", len(evs), get(last, "count"), nNamed+1, nFolded)
+			}
+			if b, _ := json.Marshal(get(last, "unmapped", "egress_proxy", "denials")); string(b) != c.folded {
+				t.Fatalf("count event lists %s, want %s", b, c.folded)
+			}
+		})
+	}
+}
+
+func orEmpty(v any) any {
+	if v == nil {
+		return ""
+	}
+	return v
 }

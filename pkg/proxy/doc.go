@@ -38,7 +38,8 @@
 //
 // Each connection yields exactly one summary Record, and the OCSF events
 // are built from it; repeated denials of the same (host, port, binary) are
-// rate-limited with counts. The policy engine, SSRF dialer and attribution
+// rate-limited with counts, the first of each distinct (method, path,
+// reason, call) still reported in full (ratelimit.go). The policy engine, SSRF dialer and attribution
 // backend are reached through the small interfaces Decider, Dialer,
 // Attributor and Pinner, so tests use fakes and egress-proxy wires the real
 // packages.

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/palisade-sandbox/palisade/pkg/denylimit"
+	"github.com/palisade-sandbox/palisade/pkg/l7"
 )
 
 // denyLimiter folds repeated denials of the same (outcome, host, port,
@@ -11,11 +12,18 @@ import (
 // denylimit: the first at once, then one report per window with the
 // count, nothing lost; at most limiterKeys keys, new ones folding into
 // one overflow key while full). Within a window the first denial of each
-// distinct (method, path, reason) is still reported in full, up to
+// distinct (method, path, reason, call) is still reported in full, up to
 // maxDenialDetails of them, and a count report lists up to
 // maxDenialDetails of the folded ones with their counts (Record.Tallies),
 // so a burst of different refused requests to one host is seen for what
-// it was.
+// it was: two MCP tools (JSON-RPC methods, GraphQL operations) refused
+// on the same /mcp are two events, each naming its call.
+//
+// Memory stays bounded: at most limiterKeys keys, each holding at most
+// maxDenialDetails named details and as many tallies; a detail's call is
+// names of at most l7.MaxEventName bytes each (l7.EventName), and a
+// client cycling through more distinct calls than that within a window
+// is only counted.
 type denyLimiter struct {
 	l *denylimit.Detailed[denyKey, DenialDetail, *Record]
 }
@@ -31,12 +39,14 @@ type denyKey struct {
 }
 
 // DenialDetail is what tells apart the denials of one key: the request's
-// method and path (as it would have gone upstream, never the query) and
-// the reason.
+// method and path (as it would have gone upstream, never the query), the
+// reason, and the call a body-inspected request attempted (Record.Call;
+// zero for the others).
 type DenialDetail struct {
-	Method string `json:"method"`
-	Path   string `json:"path"`
-	Reason string `json:"reason"`
+	Method string  `json:"method"`
+	Path   string  `json:"path"`
+	Reason string  `json:"reason"`
+	Call   l7.Call `json:"l7_call,omitzero"`
 }
 
 // DenialTally is one DenialDetail of a count report and how many of the
@@ -54,7 +64,7 @@ func newDenyLimiter(window time.Duration) *denyLimiter {
 }
 
 func (r *Record) denialDetail() DenialDetail {
-	d := DenialDetail{Method: r.Method, Reason: r.Reason}
+	d := DenialDetail{Method: r.Method, Reason: r.Reason, Call: r.Call}
 	if r.URL != nil {
 		d.Path = r.URL.EscapedPath()
 	}

@@ -183,7 +183,7 @@ type Record struct {
 	// Count and First are set by the denial rate limiter: the record
 	// stands for Count occurrences since First. Tallies, on a report
 	// that stands for folded denials, lists up to 16 of their distinct
-	// (method, path, reason) with counts.
+	// (method, path, reason, call) with counts.
 	Count   int
 	First   time.Time
 	Tallies []DenialTally
@@ -382,7 +382,7 @@ type proxyUnmapped struct {
 	// Connector is a handed-on socket's recorded connector.
 	Connector *connectorUnmapped `json:"connector,omitempty"`
 	// Denials lists the folded denials of a count report by (method,
-	// path, reason), with counts.
+	// path, reason, call), with counts.
 	Denials     []DenialTally `json:"denials,omitempty"`
 	Enforcement string        `json:"enforcement"`
 	// ForeignCode is the caller, ancestor or connector that lost its
@@ -468,6 +468,9 @@ func (u proxyUnmapped) AppendJSON(b []byte) []byte {
 			b = ocsf.AppendJSONString(b, d.Path)
 			b = append(b, `,"reason":`...)
 			b = ocsf.AppendJSONString(b, d.Reason)
+			if d.Call != (l7.Call{}) {
+				b = appendCall(append(b, `,"l7_call":`...), &d.Call)
+			}
 			b = append(b, `,"count":`...)
 			b = strconv.AppendInt(b, int64(d.Count), 10)
 			b = append(b, '}')
