@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/palisade-sandbox/palisade/pkg/attribution"
 	"github.com/palisade-sandbox/palisade/pkg/ocsf"
 )
 
@@ -125,7 +127,8 @@ func TestAttributionRefusalCause(t *testing.T) {
 }
 
 // TestRefusalCauseOnlyForAttribution: the cause goes out with
-// attribution refusals and fence captures, not with other records whose
+// attribution and pin check refusals and fence captures, not with other
+// records whose
 // Cause is something else (a request's head error, an upstream error
 // already in a Fail's status_detail).
 func TestRefusalCauseOnlyForAttribution(t *testing.T) {
@@ -136,6 +139,7 @@ func TestRefusalCauseOnlyForAttribution(t *testing.T) {
 		{Record{Reason: ReasonAttributionFailed, Cause: "pid 1 exited"}, "pid 1 exited"},
 		{Record{Reason: ReasonAttributionIncomplete, Cause: "no connect record"}, "no connect record"},
 		{Record{Listener: ListenerFence, Reason: ReasonDirectConnection, Cause: "attribution failed: x\x00"}, "attribution failed: x?"},
+		{Record{Reason: ReasonIdentityCheck, Cause: "attribution: save pins: x\n"}, "attribution: save pins: x?"},
 		{Record{Reason: ReasonAttributionFailed}, ""},
 		{Record{Reason: "port_not_allowed", Cause: "secret-ish"}, ""},
 		{Record{Outcome: OutcomeUpstreamFailed, Reason: ReasonConnectFailed, Cause: "dial: refused"}, ""},
@@ -144,5 +148,80 @@ func TestRefusalCauseOnlyForAttribution(t *testing.T) {
 		if got := tc.r.refusalCause(); got != tc.want {
 			t.Errorf("%s/%s cause %q: refusalCause %q, want %q", tc.r.Listener, tc.r.Reason, tc.r.Cause, got, tc.want)
 		}
+	}
+}
+
+type errPinner struct{ err error }
+
+func (p errPinner) Pin(string, string) error { return p.err }
+
+// TestIdentityCheckRefusalCause: a connection refused because its
+// caller's pin could not be checked (identity_check_failed: the pin set
+// is full, a new pin could not be saved) carries the pin check's error
+// in unmapped.egress_proxy.cause and the log line, cut like an
+// attribution refusal's (printable ASCII, at most 256 bytes; the
+// executable path is the sandbox's to choose), and the agent's 403 body
+// stays the bare refusal. Before, the error was kept in the record and
+// dropped: the event said identity_check_failed and nothing more (fails
+// so with ReasonIdentityCheck out of refusalCause).
+func TestIdentityCheckRefusalCause(t *testing.T) {
+	echo := newEchoServer(t)
+	evil := "/tmp/x\n\x1b[31mcurl"
+	full, err := attribution.NewPinner("", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := full.Pin("/usr/bin/git", curlSHA); err != nil {
+		t.Fatal(err)
+	}
+	long := "attribution: save pins: " + strings.Repeat("y", 400)
+	for _, tc := range []struct {
+		name, exe string
+		pinner    Pinner
+		want      string
+	}{
+		{"pin set full, hostile path", evil, AttributionPinner{Pinner: full}, "attribution: too many pinned binaries: 1 pinned, refusing /tmp/x??[31mcurl"},
+		{"save failed, long", curlExe, errPinner{errors.New(long)}, long[:maxRefusalCause]},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var logs bytes.Buffer
+			var logMu sync.Mutex
+			env := newEnv(t, policyYAML(echo.port, ""), func(c *Config) {
+				c.Attributor = fixedIdentity(identityOf(tc.exe, curlSHA, shellExe))
+				c.Pinner = tc.pinner
+				c.Logger = slog.New(slog.NewTextHandler(&lockedWriter{w: &logs, mu: &logMu}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+			})
+			c, resp, _ := env.connect(fmt.Sprintf("allowed.test:%d", echo.port))
+			body, err := io.ReadAll(resp.Body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.Close()
+			if resp.StatusCode != 403 {
+				t.Fatalf("status %d, want 403", resp.StatusCode)
+			}
+			exe, _ := json.Marshal(tc.exe)
+			wantBody := fmt.Sprintf(`{"error":"policy_denied","host":"allowed.test","port":%d,"binary":%s,"pid":242,"policy":"","reason":%q}`+"\n", echo.port, exe, ReasonIdentityCheck)
+			if string(body) != wantBody {
+				t.Errorf("403 body\n got %s\nwant %s", body, wantBody)
+			}
+			evs := env.waitEvents(ocsf.ClassNetworkActivity, 1)
+			if len(evs) != 1 {
+				t.Fatalf("network events: %d, want 1", len(evs))
+			}
+			if got := get(evs[0], "unmapped", "egress_proxy", "reason"); got != ReasonIdentityCheck {
+				t.Errorf("unmapped.egress_proxy.reason %v, want %s", got, ReasonIdentityCheck)
+			}
+			if got := get(evs[0], "unmapped", "egress_proxy", "cause"); got != tc.want {
+				t.Errorf("unmapped.egress_proxy.cause\n got %q\nwant %q", got, tc.want)
+			}
+			env.p.Close()
+			logMu.Lock()
+			line := logs.String()
+			logMu.Unlock()
+			if wantAttr := "cause=" + fmt.Sprintf("%q", tc.want); !strings.Contains(line, wantAttr) {
+				t.Errorf("log lacks %s:\n%s", wantAttr, line)
+			}
+		})
 	}
 }

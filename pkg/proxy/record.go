@@ -375,8 +375,9 @@ type proxyUnmapped struct {
 	Audit       bool   `json:"audit"`
 	BytesDown   int64  `json:"bytes_down"`
 	BytesUp     int64  `json:"bytes_up"`
-	// Cause says why a caller could not be attributed (refusalCause):
-	// on attribution_failed and attribution_incomplete refusals and fence
+	// Cause says why a caller could not be attributed or its identity
+	// not checked (refusalCause): on attribution_failed,
+	// attribution_incomplete and identity_check_failed refusals and fence
 	// captures only.
 	Cause string `json:"cause,omitempty"`
 	// Connector is a handed-on socket's recorded connector.
@@ -739,20 +740,28 @@ func l7State(rules, checked bool) string {
 const maxRefusalCause = 256
 
 // refusalCause is the operator's answer to why a caller could not be
-// attributed: the attribution error (which socket or process was not
-// found, a process that exited, a connect record missing, a send guard
-// that could not hold the socket) on an attribution_failed or
-// attribution_incomplete refusal, and on a fence capture the error that
+// attributed or its identity not checked: the attribution error (which
+// socket or process was not found, a process that exited, a connect
+// record missing, a send guard that could not hold the socket) on an
+// attribution_failed or attribution_incomplete refusal, the pin check's
+// error (the pin set full, a pin that could not be saved) on an
+// identity_check_failed refusal, and on a fence capture the error that
 // left it without an actor; "" otherwise. The error names addresses,
-// socket inodes and host pids, and may name an executable path the
-// sandbox chose, so it is cut to printable ASCII (anything else becomes
-// '?') of at most maxRefusalCause bytes. It goes to the event and the
-// log only, never to the agent's 403 body.
+// socket inodes, host pids and file paths (never a credential: the
+// proxy holds none of those on these paths), and may name an executable
+// path the sandbox chose, so it is cut to printable ASCII (anything else
+// becomes '?') of at most maxRefusalCause bytes. It goes to the event
+// and the log only, never to the agent's 403 body.
 func (r *Record) refusalCause() string {
-	if r.Cause == "" || r.Reason != ReasonAttributionFailed && r.Reason != ReasonAttributionIncomplete && r.Listener != ListenerFence {
+	if r.Cause == "" {
 		return ""
 	}
-	return printableCause(r.Cause)
+	switch {
+	case r.Reason == ReasonAttributionFailed, r.Reason == ReasonAttributionIncomplete,
+		r.Reason == ReasonIdentityCheck, r.Listener == ListenerFence:
+		return printableCause(r.Cause)
+	}
+	return ""
 }
 
 // printableCause is s as printable ASCII ('?' for any other byte),
