@@ -16,11 +16,12 @@ import (
 // entry, reason and L7 flag. On a refusal the record's outcome is
 // policy_denied, and nothing has been resolved or dialled: the caller
 // answers the refusal its own way (refused: a 403; a reset). One case is not a
-// refusal: a client that closed its end before it could be attributed
-// (the process exited mid-request: no process holds the socket any
-// more) is client_gone. Nothing was decided, and the caller closes the
-// connection without writing; a client still there gets the refusal of
-// a failed attribution, so closing early gains a client nothing.
+// refusal: a client that closed its end before it could be attributed or
+// held (the process exited mid-request: no process holds the socket any
+// more) is client_gone (identify's ReasonClientClosed). Nothing was
+// decided, and the caller closes the connection without writing; a
+// client still there gets the refusal of a failed attribution, so
+// closing early gains a client nothing.
 func (p *Proxy) admit(c *net.TCPConn, rec *Record, g *Generation, attribute bool) (Verdict, bool) {
 	if g == nil {
 		rec.Outcome, rec.Reason = OutcomePolicyDenied, ReasonAttributionFailed
@@ -29,8 +30,8 @@ func (p *Proxy) admit(c *net.TCPConn, rec *Record, g *Generation, attribute bool
 	rec.Generation, rec.PolicySHA = g.Number, g.SHA256
 	if attribute && !p.identify(c, rec) {
 		rec.Outcome, rec.refused = OutcomePolicyDenied, true
-		if rec.Reason == ReasonAttributionFailed && peerGone(c) {
-			rec.Outcome, rec.Reason = OutcomeClientGone, ReasonClientClosed
+		if rec.Reason == ReasonClientClosed {
+			rec.Outcome = OutcomeClientGone
 		}
 		return Verdict{}, false
 	}
@@ -96,15 +97,14 @@ func decideConn(d Decider, rec *Record) (Verdict, bool) {
 
 // identify attributes the caller, holds the connection to it (the send
 // guard, when there is one) and checks its binary pin. It returns false
-// (with the record's reason set) when the connection must be denied.
+// (with the record's reason set) when the connection must be denied;
+// the reason is ReasonClientClosed when the client left first (gone).
 // rec.Local must be the address the client connected to.
 func (p *Proxy) identify(c *net.TCPConn, rec *Record) bool {
 	if p.cfg.Attributor == nil {
 		return true // standalone: unknown caller, binary-scoped entries never match
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), attributionTimeout)
-	id, err := p.cfg.Attributor.Lookup(ctx, rec.Client, rec.Local)
-	cancel()
+	id, err := p.lookup(rec)
 	if err != nil || id == nil {
 		rec.Reason = ReasonAttributionFailed
 		if errors.Is(err, ErrAttributionIncomplete) {
@@ -117,10 +117,16 @@ func (p *Proxy) identify(c *net.TCPConn, rec *Record) bool {
 		if err != nil {
 			rec.Cause = err.Error()
 		}
+		if rec.Reason == ReasonAttributionFailed && peerGone(c) {
+			rec.Reason = ReasonClientClosed
+		}
 		return false
 	}
 	rec.Identity = id
 	if !p.guard(c, rec) {
+		if p.gone(c, rec) {
+			rec.Reason = ReasonClientClosed
+		}
 		return false
 	}
 	if p.cfg.Pinner == nil || id.Exe == "" {
@@ -138,6 +144,31 @@ func (p *Proxy) identify(c *net.TCPConn, rec *Record) bool {
 		return false
 	}
 	return true
+}
+
+// lookup asks the attributor who holds the client's socket.
+func (p *Proxy) lookup(rec *Record) (*Identity, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), attributionTimeout)
+	defer cancel()
+	return p.cfg.Attributor.Lookup(ctx, rec.Client, rec.Local)
+}
+
+// gone reports whether a connection the send guard could not hold after
+// its caller was attributed is the client leaving, as a failed
+// attribution with the client's end closed is (admit): the client closed
+// its end (peerGone) and no process holds the socket any more (a second
+// lookup names no one, not even an incomplete holder). A client that
+// closes between the lookup and the binding takes the kernel's
+// placeholder with it (bpf/attr.c deletes it at TCP_CLOSE), so the
+// binding fails. A socket a process still holds stays the guard's
+// refusal, half-closed or not: one reconnected after a disconnect, which
+// the guard refuses on purpose, must not read as a client gone.
+func (p *Proxy) gone(c *net.TCPConn, rec *Record) bool {
+	if !peerGone(c) {
+		return false
+	}
+	id, err := p.lookup(rec)
+	return id == nil && err != nil && !errors.Is(err, ErrAttributionIncomplete)
 }
 
 // connectorAllowed applies the decision to the recorded connector of a
