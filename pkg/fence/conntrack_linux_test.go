@@ -262,3 +262,67 @@ func TestFenceTransparentRangeNotDirect(t *testing.T) {
 		}
 	}
 }
+
+// A client port the sandbox reused for connections to every port's worth
+// of synthetic destinations (their entries in TIME_WAIT, one per port of
+// the transparent range) leaves the next connection from it no port: the
+// kernel's NAT moves its source port, and the proxy could not attribute
+// it. FlushConntrack, which the supervisor calls before it starts a
+// sandbox's proxy again (the old proxy's connections are dead, and the
+// new one's names get addresses of a new epoch), frees the range: the
+// next connection keeps its port. Fails with FlushConntrack doing
+// nothing.
+func TestFenceFlushConntrackFreesTheRange(t *testing.T) {
+	testutil.CheckFDLeaks(t)
+	l := newLab(t)
+	path, ns := l.sandbox()
+	cfg := l.config(path)
+	cfg.TransparentPort, cfg.TransparentPorts = testTransparentPort, testTransparentPorts
+	f := l.setup(cfg)
+	accepted := rangeListeners(t, l, f, testTransparentPort, testTransparentPorts)
+	const clientPort = 40126
+	roundTrip := func(i int) netip.AddrPort {
+		t.Helper()
+		dst := netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 18, 1, byte(i)}), 7007)
+		c, err := dialPort(ns, clientPort, dst)
+		if err != nil {
+			t.Fatalf("connection %d: dial %s from port %d: %v", i, dst, clientPort, err)
+		}
+		var sc *net.TCPConn
+		select {
+		case sc = <-accepted:
+		case <-time.After(5 * time.Second):
+			c.Close()
+			t.Fatalf("connection %d to %s: no transparent listener accepted it", i, dst)
+		}
+		client := sc.RemoteAddr().(*net.TCPAddr).AddrPort()
+		c.Close() // the client first: the host's entry ends in TIME_WAIT
+		sc.SetDeadline(time.Now().Add(3 * time.Second))
+		io.Copy(io.Discard, sc)
+		sc.Close()
+		return netip.AddrPortFrom(client.Addr().Unmap(), client.Port())
+	}
+	want := netip.AddrPortFrom(f.SandboxAddr, clientPort)
+	for i := range testTransparentPorts {
+		if got := roundTrip(i); got != want {
+			t.Fatalf("connection %d: listener saw client %s, want %s (a port of the range should have been free)", i, got, want)
+		}
+	}
+	// The clash is real: every port of the range holds an entry from
+	// clientPort.
+	if got := roundTrip(testTransparentPorts); got == want {
+		t.Fatalf("connection %d with the range full: listener saw client %s; want the NAT to have moved the port (this test's premise)", testTransparentPorts, got)
+	}
+	if err := f.FlushConntrack(); err != nil {
+		t.Fatal(err)
+	}
+	if got := roundTrip(testTransparentPorts + 1); got != want {
+		t.Errorf("after FlushConntrack: listener saw client %s, want %s (the lingering entries moved the port)", got, want)
+	}
+	if err := f.Teardown(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.FlushConntrack(); err == nil {
+		t.Error("FlushConntrack after Teardown: no error")
+	}
+}

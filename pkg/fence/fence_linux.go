@@ -253,6 +253,29 @@ func (f *Fence) Teardown() error {
 	return nil
 }
 
+// FlushConntrack deletes the host namespace's connection-tracking
+// entries of the sandbox's connections (flushConntrack). Call it when
+// none of them can be live: the supervisor calls it before it starts the
+// sandbox's proxy again, once the old one died with every connection
+// through it. The old proxy's connections linger there (TIME_WAIT, two
+// minutes), each holding the reply tuple of the transparent port its
+// redirect took; the new proxy's names get addresses of a new epoch, so
+// a client port the sandbox used for them before is reused for new
+// destinations, and with every port of the transparent range held by a
+// lingering entry the kernel's NAT moves the new connection's source
+// port, which the proxy cannot attribute (attribution_failed).
+func (f *Fence) FlushConntrack() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.live {
+		return fmt.Errorf("fence: sandbox %q: FlushConntrack on a Fence not set up or torn down", f.Sandbox)
+	}
+	if err := flushConntrack(f.hostNs, f.SandboxAddr); err != nil {
+		return fmt.Errorf("fence: sandbox %q: connection tracking: %w", f.Sandbox, err)
+	}
+	return nil
+}
+
 // Collect removes whatever fence objects the named sandbox left in the
 // host namespace (link, table, record) with the default state dir. It is
 // what sandbox-supervisor gc calls once the sandbox is gone; objects that

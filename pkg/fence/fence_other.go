@@ -19,6 +19,9 @@ func Setup(ctx context.Context, cfg Config) (*Fence, error) {
 // Teardown needs Linux.
 func (f *Fence) Teardown() error { return fmt.Errorf("fence: %w", feature.ErrNotSupported) }
 
+// FlushConntrack needs Linux.
+func (f *Fence) FlushConntrack() error { return fmt.Errorf("fence: %w", feature.ErrNotSupported) }
+
 // Collect needs Linux.
 func Collect(sandbox string) error { return fmt.Errorf("fence: %w", feature.ErrNotSupported) }
 

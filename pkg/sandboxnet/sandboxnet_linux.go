@@ -479,6 +479,15 @@ func (p *proxyProc) supervise() {
 			return
 		case <-time.After(backoff):
 		}
+		// The old proxy's connections died with it, and its names'
+		// addresses with its epoch: their lingering conntrack entries
+		// would hold the transparent ports for client ports the sandbox
+		// reuses for the new addresses (fence.FlushConntrack). A flush
+		// that fails costs at most such a refused connection, never an
+		// allowed one: the start goes on.
+		if err := p.fence.FlushConntrack(); err != nil {
+			p.cfg.Logger.Warn("egress-proxy restart: conntrack entries not flushed", "sandbox", p.name, "err", err)
+		}
 		if err := p.start(); err != nil {
 			p.cfg.Logger.Error("egress-proxy restart failed", "sandbox", p.name, "err", err)
 			p.mu.Lock()

@@ -360,3 +360,116 @@ func stopSupervisor(cmd *exec.Cmd) {
 		<-done
 	}
 }
+
+// portReuseScript connects from one client port to each of e0..e7.test
+// (eight synthetic destinations: with their conntrack entries lingering
+// in TIME_WAIT, every port of the transparent range holds one from that
+// client port), waits until the test has killed the proxy and the
+// supervisor has restarted it, then connects from the same port to
+// e0.test's address of the new epoch.
+const portReuseScript = `
+python3 - <<'PY'
+import os, socket, time
+PORT = 40127
+def probe_from(name):
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.settimeout(5)
+    try:
+        s.bind(("", PORT))
+        s.connect((socket.gethostbyname(name), 7007))
+        s.sendall(b"palisade-tcp")
+        got = b""
+        while len(got) < 12:
+            b = s.recv(64)
+            if not b:
+                break
+            got += b
+        return "echo" if got == b"palisade-tcp" else "no_echo:%r" % got
+    except OSError as e:
+        return "error:%s" % e.errno
+    finally:
+        s.close()  # the client first: the entry ends in TIME_WAIT
+for i in range(8):
+    print("before%d=%s" % (i, probe_from("e%d.test" % i)), flush=True)
+print("ready=1", flush=True)
+deadline = time.time() + 90
+while not os.path.exists("restarted") and time.time() < deadline:
+    time.sleep(0.05)
+print("after=%s" % probe_from("e0.test"), flush=True)
+PY
+`
+
+// After the supervisor restarts a sandbox's proxy, a client port the
+// sandbox used for the old proxy's names is used again for the new
+// epoch's addresses. The old connections' conntrack entries linger in
+// TIME_WAIT, one per transparent port the redirect gave them; with all
+// eight ports held for that client port, the kernel's NAT moved the new
+// connection's source port and the proxy refused it (attribution_failed;
+// fail-closed, but a working client refused). The supervisor now flushes
+// the sandbox's entries before it starts the proxy again
+// (fence.FlushConntrack): the connection is allowed and echoes. Fails
+// without that flush (after=error:104, an attribution_failed event).
+func TestTransparentClientPortAcrossProxyRestart(t *testing.T) {
+	var entries strings.Builder
+	names := map[string]string{}
+	for i := range DefaultTransparentPorts {
+		fmt.Fprintf(&entries, "      - host: e%d.test\n        port: 7007\n        protocol: tcp\n", i)
+	}
+	l := newLab(t, "  tcpreuse:\n    endpoints:\n"+entries.String()+"    binaries:\n      - path: /usr/bin/python3*\n")
+	for i := range DefaultTransparentPorts {
+		names[fmt.Sprintf("e%d.test", i)] = l.inet.V4[0].String()
+	}
+	l.hosts = l.inet.HostsFile(names)
+	cmd := l.command(portReuseScript)
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopSupervisor(cmd) })
+	r := map[string]string{}
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() {
+		k, v, _ := strings.Cut(sc.Text(), "=")
+		r[k] = v
+		if k == "ready" {
+			break
+		}
+	}
+	for i := range DefaultTransparentPorts {
+		if k := fmt.Sprintf("before%d", i); r[k] != "echo" {
+			t.Fatalf("before the restart: %s=%q, want echo (%v)", k, r[k], r)
+		}
+	}
+	files, _ := filepath.Glob(filepath.Join(l.state, "*", CACertName))
+	if len(files) != 1 {
+		t.Fatalf("CA files %v, want one in the sandbox's state directory", files)
+	}
+	caBefore, err := os.ReadFile(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := childByExe(t, cmd.Process.Pid, "egress-proxy")
+	syscall.Kill(old, syscall.SIGKILL)
+	waitFor(t, 60*time.Second, func() bool { return bundleHasNewCA(filepath.Dir(files[0]), caBefore) })
+	os.WriteFile(filepath.Join(l.wd, "restarted"), nil, 0o644)
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), "="); ok {
+			r[k] = v
+		}
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("sandbox: %v (%v)", err, r)
+	}
+	t.Logf("results: %v", r)
+	if r["after"] != "echo" {
+		t.Errorf("after the restart, from the same client port: %q, want echo", r["after"])
+	}
+	for _, e := range l.eventLines() {
+		u, _ := e["unmapped"].(map[string]any)
+		ep, _ := u["egress_proxy"].(map[string]any)
+		if ep["reason"] == "attribution_failed" {
+			t.Errorf("an attribution_failed event (the NAT moved a client port?): %v", ep)
+		}
+	}
+}
