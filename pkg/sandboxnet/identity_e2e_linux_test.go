@@ -193,7 +193,12 @@ print("b=" + bb, flush=True)
 os.waitpid(p, 0)
 print("reaped=1", flush=True)
 with open("spawn.fifo") as f:
+    c = None
     for line in f:
+        if line.strip() == "miss":
+            c.kill()
+            c.wait()
+            continue
         if line.strip() != "spawn":
             break
         c = subprocess.Popen([helper, "identity-helper", "sleep"])
@@ -297,8 +302,21 @@ func pidReuse(t *testing.T, l *identityLab) {
 		t.Fatal(err)
 	}
 	defer fifo.Close()
+	// Any host process that forks (or starts a thread) between the
+	// write to ns_last_pid and the helper's fork takes the pid first; a
+	// busy host (parallel builds, CI) does so most of the time. Before,
+	// 50 attempts (under a second) failed the test so once under load.
+	// Attempts now go on for up to a minute, each missed helper killed;
+	// while another process holds the pid, nothing is spawned.
 	reused := false
-	for attempt := 0; attempt < 50 && !reused; attempt++ {
+	attempts, held := 0, 0
+	for deadline := time.Now().Add(time.Minute); !reused && time.Now().Before(deadline); {
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", parent)); err == nil {
+			held++
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		attempts++
 		if err := os.WriteFile("/proc/sys/kernel/ns_last_pid", []byte(strconv.Itoa(parent-1)), 0); err != nil {
 			testutil.RequireData(t, "a writable /proc/sys/kernel/ns_last_pid", err)
 		}
@@ -309,10 +327,16 @@ func pidReuse(t *testing.T, l *identityLab) {
 		exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", parent))
 		status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", parent))
 		reused = exe == l.allowed && strings.Contains(string(status), fmt.Sprintf("\t%d\n", nsH))
+		if !reused {
+			if _, err := fifo.Write([]byte("miss\n")); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 	if !reused {
-		t.Fatalf("the allowed helper never got the dead parent's host pid %d", parent)
+		t.Fatalf("the allowed helper never got the dead parent's host pid %d (%d attempts; %d checks found another process holding it)", parent, attempts, held)
 	}
+	t.Logf("the allowed helper got the dead parent's host pid %d at attempt %d", parent, attempts)
 	fifo.Write([]byte("stop\n"))
 	touch("go-b")
 	res := next("reused")
