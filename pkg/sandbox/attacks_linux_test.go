@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -221,6 +222,22 @@ var attacks = map[string]func() string{
 			n = append(n, i.Name)
 		}
 		return strings.Join(n, ",")
+	},
+	// The cgroup paths the command sees: "/" for every hierarchy inside
+	// the sandbox's cgroup namespace; the supervisor's namespace shows
+	// the host's paths (/palisade/NAME).
+	"cgroup_paths": func() string {
+		b, err := os.ReadFile("/proc/self/cgroup")
+		if err != nil {
+			return err.Error()
+		}
+		var seen []string
+		for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			if p := l[strings.LastIndexByte(l, ':')+1:]; !slices.Contains(seen, p) {
+				seen = append(seen, p)
+			}
+		}
+		return strings.Join(seen, ",")
 	},
 	"ctty": func() string {
 		fd, err := unix.Open("/dev/tty", unix.O_RDWR, 0)

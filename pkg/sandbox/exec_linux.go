@@ -149,7 +149,7 @@ func handleExec(conn *net.UnixConn, cfg *InitConfig, sp *spawner, rp *reaper) {
 		refuse(err)
 		return
 	}
-	if err := verifyConfined(pid, proc.User.UID, proc.User.GID, cfg.Seccomp); err != nil {
+	if err := verifyConfined(pid, proc.User.UID, proc.User.GID, cfg.Seccomp, sp.ns); err != nil {
 		refuse(fail("verify", ExitSandboxFailed, err))
 		return
 	}

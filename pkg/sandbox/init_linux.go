@@ -33,8 +33,10 @@ func lockThreadForever() { runtime.LockOSThread() }
 // weakenForTest, when set, makes the init skip one step of the drop so
 // that a test can check that verifyConfined notices, kills the command and
 // fails the start: "seccomp" skips installing the filter, "identity" forks
-// the command as root (uid and gid 0). Only the package's TestMain sets it
-// (in the init copy of the test binary); no production path does.
+// the command as root (uid and gid 0), "cgroupns" leaves the spawner in
+// the cgroup namespace the init was started in. Only the package's
+// TestMain sets it (in the init copy of the test binary); no production
+// path does.
 var weakenForTest string
 
 // initFail is a setup failure with the exit status the supervisor reports.
@@ -75,6 +77,10 @@ func runInit(ctl *channel) int {
 	// command once it exists.
 	sigs := make(chan os.Signal, 32)
 	signal.Notify(sigs, append([]os.Signal{unix.SIGCHLD}, forwarded...)...)
+	// The cgroup namespace the init was started in (the supervisor's):
+	// no command may be left in it. Read before the mounts, from the
+	// host's /proc, where the supervisor already looked the init up.
+	outerNS, nsErr := cgroupNSOf("self")
 	report := func(err error) int {
 		var f *initFail
 		if !errors.As(err, &f) {
@@ -125,8 +131,11 @@ func runInit(ctl *channel) int {
 		}
 		break
 	}
+	if nsErr != nil {
+		return report(fail("namespaces", ExitSandboxFailed, nsErr))
+	}
 	rp := newReaper()
-	conf, sp, cmdPID, done, err := setup(ctl, cfg, rp)
+	conf, sp, cmdPID, done, err := setup(ctl, cfg, rp, outerNS)
 	if err != nil {
 		return report(err)
 	}
@@ -138,12 +147,13 @@ func runInit(ctl *channel) int {
 	return waitMain(ctl, cmdPID, done, sigs)
 }
 
-// setup makes the sandbox's host (cgroup namespace, mounts, hostname,
-// loopback), confines the spawning thread, and starts the main command
-// from it (none when the sandbox is kept alive). It returns what was
-// applied, the spawner execs use, and the main command's pid (0 when
-// kept alive) and the channel that receives its status.
-func setup(ctl *channel, cfg *InitConfig, rp *reaper) (*Confinement, *spawner, int, chan unix.WaitStatus, error) {
+// setup makes the sandbox's host (mounts, hostname, loopback), confines
+// the spawning thread (whose cgroup namespace is the sandbox's), and
+// starts the main command from it (none when the sandbox is kept alive).
+// It returns what was applied, the spawner execs use, and the main
+// command's pid (0 when kept alive) and the channel that receives its
+// status.
+func setup(ctl *channel, cfg *InitConfig, rp *reaper, outerNS uint64) (*Confinement, *spawner, int, chan unix.WaitStatus, error) {
 	s := cfg.Spec
 	t0 := time.Now()
 	var steps []string
@@ -157,12 +167,6 @@ func setup(ctl *channel, cfg *InitConfig, rp *reaper) (*Confinement, *spawner, i
 			ctl.send(Message{Type: MsgLog, Level: "debug", Msg: "init timing: " + strings.Join(steps, " ")}, -1)
 		}
 	}()
-	// The cgroup namespace is created only now, after the supervisor has
-	// moved us into the sandbox cgroup, so its root is that cgroup.
-	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
-		return nil, nil, 0, nil, fail("namespaces", ExitSandboxFailed, fmt.Errorf("unshare cgroup namespace: %w", err))
-	}
-	mark("cgroupns")
 	nmounts, wdMount, err := setupMounts(s, cfg.workdirFD)
 	if err != nil {
 		return nil, nil, 0, nil, fail("mounts", ExitSandboxFailed, err)
@@ -228,7 +232,7 @@ func setup(ctl *channel, cfg *InitConfig, rp *reaper) (*Confinement, *spawner, i
 	for _, ns := range s.Linux.Namespaces {
 		conf.Namespaces = append(conf.Namespaces, string(ns.Type))
 	}
-	sp, err := startSpawner(cfg, conf)
+	sp, err := startSpawner(cfg, conf, outerNS)
 	if err != nil {
 		if pty != nil {
 			pty.Close()
@@ -247,7 +251,7 @@ func setup(ctl *channel, cfg *InitConfig, rp *reaper) (*Confinement, *spawner, i
 	if err != nil {
 		return nil, nil, 0, nil, err
 	}
-	if err := verifyConfined(pid, uid, gid, cfg.Seccomp); err != nil {
+	if err := verifyConfined(pid, uid, gid, cfg.Seccomp, sp.ns); err != nil {
 		return nil, nil, 0, nil, fail("verify", ExitSandboxFailed, err)
 	}
 	mark("verify")
@@ -271,13 +275,17 @@ func waitStart(ctl *channel) error {
 
 // verifyConfined checks after the fact that the kernel's view of the
 // command shows the drop (identity, all five capability sets empty,
-// no_new_privs, seccomp filter mode). On a mismatch it kills the command
-// and returns the reason. A command that already exited (a zombie) has
-// nothing left to check.
-func verifyConfined(pid int, uid, gid uint32, seccomp bool) error {
+// no_new_privs, seccomp filter mode) and that it is in the sandbox's
+// cgroup namespace (ns). On a mismatch it kills the command and returns
+// the reason. A command that already exited (a zombie) has nothing left
+// to check.
+func verifyConfined(pid int, uid, gid uint32, seccomp bool, ns cgroupNS) error {
 	st, err := caps.ReadStatus(pid)
 	if err == nil {
 		err = caps.Verify(st, caps.Expect{UID: uid, GID: gid, Seccomp: seccomp})
+	}
+	if err == nil {
+		err = ns.check(pid)
 	}
 	if err != nil && !exitedAlready(pid) {
 		unix.Kill(pid, unix.SIGKILL)
@@ -337,8 +345,15 @@ func commandIO(ctl *channel, s *specs.Spec) ([3]*os.File, *os.File, error) {
 // Go runtime creates new threads from its template thread, never from a
 // locked one, so the confinement cannot spread to them (seccomp does, by
 // TSYNC).
+//
+// The sandbox's cgroup namespace is this thread's own too: a namespace
+// made by unshare is the calling thread's only. The init's main goroutine
+// had made it, on whichever thread the scheduler gave it, and in about
+// one start in thirty the spawner ran on another thread, still in the
+// supervisor's namespace, so the command saw the host's cgroup paths.
 type spawner struct {
 	reqs chan spawnReq
+	ns   cgroupNS
 }
 
 type spawnReq struct {
@@ -354,11 +369,12 @@ type spawnRes struct {
 	err error
 }
 
-// startSpawner confines a new locked thread and returns once it is ready
-// to fork, or why it could not be confined. conf receives the Landlock
-// result and the seccomp rule count.
-func startSpawner(cfg *InitConfig, conf *Confinement) (*spawner, error) {
-	sp := &spawner{reqs: make(chan spawnReq)}
+// startSpawner confines a new locked thread, in a cgroup namespace of
+// its own (not outerNS, the one the init was started in), and returns
+// once it is ready to fork, or why it could not be confined. conf
+// receives the Landlock result and the seccomp rule count.
+func startSpawner(cfg *InitConfig, conf *Confinement, outerNS uint64) (*spawner, error) {
+	sp := &spawner{reqs: make(chan spawnReq), ns: cgroupNS{outer: outerNS}}
 	ready := make(chan error, 1)
 	go func() {
 		lockThreadForever()
@@ -367,6 +383,14 @@ func startSpawner(cfg *InitConfig, conf *Confinement) (*spawner, error) {
 		if err := restoreTimerSlack(); err != nil {
 			ready <- fail("timerslack", ExitSandboxFailed, err)
 			return
+		}
+		// The init was started inside the sandbox's cgroup, which
+		// becomes the namespace's root.
+		if weakenForTest != "cgroupns" {
+			if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
+				ready <- fail("namespaces", ExitSandboxFailed, fmt.Errorf("unshare cgroup namespace: %w", err))
+				return
+			}
 		}
 		if err := confineThread(cfg, conf); err != nil {
 			ready <- err
@@ -382,6 +406,42 @@ func startSpawner(cfg *InitConfig, conf *Confinement) (*spawner, error) {
 		return nil, err
 	}
 	return sp, nil
+}
+
+// cgroupNS is the cgroup namespace a command of the sandbox must not be
+// in: the one the init was started in (outer), the supervisor's. The
+// spawner's own is the only other one the init makes. (Only /proc/PID
+// entries are looked up, never a thread's: a thread's /proc entries are
+// flushed when it exits, which on a loaded host made the reaping
+// parent's wait4 spin for milliseconds.)
+type cgroupNS struct{ outer uint64 }
+
+// cgroupNSOf is the cgroup namespace of /proc/PROC (a pid or "self").
+func cgroupNSOf(proc string) (uint64, error) {
+	var st unix.Stat_t
+	if err := unix.Stat("/proc/"+proc+"/ns/cgroup", &st); err != nil {
+		return 0, fmt.Errorf("cgroup namespace: %w", err)
+	}
+	return st.Ino, nil
+}
+
+// check refuses a command (pid) outside the sandbox's cgroup namespace.
+// A command whose namespaces are gone passes: it is exiting (do_exit
+// released them before it became a zombie) or was reaped, and runs
+// nothing any more. (A command that exits at once was refused so, with
+// 125, in 1 start in 300 under load.)
+func (ns cgroupNS) check(pid int) error {
+	got, err := cgroupNSOf(strconv.Itoa(pid))
+	if errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if got == ns.outer {
+		return fmt.Errorf("cgroup namespace %d is the one the init was started in, not the sandbox's", got)
+	}
+	return nil
 }
 
 // spawn forks and executes path with proc's arguments, environment,

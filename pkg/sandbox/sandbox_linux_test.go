@@ -349,10 +349,10 @@ func TestIsolationFromHost(t *testing.T) {
 
 		_, port, _ := net.SplitHostPort(ln.Addr().String())
 		got := f.attack([]string{"PALISADE_T_HOSTPORT=" + port, "PALISADE_T_HOSTSOCK=" + sock},
-			"fds", "procs", "host_tcp", "host_unix", "env_secret", "interfaces", "ctty")
+			"fds", "procs", "host_tcp", "host_unix", "env_secret", "interfaces", "ctty", "cgroup_paths")
 		expect(t, got, map[string]string{
 			"host_tcp": "ECONNREFUSED", "host_unix": "ENOENT", "env_secret": "absent",
-			"interfaces": "lo", "ctty": "ENXIO",
+			"interfaces": "lo", "ctty": "ENXIO", "cgroup_paths": "/",
 		})
 		// Only the init and the attacker (and its threads' process) are visible.
 		pids := strings.Split(got["procs"], ",")

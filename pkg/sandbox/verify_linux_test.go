@@ -27,7 +27,7 @@ func TestVerifyConfinedKillsAnUnconfinedCommand(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	defer cmd.Process.Kill()
-	err := verifyConfined(cmd.Process.Pid, SandboxID, SandboxID, true)
+	err := verifyConfined(cmd.Process.Pid, SandboxID, SandboxID, true, cgroupNS{})
 	if err == nil || !strings.Contains(err.Error(), "uid[0]=0") || !strings.Contains(err.Error(), "CapEff") || !strings.Contains(err.Error(), "NoNewPrivs") {
 		t.Fatalf("verifyConfined = %v, want a refusal naming uid, capabilities and no_new_privs", err)
 	}
@@ -41,6 +41,30 @@ func TestVerifyConfinedKillsAnUnconfinedCommand(t *testing.T) {
 	}
 }
 
+// The cgroup namespace check refuses a process in the namespace the init
+// was started in, and passes one whose namespaces are gone (exited and
+// reaped here; a command in do_exit has released them too): a command
+// that exits at once must not fail its start.
+func TestCgroupNSCheck(t *testing.T) {
+	own, err := cgroupNSOf("self")
+	if err != nil {
+		t.Skipf("no cgroup namespace links: %v", err)
+	}
+	if err := (cgroupNS{outer: own}).check(os.Getpid()); err == nil {
+		t.Fatal("check passed a process in the outer namespace")
+	}
+	if err := (cgroupNS{outer: own + 1}).check(os.Getpid()); err != nil {
+		t.Fatalf("check refused a process outside the outer namespace: %v", err)
+	}
+	cmd := exec.Command("/bin/true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	if err := (cgroupNS{outer: own}).check(cmd.Process.Pid); err != nil {
+		t.Fatalf("check refused a process that is gone: %v", err)
+	}
+}
+
 // weakenInitEnv names the drop step the init copy of the test binary
 // skips (weakenForTest).
 const weakenInitEnv = "PALISADE_TEST_WEAKEN_DROP"
@@ -51,10 +75,14 @@ const weakenInitEnv = "PALISADE_TEST_WEAKEN_DROP"
 // through a wrapper that sets weakenInitEnv (the supervisor gives the init
 // a fixed environment). Deleting the init's verifyConfined call fails
 // this test: the command would run, unconfined, and exit 0. The same
-// holds for a command exec'd into a running sandbox.
+// holds for a command exec'd into a running sandbox. "cgroupns" is a
+// spawner that did not unshare the sandbox's cgroup namespace: before
+// the spawner unshared it itself, the init's main goroutine did, on
+// whatever thread it ran, and about one command in thirty was forked
+// from a thread that was still in the supervisor's namespace.
 func TestInitKillsACommandTheDropMissed(t *testing.T) {
 	f := newFixture(t)
-	for _, step := range []string{"seccomp", "identity"} {
+	for _, step := range []string{"seccomp", "identity", "cgroupns"} {
 		t.Run(step, func(t *testing.T) {
 			wrapper := filepath.Join(t.TempDir(), "init-weaken-"+step)
 			script := "#!/bin/sh\n" + weakenInitEnv + "=" + step + " exec " + f.exe + " \"$@\"\n"
