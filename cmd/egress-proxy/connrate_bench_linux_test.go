@@ -31,7 +31,12 @@ import (
 // redirects there, with no CONNECT; the proxy CPU is that proxy's),
 // "floor" (a minimal Go relay in the transparent row's place: accept,
 // SO_ORIGINAL_DST, dial, splice both ways, and nothing else;
-// floor_bench_linux_test.go), squid and tinyproxy (when installed), all
+// floor_bench_linux_test.go), "floor-sockmap" (the same relay handing
+// both sockets to the kernel once dialed: a sockhash and an sk_skb
+// verdict; ksplice_bench_linux_test.go), "floor-raw" and
+// "floor-sockmap-raw" (the floor in user space and with the kernel
+// splice, each on one thread with an epoll of its own instead of Go's
+// poller), squid and tinyproxy (when installed), all
 // on the host side of the same veth. It runs with no extra processes in
 // the cgroup and with 2,000 sleeping ones, which cost a /proc-based
 // attribution its fd-table scan.
@@ -40,8 +45,10 @@ import (
 // each phase (TCP connect; CONNECT sent until its 200 arrived, 0 when
 // direct; the 1 KiB round trip; close(2), which sends the FIN and wakes
 // the peer); first100-answer-us is the median CONNECT answer of the first
-// 100 connections only, and proxy-cpu-us the proxy process's CPU time
-// per connection (0 when direct); scripts/bench/connrate.sh runs it in
+// 100 connections only, proxy-cpu-us the proxy process's CPU time per
+// connection (0 when direct), kworker-cpu-us that of the kernel's
+// worker threads and switches the machine's context switches per
+// connection (both the whole machine's); scripts/bench/connrate.sh runs it in
 // rounds and prints the medians and ratios. Every row runs 300
 // unmeasured connections once before the first measured row.
 //
@@ -70,8 +77,14 @@ func BenchmarkSandboxConnectRate(b *testing.B) {
 	synthetic := func() string {
 		return net.JoinHostPort(sb.resolvePolicyDNS(b, exe, "echo.test").String(), strconv.Itoa(nettest.EchoPort))
 	}
-	floor := sb.startFloor(b, echo)
+	floor := sb.startFloor(b, echo, "")
 	floorTarget := net.JoinHostPort(floorAddr, strconv.Itoa(nettest.EchoPort))
+	sockmapFloor := sb.startFloor(b, echo, "sockmap")
+	sockmapTarget := net.JoinHostPort(sockmapFloorAddr, strconv.Itoa(nettest.EchoPort))
+	rawSockmapFloor := sb.startFloor(b, echo, "sockmap-raw")
+	rawSockmapTarget := net.JoinHostPort(rawSockmapFloorAddr, strconv.Itoa(nettest.EchoPort))
+	rawFloor := sb.startFloor(b, echo, "raw")
+	rawTarget := net.JoinHostPort(rawFloorAddr, strconv.Itoa(nettest.EchoPort))
 	dir := b.TempDir()
 	squid := sb.startSquid(b, dir)
 	tiny := sb.startTinyproxy(b, dir)
@@ -86,10 +99,13 @@ func BenchmarkSandboxConnectRate(b *testing.B) {
 		if proxied {
 			cpu0 = cpuTime(b, pid)
 		}
+		kw0, sw0 := kworkerTimes(), contextSwitches(b)
 		cmd := sb.start(b, &out, exe, script, mode, proxy, target, strconv.Itoa(b.N), "20")
 		if err := cmd.Wait(); err != nil {
 			b.Fatalf("connrate %s via %q: %v: %s", mode, proxy, err, out.String())
 		}
+		kwPer := float64(kworkerSince(kw0)) / float64(time.Microsecond)
+		sw := contextSwitches(b) - sw0
 		var cpuPer float64
 		if proxied {
 			cpuPer = float64(cpuTime(b, pid)-cpu0) / float64(time.Microsecond)
@@ -103,6 +119,15 @@ func BenchmarkSandboxConnectRate(b *testing.B) {
 		// The proxy's own CPU time per connection (0 when direct): less
 		// noisy than the rate, which the whole machine's load moves.
 		b.ReportMetric(cpuPer/float64(n), "proxy-cpu-us")
+		// The kernel's worker threads' CPU time per connection, the
+		// whole machine's: a sockmap's redirect is sent from a kworker,
+		// which proxy-cpu-us does not count. Every row has it, so the
+		// floor-sockmap rows' excess over the others is theirs.
+		b.ReportMetric(kwPer/float64(n), "kworker-cpu-us")
+		// The whole machine's context switches per connection (other
+		// processes' included): each is a wake-up of the client, the
+		// echo server, the proxy or a kworker.
+		b.ReportMetric(float64(sw)/float64(n), "switches")
 		// Medians of each phase: where a proxied connection's time goes.
 		b.ReportMetric(float64(connectUS), "connect-us")
 		b.ReportMetric(float64(headUS), "connect-answer-us")
@@ -121,7 +146,7 @@ func BenchmarkSandboxConnectRate(b *testing.B) {
 	// with 2,000 processes, measured later in the same round.
 	for _, w := range []struct{ mode, proxy, target string }{
 		{"direct", "-", echo}, {"connect", proxyAddr, "echo.test:" + strconv.Itoa(nettest.EchoPort)},
-		{"direct", "-", synthetic()}, {"direct", "-", floorTarget}, {"connect", squid, echo}, {"connect", tiny, echo},
+		{"direct", "-", synthetic()}, {"direct", "-", floorTarget}, {"direct", "-", sockmapTarget}, {"direct", "-", rawSockmapTarget}, {"direct", "-", rawTarget}, {"connect", squid, echo}, {"connect", tiny, echo},
 	} {
 		if w.proxy == "" {
 			continue
@@ -142,6 +167,9 @@ func BenchmarkSandboxConnectRate(b *testing.B) {
 			})
 			b.Run("transparent", func(b *testing.B) { rate(b, "direct", "-", synthetic(), proxyAddr) })
 			b.Run("floor", func(b *testing.B) { rate(b, "direct", "-", floorTarget, floor) })
+			b.Run("floor-sockmap", func(b *testing.B) { rate(b, "direct", "-", sockmapTarget, sockmapFloor) })
+			b.Run("floor-raw", func(b *testing.B) { rate(b, "direct", "-", rawTarget, rawFloor) })
+			b.Run("floor-sockmap-raw", func(b *testing.B) { rate(b, "direct", "-", rawSockmapTarget, rawSockmapFloor) })
 			b.Run("squid", func(b *testing.B) {
 				if squid == "" {
 					b.Skip("squid not installed (apt install squid)")
@@ -226,6 +254,58 @@ func (sb *benchSandbox) daemon(b *testing.B, addr, bin string, args ...string) {
 	b.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	sb.pids[addr] = cmd.Process.Pid
 	sb.waitListening(b, addr)
+}
+
+// contextSwitches is the machine's context switches since boot (the
+// ctxt line of /proc/stat).
+func contextSwitches(b *testing.B) int64 {
+	raw, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		b.Fatal(err)
+	}
+	_, rest, ok := bytes.Cut(raw, []byte("\nctxt "))
+	line, _, _ := bytes.Cut(rest, []byte("\n"))
+	v, err := strconv.ParseInt(string(line), 10, 64)
+	if !ok || err != nil {
+		b.Fatalf("/proc/stat: no ctxt line")
+	}
+	return v
+}
+
+// kworkerTimes is the CPU time each kernel worker thread (kworker/*)
+// has used so far, by pid, in clock ticks as cpuTime reads them.
+func kworkerTimes() map[string]int64 {
+	ents, _ := os.ReadDir("/proc")
+	t := map[string]int64{}
+	for _, e := range ents {
+		if e.Name()[0] < '0' || e.Name()[0] > '9' {
+			continue
+		}
+		raw, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil || !bytes.Contains(raw, []byte("(kworker/")) {
+			continue
+		}
+		f := strings.Fields(string(raw[bytes.LastIndexByte(raw, ')')+1:]))
+		u, _ := strconv.ParseInt(f[11], 10, 64)
+		s, _ := strconv.ParseInt(f[12], 10, 64)
+		t[e.Name()] = u + s
+	}
+	return t
+}
+
+// kworkerSince is the CPU time the kernel worker threads have used since
+// before (kworkerTimes), those that started since included; those that
+// exited since are not counted (kworkers come and go with the load).
+func kworkerSince(before map[string]int64) time.Duration {
+	var ticks int64
+	for pid, t := range kworkerTimes() {
+		if t >= before[pid] {
+			ticks += t - before[pid]
+		} else { // a new thread on an exited one's pid
+			ticks += t
+		}
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond
 }
 
 // cpuTime is the CPU time process pid has used so far, its threads that

@@ -76,19 +76,24 @@ func (sb *benchSandbox) redirectSynthetic(b testing.TB) {
 		&expr.Immediate{Register: 2, Data: binary.BigEndian.AppendUint16(nil, benchTransparentPort+benchTransparentPorts-1)},
 		&expr.Redir{RegisterProtoMin: 1, RegisterProtoMax: 2},
 	}})
-	// The floor row's address (floor_bench_linux_test.go) to the floor
-	// relay, the same way.
-	floor := netip.MustParseAddr(floorAddr).As4()
-	c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: []expr.Any{
-		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname},
-		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: floor[:]},
-		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_TCP}},
-		&expr.Immediate{Register: 1, Data: binary.BigEndian.AppendUint16(nil, floorPort)},
-		&expr.Redir{RegisterProtoMin: 1},
-	}})
+	// The floor rows' addresses (floor_bench_linux_test.go) to their
+	// relays, the same way.
+	for _, f := range []struct {
+		addr string
+		port uint16
+	}{{floorAddr, floorPort}, {sockmapFloorAddr, sockmapFloorPort}, {rawSockmapFloorAddr, rawSockmapFloorPort}, {rawFloorAddr, rawFloorPort}} {
+		a := netip.MustParseAddr(f.addr).As4()
+		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: []expr.Any{
+			&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname},
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: a[:]},
+			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_TCP}},
+			&expr.Immediate{Register: 1, Data: binary.BigEndian.AppendUint16(nil, f.port)},
+			&expr.Redir{RegisterProtoMin: 1},
+		}})
+	}
 	if err := c.Flush(); err != nil {
 		b.Fatalf("nftables redirect of the synthetic range: %v", err)
 	}
