@@ -146,29 +146,11 @@ func rawRelayServe(ln int, upstream netip.AddrPort, originalDst bool) error {
 				}
 				continue
 			}
-			c, _, err := unix.Accept4(ln, unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK)
-			if err == unix.EAGAIN || err == unix.EINTR || err == unix.ECONNABORTED {
-				continue
-			}
+			c, u, err := rawAcceptDial(ln, sa, originalDst)
 			if err != nil {
 				return err
 			}
-			if originalDst {
-				if _, err := unix.GetsockoptIPv6Mreq(c, unix.IPPROTO_IP, unix.SO_ORIGINAL_DST); err != nil {
-					unix.Close(c)
-					continue
-				}
-			}
-			// Blocking for the connect (a veth peer completes the
-			// handshake inside the call), then non-blocking.
-			u, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-			if err != nil {
-				unix.Close(c)
-				continue
-			}
-			if err := unix.Connect(u, sa); err != nil {
-				unix.Close(c)
-				unix.Close(u)
+			if c < 0 {
 				continue
 			}
 			unix.SetNonblock(u, true)
@@ -180,4 +162,37 @@ func rawRelayServe(ln int, upstream netip.AddrPort, originalDst bool) error {
 			}
 		}
 	}
+}
+
+// rawAcceptDial accepts one connection on the non-blocking listener ln
+// (reading its original destination when originalDst, as the proxy's
+// transparent listener does) and connects a new socket to sa, blocking
+// (a veth peer completes the handshake inside the call). It returns
+// c = -1 when there was nothing to accept or that connection is given
+// up (both ends closed), and an error only when the listener failed.
+func rawAcceptDial(ln int, sa unix.Sockaddr, originalDst bool) (c, u int, err error) {
+	c, _, err = unix.Accept4(ln, unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK)
+	if err == unix.EAGAIN || err == unix.EINTR || err == unix.ECONNABORTED {
+		return -1, -1, nil
+	}
+	if err != nil {
+		return -1, -1, err
+	}
+	if originalDst {
+		if _, err := unix.GetsockoptIPv6Mreq(c, unix.IPPROTO_IP, unix.SO_ORIGINAL_DST); err != nil {
+			unix.Close(c)
+			return -1, -1, nil
+		}
+	}
+	u, err = unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		unix.Close(c)
+		return -1, -1, nil
+	}
+	if err := unix.Connect(u, sa); err != nil {
+		unix.Close(c)
+		unix.Close(u)
+		return -1, -1, nil
+	}
+	return c, u, nil
 }

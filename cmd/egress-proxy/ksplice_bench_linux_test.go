@@ -207,30 +207,14 @@ func rawSockmapServe(ks *kernelSplice, ln int, upstream netip.AddrPort, original
 				}
 				continue
 			}
-			c, _, err := unix.Accept4(ln, unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK)
-			if err == unix.EAGAIN || err == unix.EINTR || err == unix.ECONNABORTED {
-				continue
-			}
+			c, u, err := rawAcceptDial(ln, sa, originalDst)
 			if err != nil {
 				return err
 			}
-			if originalDst {
-				if _, err := unix.GetsockoptIPv6Mreq(c, unix.IPPROTO_IP, unix.SO_ORIGINAL_DST); err != nil {
-					unix.Close(c)
-					continue
-				}
-			}
-			u, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-			if err != nil {
-				unix.Close(c)
+			if c < 0 {
 				continue
 			}
 			p := &pair{fd: [2]int{c, u}}
-			if err := unix.Connect(u, sa); err != nil {
-				unix.Close(c)
-				unix.Close(u)
-				continue
-			}
 			if p.cookie[0], p.cookie[1], err = ks.pairFDs(c, u); err != nil {
 				unix.Close(c)
 				unix.Close(u)

@@ -140,6 +140,25 @@ func TestFenceReusedAddressStartsClean(t *testing.T) {
 
 // rangeListeners listens on every port of f's transparent range in the
 // lab's host namespace and returns a channel of what they accept.
+// dialAccepted dials dst from the client port in ns (connection i, for
+// the messages) and returns the client's end and the end a transparent
+// listener of accepted took.
+func dialAccepted(t *testing.T, ns netns.NsHandle, clientPort int, dst netip.AddrPort, accepted <-chan *net.TCPConn, i int) (net.Conn, *net.TCPConn) {
+	t.Helper()
+	c, err := dialPort(ns, clientPort, dst)
+	if err != nil {
+		t.Fatalf("connection %d: dial %s from port %d: %v", i, dst, clientPort, err)
+	}
+	select {
+	case sc := <-accepted:
+		return c, sc
+	case <-time.After(5 * time.Second):
+		c.Close()
+		t.Fatalf("connection %d to %s: no transparent listener accepted it", i, dst)
+	}
+	return nil, nil
+}
+
 func rangeListeners(t *testing.T, l *lab, f *Fence, first, n uint16) <-chan *net.TCPConn {
 	t.Helper()
 	accepted := make(chan *net.TCPConn, n)
@@ -188,17 +207,7 @@ func TestFenceTransparentClientPortReuse(t *testing.T) {
 		netip.MustParseAddrPort("198.18.0.11:7007"),
 		netip.MustParseAddrPort("198.18.0.12:443"),
 	} {
-		c, err := dialPort(ns, clientPort, dst)
-		if err != nil {
-			t.Fatalf("connection %d: dial %s from port %d: %v", i, dst, clientPort, err)
-		}
-		var sc *net.TCPConn
-		select {
-		case sc = <-accepted:
-		case <-time.After(5 * time.Second):
-			c.Close()
-			t.Fatalf("connection %d to %s: no transparent listener accepted it", i, dst)
-		}
+		c, sc := dialAccepted(t, ns, clientPort, dst, accepted, i)
 		client := sc.RemoteAddr().(*net.TCPAddr).AddrPort()
 		local := sc.LocalAddr().(*net.TCPAddr).AddrPort()
 		orig, err := OriginalDst(sc)
@@ -284,17 +293,7 @@ func TestFenceFlushConntrackFreesTheRange(t *testing.T) {
 	roundTrip := func(i int) netip.AddrPort {
 		t.Helper()
 		dst := netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 18, 1, byte(i)}), 7007)
-		c, err := dialPort(ns, clientPort, dst)
-		if err != nil {
-			t.Fatalf("connection %d: dial %s from port %d: %v", i, dst, clientPort, err)
-		}
-		var sc *net.TCPConn
-		select {
-		case sc = <-accepted:
-		case <-time.After(5 * time.Second):
-			c.Close()
-			t.Fatalf("connection %d to %s: no transparent listener accepted it", i, dst)
-		}
+		c, sc := dialAccepted(t, ns, clientPort, dst, accepted, i)
 		client := sc.RemoteAddr().(*net.TCPAddr).AddrPort()
 		c.Close() // the client first: the host's entry ends in TIME_WAIT
 		sc.SetDeadline(time.Now().Add(3 * time.Second))

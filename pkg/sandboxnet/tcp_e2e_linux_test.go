@@ -225,20 +225,9 @@ PY
 func TestTransparentTCPEpochAcrossProxyRestart(t *testing.T) {
 	l := newLab(t, labTCPEcho)
 	cmd := l.command(epochScript)
-	stdout, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { stopSupervisor(cmd) })
+	sc := startReading(t, cmd)
 	r := map[string]string{}
-	sc := bufio.NewScanner(stdout)
-	for sc.Scan() {
-		k, v, _ := strings.Cut(sc.Text(), "=")
-		r[k] = v
-		if k == "first_addr" {
-			break
-		}
-	}
+	readKeys(sc, r, "first_addr")
 	if r["first"] != "echo" {
 		t.Fatalf("before the restart: %v", r)
 	}
@@ -275,11 +264,7 @@ func TestTransparentTCPEpochAcrossProxyRestart(t *testing.T) {
 		t.Fatalf("restarted proxy %d (killed %d) runs epoch %d; persisted %d, before the restart %d", pid, old, epoch, readEpoch(), first)
 	}
 	os.WriteFile(filepath.Join(l.wd, "restarted"), nil, 0o644)
-	for sc.Scan() {
-		if k, v, ok := strings.Cut(sc.Text(), "="); ok {
-			r[k] = v
-		}
-	}
+	readKeys(sc, r, "")
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("sandbox: %v (%v)", err, r)
 	}
@@ -422,20 +407,9 @@ func TestTransparentClientPortAcrossProxyRestart(t *testing.T) {
 	}
 	l.hosts = l.inet.HostsFile(names)
 	cmd := l.command(portReuseScript)
-	stdout, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { stopSupervisor(cmd) })
+	sc := startReading(t, cmd)
 	r := map[string]string{}
-	sc := bufio.NewScanner(stdout)
-	for sc.Scan() {
-		k, v, _ := strings.Cut(sc.Text(), "=")
-		r[k] = v
-		if k == "ready" {
-			break
-		}
-	}
+	readKeys(sc, r, "ready")
 	for i := range DefaultTransparentPorts {
 		if k := fmt.Sprintf("before%d", i); r[k] != "echo" {
 			t.Fatalf("before the restart: %s=%q, want echo (%v)", k, r[k], r)
@@ -453,11 +427,7 @@ func TestTransparentClientPortAcrossProxyRestart(t *testing.T) {
 	syscall.Kill(old, syscall.SIGKILL)
 	waitFor(t, 60*time.Second, func() bool { return bundleHasNewCA(filepath.Dir(files[0]), caBefore) })
 	os.WriteFile(filepath.Join(l.wd, "restarted"), nil, 0o644)
-	for sc.Scan() {
-		if k, v, ok := strings.Cut(sc.Text(), "="); ok {
-			r[k] = v
-		}
-	}
+	readKeys(sc, r, "")
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("sandbox: %v (%v)", err, r)
 	}
@@ -470,6 +440,35 @@ func TestTransparentClientPortAcrossProxyRestart(t *testing.T) {
 		ep, _ := u["egress_proxy"].(map[string]any)
 		if ep["reason"] == "attribution_failed" {
 			t.Errorf("an attribution_failed event (the NAT moved a client port?): %v", ep)
+		}
+	}
+}
+
+// startReading starts the sandbox command cmd (stopped at the test's
+// end) and returns a scanner over its standard output.
+func startReading(t *testing.T, cmd *exec.Cmd) *bufio.Scanner {
+	t.Helper()
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopSupervisor(cmd) })
+	return bufio.NewScanner(stdout)
+}
+
+// readKeys reads the "key=value" lines of sc into r: up to and including
+// the line whose key is until, or to the end when until is "".
+func readKeys(sc *bufio.Scanner, r map[string]string, until string) {
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), "=")
+		if ok {
+			r[k] = v
+		}
+		if until != "" && k == until {
+			return
 		}
 	}
 }
