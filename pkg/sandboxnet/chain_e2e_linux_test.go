@@ -131,6 +131,13 @@ func (l *chainLab) run(script string, flags []string, during func(proxyPID int))
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The deferred stop of an earlier run (which lets its script end on
+	// a failure path) leaves the file behind; a script that found it
+	// would end right after "done", and its sandbox could be gone, log
+	// and all, before the log is read below.
+	if err := os.Remove(filepath.Join(l.wd, "stop")); err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +166,6 @@ func (l *chainLab) run(script string, flags []string, during func(proxyPID int))
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("run: %v", err)
 	}
-	os.Remove(filepath.Join(l.wd, "stop"))
 	if len(logs) != 1 {
 		t.Errorf("proxy logs %v; want one", logs)
 	}
