@@ -71,24 +71,14 @@ func TestAttributionRefusalCause(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			var logs bytes.Buffer
-			var logMu sync.Mutex
+			logs := &debugLog{}
 			attr := &fakeAttributor{fn: func(client, _ netip.AddrPort) (*Identity, error) { return nil, tc.err(client) }}
 			env := newEnv(t, policyYAML(echo.port, ""), func(c *Config) {
 				c.Attributor = attr
-				c.Logger = slog.New(slog.NewTextHandler(&lockedWriter{w: &logs, mu: &logMu}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+				c.Logger = logs.logger()
 			})
-			c, resp, _ := env.connect(fmt.Sprintf("allowed.test:%d", echo.port))
-			client := netip.MustParseAddrPort(c.LocalAddr().String())
+			client, body := refusedConnect(t, env, echo.port)
 			want := tc.want(client)
-			body, err := io.ReadAll(resp.Body)
-			if err != nil {
-				t.Fatal(err)
-			}
-			c.Close()
-			if resp.StatusCode != 403 {
-				t.Fatalf("status %d, want 403", resp.StatusCode)
-			}
 			if tc.reason == ReasonAttributionFailed {
 				wantBody := fmt.Sprintf(`{"error":"policy_denied","host":"allowed.test","port":%d,"binary":"","pid":0,"policy":"","reason":%q}`+"\n", echo.port, tc.reason)
 				if string(body) != wantBody {
@@ -116,9 +106,7 @@ func TestAttributionRefusalCause(t *testing.T) {
 				t.Errorf("unmapped.egress_proxy.cause\n got %q\nwant %q", got, want)
 			}
 			env.p.Close() // the log line is written before the event; Close waits anyway
-			logMu.Lock()
 			line := logs.String()
-			logMu.Unlock()
 			if wantAttr := "cause=" + fmt.Sprintf("%q", want); !strings.Contains(line, wantAttr) {
 				t.Errorf("log lacks %s:\n%s", wantAttr, line)
 			}
@@ -184,22 +172,13 @@ func TestIdentityCheckRefusalCause(t *testing.T) {
 		{"save failed, long", curlExe, errPinner{errors.New(long)}, long[:maxRefusalCause]},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var logs bytes.Buffer
-			var logMu sync.Mutex
+			logs := &debugLog{}
 			env := newEnv(t, policyYAML(echo.port, ""), func(c *Config) {
 				c.Attributor = fixedIdentity(identityOf(tc.exe, curlSHA, shellExe))
 				c.Pinner = tc.pinner
-				c.Logger = slog.New(slog.NewTextHandler(&lockedWriter{w: &logs, mu: &logMu}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+				c.Logger = logs.logger()
 			})
-			c, resp, _ := env.connect(fmt.Sprintf("allowed.test:%d", echo.port))
-			body, err := io.ReadAll(resp.Body)
-			if err != nil {
-				t.Fatal(err)
-			}
-			c.Close()
-			if resp.StatusCode != 403 {
-				t.Fatalf("status %d, want 403", resp.StatusCode)
-			}
+			_, body := refusedConnect(t, env, echo.port)
 			exe, _ := json.Marshal(tc.exe)
 			wantBody := fmt.Sprintf(`{"error":"policy_denied","host":"allowed.test","port":%d,"binary":%s,"pid":242,"policy":"","reason":%q}`+"\n", echo.port, exe, ReasonIdentityCheck)
 			if string(body) != wantBody {
@@ -216,12 +195,44 @@ func TestIdentityCheckRefusalCause(t *testing.T) {
 				t.Errorf("unmapped.egress_proxy.cause\n got %q\nwant %q", got, tc.want)
 			}
 			env.p.Close()
-			logMu.Lock()
 			line := logs.String()
-			logMu.Unlock()
 			if wantAttr := "cause=" + fmt.Sprintf("%q", tc.want); !strings.Contains(line, wantAttr) {
 				t.Errorf("log lacks %s:\n%s", wantAttr, line)
 			}
 		})
 	}
+}
+
+// debugLog captures a proxy's log at debug level, safe to read while the
+// proxy writes.
+type debugLog struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *debugLog) logger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(&lockedWriter{w: &l.buf, mu: &l.mu}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+func (l *debugLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+// refusedConnect sends a CONNECT to allowed.test:port, requires a 403
+// and returns the client's address and the body.
+func refusedConnect(t *testing.T, env *testEnv, port int) (netip.AddrPort, []byte) {
+	t.Helper()
+	c, resp, _ := env.connect(fmt.Sprintf("allowed.test:%d", port))
+	defer c.Close()
+	client := netip.MustParseAddrPort(c.LocalAddr().String())
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 403 {
+		t.Fatalf("status %d, want 403", resp.StatusCode)
+	}
+	return client, body
 }
