@@ -41,7 +41,9 @@ import (
 // verdict; ksplice_bench_linux_test.go), "floor-raw" and
 // "floor-sockmap-raw" (the floor in user space and with the kernel
 // splice, each on one thread with an epoll of its own instead of Go's
-// poller), squid and tinyproxy (when installed), all
+// poller), with PALISADE_BENCH_DEFER_ROWS=1 "floor-defer" and
+// "floor-raw-defer" (the floor and floor-raw with TCP_DEFER_ACCEPT on
+// the relay's listener), squid and tinyproxy (when installed), all
 // on the host side of the same veth. It runs with no extra processes in
 // the cgroup and with 2,000 sleeping ones, which cost a /proc-based
 // attribution its fd-table scan.
@@ -55,7 +57,9 @@ import (
 // worker threads and switches the machine's context switches per
 // connection (both the whole machine's); scripts/bench/connrate.sh runs it in
 // rounds and prints the medians and ratios. Every row runs 300
-// unmeasured connections once before the first measured row.
+// unmeasured connections once before the first measured row, and every
+// measured row starts with no TIME_WAIT socket in the bench namespaces
+// (dropTimeWait).
 //
 //	go test -run '^$' -bench SandboxConnectRate -benchtime 2000x ./cmd/egress-proxy
 func BenchmarkSandboxConnectRate(b *testing.B) {
@@ -90,6 +94,17 @@ func BenchmarkSandboxConnectRate(b *testing.B) {
 	rawSockmapTarget := net.JoinHostPort(rawSockmapFloorAddr, strconv.Itoa(nettest.EchoPort))
 	rawFloor := sb.startFloor(b, echo, "raw")
 	rawTarget := net.JoinHostPort(rawFloorAddr, strconv.Itoa(nettest.EchoPort))
+	// floor-defer and floor-raw-defer (TCP_DEFER_ACCEPT on the relay's
+	// listener) run only with PALISADE_BENCH_DEFER_ROWS=1: measured once
+	// (docs/egress-proxy.md), they did not lift the floor.
+	deferRows := os.Getenv("PALISADE_BENCH_DEFER_ROWS") == "1"
+	var deferFloor, deferTarget, rawDeferFloor, rawDeferTarget string
+	if deferRows {
+		deferFloor = sb.startFloor(b, echo, "defer")
+		deferTarget = net.JoinHostPort(deferFloorAddr, strconv.Itoa(nettest.EchoPort))
+		rawDeferFloor = sb.startFloor(b, echo, "raw-defer")
+		rawDeferTarget = net.JoinHostPort(rawDeferFloorAddr, strconv.Itoa(nettest.EchoPort))
+	}
 	dir := b.TempDir()
 	squid := sb.startSquid(b, dir)
 	tiny := sb.startTinyproxy(b, dir)
@@ -152,10 +167,15 @@ func BenchmarkSandboxConnectRate(b *testing.B) {
 	// (squid's start, cold caches): without it, over 15 rounds, direct
 	// with no other process ran at a median 0.87x (0.62-1.24x) of direct
 	// with 2,000 processes, measured later in the same round.
-	for _, w := range []struct{ mode, proxy, target string }{
+	warm := []struct{ mode, proxy, target string }{
 		{"direct", "-", echo}, {"connect", proxyAddr, "echo.test:" + strconv.Itoa(nettest.EchoPort)},
 		{"direct", "-", synthetic()}, {"direct", "-", floorTarget}, {"direct", "-", sockmapTarget}, {"direct", "-", rawSockmapTarget}, {"direct", "-", rawTarget}, {"connect", squid, echo}, {"connect", tiny, echo},
-	} {
+	}
+	if deferRows {
+		warm = append(warm, struct{ mode, proxy, target string }{"direct", "-", deferTarget},
+			struct{ mode, proxy, target string }{"direct", "-", rawDeferTarget})
+	}
+	for _, w := range warm {
 		if w.proxy == "" {
 			continue
 		}
@@ -178,6 +198,10 @@ func BenchmarkSandboxConnectRate(b *testing.B) {
 			b.Run("floor-sockmap", func(b *testing.B) { rate(b, "direct", "-", sockmapTarget, sockmapFloor) })
 			b.Run("floor-raw", func(b *testing.B) { rate(b, "direct", "-", rawTarget, rawFloor) })
 			b.Run("floor-sockmap-raw", func(b *testing.B) { rate(b, "direct", "-", rawSockmapTarget, rawSockmapFloor) })
+			if deferRows {
+				b.Run("floor-defer", func(b *testing.B) { rate(b, "direct", "-", deferTarget, deferFloor) })
+				b.Run("floor-raw-defer", func(b *testing.B) { rate(b, "direct", "-", rawDeferTarget, rawDeferFloor) })
+			}
 			b.Run("squid", func(b *testing.B) {
 				if squid == "" {
 					b.Skip("squid not installed (apt install squid)")

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -54,6 +55,11 @@ const (
 	rawSockmapFloorPort = 3143
 	rawFloorAddr        = "203.0.113.10"
 	rawFloorPort        = 3144
+	// floor and floor-raw with TCP_DEFER_ACCEPT on the listener.
+	deferFloorAddr    = "203.0.113.11"
+	deferFloorPort    = 3145
+	rawDeferFloorAddr = "203.0.113.12"
+	rawDeferFloorPort = 3146
 )
 
 func init() {
@@ -75,6 +81,11 @@ func floorRelay(listen, upstream, mode string) error {
 	if err != nil || !up.Addr().Is4() {
 		return fmt.Errorf("floor relay: upstream %q: want an IPv4 address and port", upstream)
 	}
+	// A "-defer" suffix (mode "defer" alone for the Go floor) sets
+	// TCP_DEFER_ACCEPT on the listener: accept returns once the client's
+	// first bytes are there.
+	deferAccept := mode == "defer" || strings.HasSuffix(mode, "-defer")
+	mode = strings.TrimSuffix(strings.TrimSuffix(mode, "defer"), "-")
 	var ks *kernelSplice
 	switch mode {
 	case "", "raw":
@@ -91,12 +102,29 @@ func floorRelay(listen, upstream, mode string) error {
 		if err != nil {
 			return err
 		}
+		if deferAccept {
+			if err := unix.SetsockoptInt(ln, unix.IPPROTO_TCP, unix.TCP_DEFER_ACCEPT, 1); err != nil {
+				return err
+			}
+		}
 		if ks == nil {
 			return rawRelayServe(ln, up, true)
 		}
 		return rawSockmapServe(ks, ln, up, true)
 	}
-	ln, err := net.Listen("tcp", listen)
+	var lc net.ListenConfig
+	if deferAccept {
+		lc.Control = func(_, _ string, c syscall.RawConn) error {
+			var serr error
+			if err := c.Control(func(fd uintptr) {
+				serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_DEFER_ACCEPT, 1)
+			}); err != nil {
+				return err
+			}
+			return serr
+		}
+	}
+	ln, err := lc.Listen(context.Background(), "tcp", listen)
 	if err != nil {
 		return err
 	}
@@ -187,7 +215,8 @@ func (w floorWorkers) run(fn func()) {
 // namespace, relaying to upstream, and returns its listening address
 // (the key of its pid in sb.pids).
 func (sb *benchSandbox) startFloor(b *testing.B, upstream, mode string) string {
-	port := map[string]int{"": floorPort, "sockmap": sockmapFloorPort, "sockmap-raw": rawSockmapFloorPort, "raw": rawFloorPort}[mode]
+	port := map[string]int{"": floorPort, "sockmap": sockmapFloorPort, "sockmap-raw": rawSockmapFloorPort, "raw": rawFloorPort,
+		"defer": deferFloorPort, "raw-defer": rawDeferFloorPort}[mode]
 	if mode != "" {
 		mode = " " + mode
 	}

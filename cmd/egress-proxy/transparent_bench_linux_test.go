@@ -81,7 +81,8 @@ func (sb *benchSandbox) redirectSynthetic(b testing.TB) {
 	for _, f := range []struct {
 		addr string
 		port uint16
-	}{{floorAddr, floorPort}, {sockmapFloorAddr, sockmapFloorPort}, {rawSockmapFloorAddr, rawSockmapFloorPort}, {rawFloorAddr, rawFloorPort}} {
+	}{{floorAddr, floorPort}, {sockmapFloorAddr, sockmapFloorPort}, {rawSockmapFloorAddr, rawSockmapFloorPort}, {rawFloorAddr, rawFloorPort},
+		{deferFloorAddr, deferFloorPort}, {rawDeferFloorAddr, rawDeferFloorPort}} {
 		a := netip.MustParseAddr(f.addr).As4()
 		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: []expr.Any{
 			&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},

@@ -14,7 +14,9 @@
 # host side of the same veth. ROUNDS rounds (default 5) of CONNS connections per row
 # (default 2000), rows side by side in each round; medians of the rates
 # and of the per-round ratios. Needs root and a build (make build);
-# tinyproxy and squid from apt for their rows.
+# tinyproxy and squid from apt for their rows. PALISADE_BENCH_DEFER_ROWS=1
+# adds floor-defer and floor-raw-defer (TCP_DEFER_ACCEPT on the floor
+# relays' listeners); their lines are printed per round, not summarised.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export PALISADE_BIN_DIR=${PALISADE_BIN_DIR:-$PWD/bin}
