@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"fmt"
 	"io"
 	"net"
@@ -102,7 +103,9 @@ func BenchmarkWebSocketMessages(b *testing.B) {
 // saturated and throughput follows CPU per message). With WS_PAIRS set
 // to a file, each pair is appended to it as a line: raw's and rules'
 // messages/s, raw's and rules' CPU ns per message
-// (scripts/bench/websocket.sh pools them over its rounds).
+// (scripts/bench/websocket.sh pools them over its rounds). WS_PAIR_MODE
+// set to prefix or framing measures that mode in rules' place (the
+// metrics keep its name).
 func BenchmarkWebSocketPairs(b *testing.B) {
 	up := newWSBenchUpstream(b)
 	type row struct {
@@ -113,8 +116,14 @@ func BenchmarkWebSocketPairs(b *testing.B) {
 		rate   float64
 		cpuMsg float64
 	}
-	var rows [2]*row // raw, rules
-	for i, mode := range []string{"raw", "rules"} {
+	// WS_PAIR_MODE picks the inspected row: rules (the default, a json
+	// matcher), prefix or framing (wsBenchPolicy's modes).
+	inspected := cmp.Or(os.Getenv("WS_PAIR_MODE"), "rules")
+	if !slices.Contains([]string{"rules", "prefix", "framing"}, inspected) {
+		b.Fatalf("WS_PAIR_MODE=%q: want rules, prefix or framing", inspected)
+	}
+	var rows [2]*row // raw, the inspected mode
+	for i, mode := range []string{"raw", inspected} {
 		env := newEnv(b, wsBenchPolicy(up.port, mode))
 		c, br := wsBenchDial(b, env, up.port)
 		defer c.Close()
@@ -174,7 +183,7 @@ func BenchmarkWebSocketPairs(b *testing.B) {
 		done += n
 	}
 	b.StopTimer()
-	for i, name := range []string{"raw", "rules"} {
+	for i, name := range []string{"raw", inspected} {
 		b.ReportMetric(float64(b.N)/rows[i].secs, name+"-msgs/s")
 		b.ReportMetric(float64(rows[i].cpu.Nanoseconds())/float64(b.N), name+"-cpu-ns/msg")
 	}

@@ -47,6 +47,10 @@
 # pkg/proxy/bench_websocket_test.go copied in (the same benchmark; only
 # the code under it differs), built, and reported beside this build.
 #
+# With PAIR_MODE=prefix (or framing) the pairs measure that mode in
+# rules' place (BenchmarkWebSocketPairs' WS_PAIR_MODE): raw against an
+# inspected endpoint whose rule is a prefix matcher instead of a json one.
+#
 # With CPUS=LIST (taskset's list, e.g. 1) every test process runs on
 # those CPUs only (pinned by taskset: every row and build alike; the
 # pairs' two rows share one process anyway).
@@ -59,6 +63,7 @@ cd "$(dirname "$0")/../.."
 ROUNDS=${ROUNDS:-8}
 PAIR_MSGS=${PAIR_MSGS:-2000000}
 ROWS=${ROWS:-1}
+PAIR_MODE=${PAIR_MODE:-rules}
 MSGS=${MSGS:-200000}
 SINGLE_MSGS=${SINGLE_MSGS:-200000}
 tmpd=$(mktemp -d)
@@ -89,7 +94,7 @@ for r in $(seq "$ROUNDS"); do
   order=("${builds[@]}")
   if [ "${#builds[@]}" = 2 ] && [ $((r % 2)) = 0 ]; then order=(base new); fi
   for bld in "${order[@]}"; do
-    WS_PAIRS=$tmpd/pairs.$bld.$r "${pin[@]}" "$tmpd/$bld.test" -test.run '^$' -test.bench '^BenchmarkWebSocketPairs$' \
+    WS_PAIR_MODE=$PAIR_MODE WS_PAIRS=$tmpd/pairs.$bld.$r "${pin[@]}" "$tmpd/$bld.test" -test.run '^$' -test.bench '^BenchmarkWebSocketPairs$' \
       -test.benchtime "${PAIR_MSGS}x" | grep '^BenchmarkWebSocketPairs' | sed "s/^/$r $bld /"
   done
   if [ "$ROWS" = 1 ]; then
@@ -110,17 +115,17 @@ function sort_(a, n,   i, j, t) { for (i = 2; i <= n; i++) { t = a[i]; for (j = 
 function q(a, n, p,   x, i) { x = 1 + p * (n - 1); i = int(x); return i >= n ? a[n] : a[i] + (x - i) * (a[i + 1] - a[i]) }
 function median(a, n) { sort_(a, n); return q(a, n, 0.5) }'
 for bld in "${builds[@]}"; do
-  echo "== BenchmarkWebSocketPairs, build $bld: $(cat "$tmpd"/pairs."$bld".* | wc -l) pairs of 50,000 messages a row"
-  for f in "$tmpd"/pairs."$bld".*; do sed "s/^/${f##*.} /" "$f"; done | awk "$stats"'
+  echo "== BenchmarkWebSocketPairs, build $bld, raw against $PAIR_MODE: $(cat "$tmpd"/pairs."$bld".* | wc -l) pairs of 50,000 messages a row"
+  for f in "$tmpd"/pairs."$bld".*; do sed "s/^/${f##*.} /" "$f"; done | awk -v mode="$PAIR_MODE" "$stats"'
   NF == 5 { np++; rr[np] = $3 / $2; cr[np] = $4 / $5; rw[np] = $2; ru[np] = $3; cw[np] = $4; cu[np] = $5
     if (!($1 in k)) { k[$1] = 0; nr++ }; one[$1, ++k[$1]] = $3 / $2 }
   END {
     for (r in k) { for (i = 1; i <= k[r]; i++) t[i] = one[r, i]; rm[++m] = median(t, k[r]) }
     sort_(rr, np); sort_(cr, np); sort_(rm, m)
-    printf "rules/raw, messages/s per pair: median %.2fx, quartiles %.2f-%.2fx, min-max %.2f-%.2fx; rounds'"'"' medians %.2f-%.2fx\n", q(rr, np, .5), q(rr, np, .25), q(rr, np, .75), rr[1], rr[np], rm[1], rm[m]
-    printf "target rules >= 0.7x raw, beyond the spread (lower quartile and every round'"'"'s median at or above it): %s\n", ((q(rr, np, .25) >= 0.7 && rm[1] >= 0.7) ? "met" : "not met")
-    printf "raw CPU/rules CPU per message, per pair: median %.2fx, quartiles %.2f-%.2fx\n", q(cr, np, .5), q(cr, np, .25), q(cr, np, .75)
-    printf "raw: median %.0f msgs/s, %.0f ns of CPU per message; rules: %.0f msgs/s, %.0f ns\n", median(rw, np), median(cw, np), median(ru, np), median(cu, np) }'
+    printf mode "/raw, messages/s per pair: median %.2fx, quartiles %.2f-%.2fx, min-max %.2f-%.2fx; rounds'"'"' medians %.2f-%.2fx\n", q(rr, np, .5), q(rr, np, .25), q(rr, np, .75), rr[1], rr[np], rm[1], rm[m]
+    printf "target " mode " >= 0.7x raw, beyond the spread (lower quartile and every round'"'"'s median at or above it): %s\n", ((q(rr, np, .25) >= 0.7 && rm[1] >= 0.7) ? "met" : "not met")
+    printf "raw CPU/" mode " CPU per message, per pair: median %.2fx, quartiles %.2f-%.2fx\n", q(cr, np, .5), q(cr, np, .25), q(cr, np, .75)
+    printf "raw: median %.0f msgs/s, %.0f ns of CPU per message; " mode ": %.0f msgs/s, %.0f ns\n", median(rw, np), median(cw, np), median(ru, np), median(cu, np) }'
 done
 [ "$ROWS" = 1 ] || exit 0
 echo "== BenchmarkWebSocketMessages, one process per mode (build new)"
