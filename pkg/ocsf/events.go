@@ -172,7 +172,8 @@ func setOptSibling(dst *string, key string, name *attr, id int) error {
 
 // prepare fills the base of an event of class uid and declares profiles.
 func (b *Base) prepareBase(uid int, profiles ...string) error {
-	info, ok := classes[uid]
+	t := tables()
+	info, ok := t.classes[uid]
 	if !ok {
 		return fmt.Errorf("ocsf: class_uid %d is not a class Palisade emits", uid)
 	}
@@ -182,12 +183,12 @@ func (b *Base) prepareBase(uid int, profiles ...string) error {
 	b.ClassName = info.Name
 	b.CategoryUID = info.CategoryUID
 	b.CategoryName = info.CategoryName
-	akey := activityKeys[uid]
+	akey := t.activityKeys[uid]
 	if err := setSibling(&b.ActivityName, akey, at("activity_id"), b.ActivityID); err != nil {
 		return err
 	}
 	b.TypeUID = int64(uid)*100 + int64(b.ActivityID)
-	b.TypeName = typeNames[b.TypeUID]
+	b.TypeName = t.typeNames[b.TypeUID]
 	if b.Time <= 0 {
 		return errors.New("ocsf: time is not set (epoch milliseconds)")
 	}
