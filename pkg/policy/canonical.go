@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"slices"
+	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -19,7 +20,58 @@ import (
 func (p *Policy) Canonical() []byte {
 	c := p.Clone()
 	normalise(c)
-	return mustJSON(c)
+	return canonicalJSON(c)
+}
+
+// canonicalJSON is mustJSON(p), byte for byte (TestCanonicalJSONMatches
+// EncodingJSON, and FuzzLoad on every input it accepts), with the
+// policy's top level written here: encoding/json builds an encoder for
+// every struct type a value's type reaches the first time a process
+// encodes it, whether or not the value holds any, and for Policy that
+// is the whole tree of network policy types (endpoints, rules,
+// WebSocket, MCP, GraphQL options). A sandbox start checksums its
+// policy once, so it paid that every time: 0.25-0.3 ms of CPU per
+// `sandbox-supervisor run` (perf record of 150 starts of the bundled
+// policy, 2026-12-02; 1.75% of a start's CPU). The leaves (strings,
+// string lists) still go through encoding/json, whose encoders for them
+// are built in microseconds, and so do the network policies when there
+// are any. Once the encoders are built, encoding/json on the whole
+// policy takes BenchmarkCanonical/encoding-json against
+// BenchmarkCanonical/top-level-by-hand (the same policy, base in
+// checksum_test.go).
+func canonicalJSON(p *Policy) []byte {
+	var b bytes.Buffer
+	b.Grow(512)
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	value := func(v any) {
+		if err := enc.Encode(v); err != nil {
+			panic("policy: encode JSON: " + err.Error()) // plain values: cannot fail
+		}
+		b.Truncate(b.Len() - 1) // Encode's newline
+	}
+	b.WriteString(`{"version":`)
+	b.Write(strconv.AppendInt(b.AvailableBuffer(), int64(p.Version), 10))
+	b.WriteString(`,"filesystem_policy":{"include_workdir":`)
+	b.Write(strconv.AppendBool(b.AvailableBuffer(), p.Filesystem.IncludeWorkdir))
+	b.WriteString(`,"read_only":`)
+	value(p.Filesystem.ReadOnly)
+	b.WriteString(`,"read_write":`)
+	value(p.Filesystem.ReadWrite)
+	b.WriteString(`},"landlock":{"compatibility":`)
+	value(p.Landlock.Compatibility)
+	b.WriteString(`},"process":{"run_as_user":`)
+	value(p.Process.RunAsUser)
+	b.WriteString(`,"run_as_group":`)
+	value(p.Process.RunAsGroup)
+	b.WriteString(`},"network_policies":`)
+	if p.NetworkPolicies != nil && len(p.NetworkPolicies) == 0 {
+		b.WriteString("{}")
+	} else {
+		value(p.NetworkPolicies)
+	}
+	b.WriteByte('}')
+	return b.Bytes()
 }
 
 // Checksum is the hex SHA-256 of Canonical().

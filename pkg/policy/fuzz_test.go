@@ -24,6 +24,11 @@ func FuzzLoad(f *testing.F) {
 			}
 			return
 		}
+		n := p.Clone()
+		normalise(n)
+		if got, want := canonicalJSON(n), mustJSON(n); !bytes.Equal(got, want) {
+			t.Fatalf("canonicalJSON differs from encoding/json:\n%s\n%s", got, want)
+		}
 		sum := p.Checksum()
 		c := p.Canonical()
 		q, err := Parse(c)
