@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 # startup-pairs.py ROUNDS NAME=COMMAND... : the commands run interleaved,
-# one of each per round (in a rotating order, so none always follows the
-# same one), each started with posix_spawn and timed to its exit, with
+# one of each per round (in a rotating order, reversed every other
+# round, so none always follows or precedes the same one: a rotation
+# alone keeps each command's neighbours, and the one started right after
+# another, e.g. a baseline build after this one, was measured 2% apart
+# from the other order), each started with posix_spawn and timed to its exit, with
 # the CPU time (user+system) it and the children it reaped used. On a
 # shared host whose load drifts, a ratio between commands measured in the
 # same rounds is steadier than one between hyperfine medians taken one
@@ -30,6 +33,8 @@ cpu = {k: [] for k in names}
 warm = 10
 for r in range(warm + rounds):
     order = names[r % len(names):] + names[:r % len(names)]
+    if (r // len(names)) % 2:
+        order.reverse()
     for k in order:
         t0 = time.perf_counter_ns()
         pid = os.posix_spawn(cmds[k][0], cmds[k], os.environ, file_actions=acts)
