@@ -138,8 +138,6 @@ func TestFenceReusedAddressStartsClean(t *testing.T) {
 	}
 }
 
-// rangeListeners listens on every port of f's transparent range in the
-// lab's host namespace and returns a channel of what they accept.
 // dialAccepted dials dst from the client port in ns (connection i, for
 // the messages) and returns the client's end and the end a transparent
 // listener of accepted took.
@@ -159,6 +157,30 @@ func dialAccepted(t *testing.T, ns netns.NsHandle, clientPort int, dst netip.Add
 	return nil, nil
 }
 
+// closeClientFirst ends a connection dialAccepted made with the
+// client's close first, so the host's conntrack entry ends in
+// TIME_WAIT, then drains and closes the listener's end.
+func closeClientFirst(c net.Conn, sc *net.TCPConn) {
+	c.Close()
+	sc.SetDeadline(time.Now().Add(3 * time.Second))
+	io.Copy(io.Discard, sc)
+	sc.Close()
+}
+
+// rangeLab is a lab with a sandbox whose fence has the test's
+// transparent range, and listeners on every port of it (rangeListeners).
+func rangeLab(t *testing.T) (l *lab, ns netns.NsHandle, f *Fence, accepted <-chan *net.TCPConn) {
+	t.Helper()
+	l = newLab(t)
+	path, ns := l.sandbox()
+	cfg := l.config(path)
+	cfg.TransparentPort, cfg.TransparentPorts = testTransparentPort, testTransparentPorts
+	f = l.setup(cfg)
+	return l, ns, f, rangeListeners(t, l, f, testTransparentPort, testTransparentPorts)
+}
+
+// rangeListeners listens on every port of f's transparent range in the
+// lab's host namespace and returns a channel of what they accept.
 func rangeListeners(t *testing.T, l *lab, f *Fence, first, n uint16) <-chan *net.TCPConn {
 	t.Helper()
 	accepted := make(chan *net.TCPConn, n)
@@ -193,12 +215,7 @@ func rangeListeners(t *testing.T, l *lab, f *Fence, first, n uint16) <-chan *net
 // another source port.
 func TestFenceTransparentClientPortReuse(t *testing.T) {
 	testutil.CheckFDLeaks(t)
-	l := newLab(t)
-	path, ns := l.sandbox()
-	cfg := l.config(path)
-	cfg.TransparentPort, cfg.TransparentPorts = testTransparentPort, testTransparentPorts
-	f := l.setup(cfg)
-	accepted := rangeListeners(t, l, f, testTransparentPort, testTransparentPorts)
+	_, ns, f, accepted := rangeLab(t)
 
 	const clientPort = 40124
 	seen := map[uint16]bool{}
@@ -211,11 +228,7 @@ func TestFenceTransparentClientPortReuse(t *testing.T) {
 		client := sc.RemoteAddr().(*net.TCPAddr).AddrPort()
 		local := sc.LocalAddr().(*net.TCPAddr).AddrPort()
 		orig, err := OriginalDst(sc)
-		// The client closes first, so the host's entry ends in TIME_WAIT.
-		c.Close()
-		sc.SetDeadline(time.Now().Add(3 * time.Second))
-		io.Copy(io.Discard, sc)
-		sc.Close()
+		closeClientFirst(c, sc) // the host's entry ends in TIME_WAIT
 		if err != nil || orig != dst {
 			t.Errorf("connection %d: OriginalDst %s %v, want %s", i, orig, err, dst)
 		}
@@ -234,12 +247,7 @@ func TestFenceTransparentClientPortReuse(t *testing.T) {
 // the fence listener, with that port as the original destination.
 func TestFenceTransparentRangeNotDirect(t *testing.T) {
 	testutil.CheckFDLeaks(t)
-	l := newLab(t)
-	path, ns := l.sandbox()
-	cfg := l.config(path)
-	cfg.TransparentPort, cfg.TransparentPorts = testTransparentPort, testTransparentPorts
-	f := l.setup(cfg)
-	accepted := rangeListeners(t, l, f, testTransparentPort, testTransparentPorts)
+	l, ns, f, accepted := rangeLab(t)
 	var fenceLn net.Listener
 	if err := nettest.Do(l.host, func() (err error) {
 		fenceLn, err = net.Listen("tcp4", netip.AddrPortFrom(f.HostAddr, testFencePort).String())
@@ -283,22 +291,14 @@ func TestFenceTransparentRangeNotDirect(t *testing.T) {
 // nothing.
 func TestFenceFlushConntrackFreesTheRange(t *testing.T) {
 	testutil.CheckFDLeaks(t)
-	l := newLab(t)
-	path, ns := l.sandbox()
-	cfg := l.config(path)
-	cfg.TransparentPort, cfg.TransparentPorts = testTransparentPort, testTransparentPorts
-	f := l.setup(cfg)
-	accepted := rangeListeners(t, l, f, testTransparentPort, testTransparentPorts)
+	_, ns, f, accepted := rangeLab(t)
 	const clientPort = 40126
 	roundTrip := func(i int) netip.AddrPort {
 		t.Helper()
 		dst := netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 18, 1, byte(i)}), 7007)
 		c, sc := dialAccepted(t, ns, clientPort, dst, accepted, i)
 		client := sc.RemoteAddr().(*net.TCPAddr).AddrPort()
-		c.Close() // the client first: the host's entry ends in TIME_WAIT
-		sc.SetDeadline(time.Now().Add(3 * time.Second))
-		io.Copy(io.Discard, sc)
-		sc.Close()
+		closeClientFirst(c, sc) // the host's entry ends in TIME_WAIT
 		return netip.AddrPortFrom(client.Addr().Unmap(), client.Port())
 	}
 	want := netip.AddrPortFrom(f.SandboxAddr, clientPort)
