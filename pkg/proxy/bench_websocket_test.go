@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -43,22 +44,17 @@ func BenchmarkWebSocketMessages(b *testing.B) {
 				mode, perWrite = strings.TrimSuffix(mode, "1"), 1
 			}
 			env := newEnv(b, wsBenchPolicy(up.port, mode))
-			msg := []byte(`{"type":"subscribe","channel":"ticker.btc-usd","id":12345678901}`)
-			frame := wsBenchFrame(msg)
+			batch, ends := wsBenchBatch(b)
 			c, br := wsBenchDial(b, env, up.port)
 			defer c.Close()
-			batch := make([]byte, 0, 64*len(frame))
-			for range 64 {
-				batch = append(batch, frame...)
-			}
-			end := wsBenchFrame([]byte(`{"type":"subscribe","channel":"ticker.end","id":12345678901234}`))
-			b.SetBytes(int64(len(msg)))
+			end := wsBenchFrame([]byte(`{"type":"subscribe","channel":"ticker.end","id":12345678901234}`), 0)
+			b.SetBytes(int64(ends[64]) / 64) // frames' bytes
 			cpu := testutil.CPUPerOp(b)
 			b.ResetTimer()
 			start := time.Now()
 			for sent := 0; sent < b.N; {
 				k := min(perWrite, b.N-sent)
-				if _, err := c.Write(batch[:k*len(frame)]); err != nil {
+				if _, err := c.Write(batch[ends[sent%64]:ends[sent%64+k]]); err != nil {
 					b.Fatal(err)
 				}
 				sent += k
@@ -129,13 +125,12 @@ func BenchmarkWebSocketPairs(b *testing.B) {
 		defer c.Close()
 		rows[i] = &row{c: c, br: br}
 	}
-	frame := wsBenchFrame([]byte(`{"type":"subscribe","channel":"ticker.btc-usd","id":12345678901}`))
-	batch := bytes.Repeat(frame, 64)
-	end := wsBenchFrame([]byte(`{"type":"subscribe","channel":"ticker.end","id":12345678901234}`))
+	batch, ends := wsBenchBatch(b)
+	end := wsBenchFrame([]byte(`{"type":"subscribe","channel":"ticker.end","id":12345678901234}`), 0)
 	send := func(r *row, n int) {
 		for sent := 0; sent < n; {
 			k := min(64, n-sent)
-			if _, err := r.c.Write(batch[:k*len(frame)]); err != nil {
+			if _, err := r.c.Write(batch[:ends[k]]); err != nil {
 				b.Fatal(err)
 			}
 			sent += k
@@ -228,11 +223,53 @@ func wsBenchPolicy(port int, mode string) string {
 	return fmt.Sprintf("version: 1\nnetwork_policies:\n  ws:\n    endpoints:\n      - host: allowed.test\n        port: %d\n%s    binaries:\n      - path: /usr/bin/curl\n", port, ep)
 }
 
-func wsBenchFrame(msg []byte) []byte {
-	key := [4]byte{1, 2, 3, 4}
+// wsBenchBatch is the 64 frames the benchmarks' client writes, one
+// after another, and where each ends (ends[k]: the end of the first k):
+// subscribe messages of 54-71 bytes (62 on average), every one
+// different, as a client's stream is: eight channels, ids of 1-16
+// digits, each frame masked with its own key. With WS_PAD=N (bytes)
+// each message also carries a "data" string of N letters and digits
+// (its content different in every message), a field no rule names: the
+// size of the messages, beside the count, in the ratio.
+func wsBenchBatch(b *testing.B) (batch []byte, ends []int) {
+	pad := 0
+	if v := os.Getenv("WS_PAD"); v != "" {
+		var err error
+		if pad, err = strconv.Atoi(v); err != nil || pad < 0 || pad > 60000 {
+			b.Fatalf("WS_PAD=%q: want a byte count from 0 to 60000", v)
+		}
+	}
+	const alnum = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+	channels := []string{"btc-usd", "eth-usd", "sol-usdt", "ada-eur", "xrp-usd", "doge-usdt", "ltc-btc", "dot-eur"}
+	ends = []int{0}
+	for i := range 64 {
+		id := strconv.FormatUint(uint64(i+1)*1234567890123457%10_000_000_000_000_000, 10)
+		id = id[:1+(i*7)%len(id)]
+		data := ""
+		if pad > 0 {
+			d := make([]byte, pad)
+			for j := range d {
+				d[j] = alnum[(i*31+j*7+j/13)%len(alnum)]
+			}
+			data = `,"data":"` + string(d) + `"`
+		}
+		msg := fmt.Sprintf(`{"type":"subscribe","channel":"ticker.%s","id":%s%s}`, channels[(i*5)%len(channels)], id, data)
+		batch = append(batch, wsBenchFrame([]byte(msg), i)...)
+		ends = append(ends, len(batch))
+	}
+	return batch, ends
+}
+
+// wsBenchFrame is msg in a masked text frame, its key derived from k.
+func wsBenchFrame(msg []byte, k int) []byte {
+	key := [4]byte{byte(1 + k), byte(2 + 3*k), byte(3 + 5*k), byte(4 + 7*k)}
 	p := append([]byte(nil), msg...)
 	websocket.Unmask(p, key, 0)
-	return append([]byte{0x81, 0x80 | byte(len(p)), key[0], key[1], key[2], key[3]}, p...)
+	h := []byte{0x81, 0x80 | byte(len(p))}
+	if len(p) > 125 {
+		h = []byte{0x81, 0x80 | 126, byte(len(p) >> 8), byte(len(p))}
+	}
+	return append(append(h, key[:]...), p...)
 }
 
 // wsBenchDial opens a CONNECT tunnel and a ws:// upgrade inside it.
@@ -283,7 +320,7 @@ func wsBenchServe(c net.Conn) {
 		return
 	}
 	fmt.Fprintf(c, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n\r\n", websocket.AcceptKey(req.Header.Get("Sec-WebSocket-Key")))
-	pay := make([]byte, 256)
+	pay := make([]byte, 64<<10)
 	for {
 		n, mask, err := wsBenchHeader(br)
 		if err != nil || n > len(pay) {
@@ -301,15 +338,21 @@ func wsBenchServe(c net.Conn) {
 }
 
 // wsBenchHeader reads a frame header the way the test's server needs:
-// a masked frame with a 7-bit length (every frame the benchmark sends)
-// is read in place, without allocating (websocket.ReadHeader returns a
-// copy of the header's bytes: an allocation per message that made the
-// server, raw's slowest party, slower and set off the garbage
-// collector); anything else through websocket.ReadHeader.
+// a masked frame with a 7-bit or 16-bit length (every frame the
+// benchmark sends) is read in place, without allocating
+// (websocket.ReadHeader returns a copy of the header's bytes: an
+// allocation per message that made the server, raw's slowest party,
+// slower and set off the garbage collector); anything else through
+// websocket.ReadHeader.
 func wsBenchHeader(br *bufio.Reader) (int, [4]byte, error) {
 	if b, err := br.Peek(6); err == nil && b[1]&0x80 != 0 && b[1]&0x7f < 126 {
 		n, mask := int(b[1]&0x7f), [4]byte(b[2:6])
 		br.Discard(6)
+		return n, mask, nil
+	}
+	if b, err := br.Peek(8); err == nil && b[1] == 0x80|126 {
+		n, mask := int(b[2])<<8|int(b[3]), [4]byte(b[4:8])
+		br.Discard(8)
 		return n, mask, nil
 	}
 	h, _, err := websocket.ReadHeader(br)

@@ -214,11 +214,18 @@ var (
 // data that is no JSON text or no object, errDup for ambiguous JSON,
 // and otherwise fills values (by path index) for the wanted paths. Most
 // messages are read by flatScan; what it leaves (escapes, deep nesting,
-// many keys) by readObject.
+// many keys) by readObject. A relay tries its last text's shape first
+// (scanJSONShaped, jsonShape).
 func scanJSON(data []byte, paths *jsonPaths, values []jsonValue) error {
 	if err, ok := flatScan(data, paths, values); ok {
 		return err
 	}
+	return readAll(data, paths, values)
+}
+
+// readAll is scanJSON by readObject alone, for a text flatScan left
+// (values as it left them).
+func readAll(data []byte, paths *jsonPaths, values []jsonValue) error {
 	clear(values)
 	s := &jsonScanner{data: data, paths: paths, values: values}
 	return s.readObject()

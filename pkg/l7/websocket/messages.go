@@ -111,6 +111,7 @@ type msgRelay struct {
 	ctl      []byte // control frames that arrived inside it
 	data     []byte // its unmasked payload
 	text     bool
+	shapes   shapeCache // the last text's JSON shape, for rules with json matchers
 }
 
 func (r *msgRelay) run() error {
@@ -313,7 +314,7 @@ func (r *msgRelay) judge(ascii bool) (pay []byte, changed bool, err error) {
 	if r.text && !ascii && !utf8.Valid(r.data) {
 		return nil, false, &Refusal{Code: CloseInvalidData, Decision: l7.Denied(ReasonInvalidUTF8, "")}
 	}
-	if r.rules == nil || !r.rules.allows(r.text, r.data) {
+	if r.rules == nil || !r.rules.allows(r.text, r.data, &r.shapes) {
 		r.msg = l7.Message{Text: r.text, Data: r.data}
 		if d := r.msgs.Message(&r.msg); !d.Allow {
 			if r.audit == nil || !d.Policy() {

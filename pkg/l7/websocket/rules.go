@@ -186,7 +186,7 @@ func (r *Rules) Message(m *l7.Message) l7.Decision {
 		}
 		return l7.Denied(ReasonBinaryDenied, "websocket.binary")
 	}
-	switch v := r.text(m.Data); v {
+	switch v := r.text(m.Data, nil); v {
 	case textAllowed:
 		return l7.Allowed()
 	case textNoRule:
@@ -200,12 +200,13 @@ func (r *Rules) Message(m *l7.Message) l7.Decision {
 
 // allows is Message(m).Allow, answered without building the Decision
 // (128 bytes, copied through every return): what the relay asks of
-// each message, Message being called only for a refusal.
-func (r *Rules) allows(text bool, data []byte) bool {
+// each message, Message being called only for a refusal. c is the
+// relay's shape cache (scanJSONShaped), nil for none.
+func (r *Rules) allows(text bool, data []byte, c *shapeCache) bool {
 	if !text {
 		return r.binary
 	}
-	return r.text(data) == textAllowed
+	return r.text(data, c) == textAllowed
 }
 
 // What text decides of a text message, besides the index of the
@@ -217,24 +218,24 @@ const (
 )
 
 // text decides a text message: one of the text* constants, or the
-// index of the deny_text matcher that matches it.
-func (r *Rules) text(data []byte) int {
+// index of the deny_text matcher that matches it. c: as allows.
+func (r *Rules) text(data []byte, c *shapeCache) int {
 	if !r.json {
 		return r.match(data, nil)
 	}
 	if len(r.paths) > smallFields {
-		return r.textPooled(data)
+		return r.textPooled(data, c)
 	}
 	var values [smallFields]jsonValue
-	return r.matchJSON(data, values[:len(r.paths)])
+	return r.matchJSON(data, values[:len(r.paths)], c)
 }
 
 // textPooled is text for rules naming many field paths: the values go
 // into a pooled jsonFields.
-func (r *Rules) textPooled(data []byte) int {
+func (r *Rules) textPooled(data []byte, c *shapeCache) int {
 	d := r.fields.Get().(*jsonFields)
 	defer r.putFields(d)
-	return r.matchJSON(data, d.values)
+	return r.matchJSON(data, d.values, c)
 }
 
 // smallFields: rules naming at most this many field paths read a
@@ -246,11 +247,11 @@ const smallFields = 8
 // differently (duplicate keys, too deep) is textAmbiguous; one that is
 // no JSON object is matched without fields (json matchers do not match
 // it).
-func (r *Rules) matchJSON(data []byte, values []jsonValue) int {
+func (r *Rules) matchJSON(data []byte, values []jsonValue, c *shapeCache) int {
 	if len(data) > math.MaxInt32 {
 		return textAmbiguous // jsonValue's offsets are int32 (messages are bounded far below)
 	}
-	switch scanJSON(data, r.sorted, values) {
+	switch scanJSONShaped(data, r.sorted, values, c) {
 	case errDup:
 		return textAmbiguous
 	case errNotJSON:
