@@ -29,8 +29,9 @@ import (
 // protocol: websocket endpoint with a prefix matcher (every message
 // reassembled, UTF-8 checked, its start compared), "rules" one whose
 // json matcher parses every message. The client writes b.N
-// masked 64-byte JSON messages as fast as the tunnel takes them, 64
-// frames to a write; the server reads them all, then answers one frame.
+// masked JSON messages (wsBenchBatch: 64 different ones of 54-71
+// bytes, in turn) as fast as the tunnel takes them, 64 frames to a
+// write; the server reads them all, then answers one frame.
 // Issue 27's target: rules >= 0.7x raw in messages/s
 // (BenchmarkWebSocketPairs measures those two side by side). "raw1" and
 // "rules1" are raw and rules with one message to a write, as clients

@@ -51,6 +51,9 @@
 # rules' place (BenchmarkWebSocketPairs' WS_PAIR_MODE): raw against an
 # inspected endpoint whose rule is a prefix matcher instead of a json one.
 #
+# With WS_PAD=N every message carries an N-byte string field no rule
+# names (larger messages, the same count; pkg/proxy's wsBenchBatch).
+#
 # With CPUS=LIST (taskset's list, e.g. 1) every test process runs on
 # those CPUs only (pinned by taskset: every row and build alike; the
 # pairs' two rows share one process anyway).

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"testing"
 	"unicode/utf8"
 )
@@ -223,7 +224,11 @@ func FuzzJSONScan(f *testing.F) {
 
 // BenchmarkJSONScan: the subscribe message through jsonScanner and
 // through encoding/json's token reader (jsonScanner's comment quotes
-// the ratio).
+// the ratio). "scanner-64" and "shape-64" read the 64 different
+// messages of the WebSocket benchmarks (benchMessages) in turn, by
+// scanJSON and by scanJSONShaped with one relay's shapeCache (every one
+// a hit after the first: the same keys, other values); docs/
+// egress-proxy.md sets them beside simdjson on the same messages.
 func BenchmarkJSONScan(b *testing.B) {
 	msg := []byte(`{"type":"subscribe","channel":"ticker.btc-usd","id":12345678901}`)
 	want := map[string]int{"type": 0, "channel": 1}
@@ -237,6 +242,24 @@ func BenchmarkJSONScan(b *testing.B) {
 			}
 		}
 	})
+	msgs := benchMessages()
+	b.Run("scanner-64", func(b *testing.B) {
+		for i := range b.N {
+			var values [2]jsonValue
+			if scanJSON(msgs[i&63], paths, values[:]) != nil {
+				b.Fatal("scan")
+			}
+		}
+	})
+	b.Run("shape-64", func(b *testing.B) {
+		var c shapeCache
+		for i := range b.N {
+			var values [2]jsonValue
+			if scanJSONShaped(msgs[i&63], paths, values[:], &c) != nil {
+				b.Fatal("scan")
+			}
+		}
+	})
 	b.Run("encoding-json", func(b *testing.B) {
 		for range b.N {
 			if _, _, err := refScan(msg, want); err != nil {
@@ -244,6 +267,20 @@ func BenchmarkJSONScan(b *testing.B) {
 			}
 		}
 	})
+}
+
+// benchMessages are the WebSocket benchmarks' client messages (as
+// pkg/proxy's wsBenchBatch writes them): 64 subscribe messages of 54-71
+// bytes, eight channels, ids of 1-16 digits.
+func benchMessages() [][]byte {
+	channels := []string{"btc-usd", "eth-usd", "sol-usdt", "ada-eur", "xrp-usd", "doge-usdt", "ltc-btc", "dot-eur"}
+	var out [][]byte
+	for i := range 64 {
+		id := strconv.FormatUint(uint64(i+1)*1234567890123457%10_000_000_000_000_000, 10)
+		id = id[:1+(i*7)%len(id)]
+		out = append(out, []byte(`{"type":"subscribe","channel":"ticker.`+channels[(i*5)%len(channels)]+`","id":`+id+`}`))
+	}
+	return out
 }
 
 // plainEnd's eight-at-a-time reading finds the byte a byte-at-a-time
