@@ -273,14 +273,22 @@ func BenchmarkJSONScan(b *testing.B) {
 // pkg/proxy's wsBenchBatch writes them): 64 subscribe messages of 54-71
 // bytes, eight channels, ids of 1-16 digits.
 func benchMessages() [][]byte {
-	channels := []string{"btc-usd", "eth-usd", "sol-usdt", "ada-eur", "xrp-usd", "doge-usdt", "ltc-btc", "dot-eur"}
 	var out [][]byte
 	for i := range 64 {
-		id := strconv.FormatUint(uint64(i+1)*1234567890123457%10_000_000_000_000_000, 10)
-		id = id[:1+(i*7)%len(id)]
-		out = append(out, []byte(`{"type":"subscribe","channel":"ticker.`+channels[(i*5)%len(channels)]+`","id":`+id+`}`))
+		kv := benchFields(i)
+		out = append(out, []byte("{"+kv[0]+","+kv[1]+","+kv[2]+"}"))
 	}
 	return out
+}
+
+// benchFields are the members of benchmark message i (i mod 64):
+// type, channel and id.
+func benchFields(i int) [3]string {
+	channels := []string{"btc-usd", "eth-usd", "sol-usdt", "ada-eur", "xrp-usd", "doge-usdt", "ltc-btc", "dot-eur"}
+	i %= 64
+	id := strconv.FormatUint(uint64(i+1)*1234567890123457%10_000_000_000_000_000, 10)
+	id = id[:1+(i*7)%len(id)]
+	return [3]string{`"type":"subscribe"`, `"channel":"ticker.` + channels[(i*5)%len(channels)] + `"`, `"id":` + id}
 }
 
 // plainEnd's eight-at-a-time reading finds the byte a byte-at-a-time

@@ -3,7 +3,6 @@ package websocket
 import (
 	"bufio"
 	"bytes"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -285,11 +284,8 @@ func TestRelayMessagesShapeHits(t *testing.T) {
 		in := appendTestFrame(bytes.Clone(allowed), true, OpText, []byte(c.last), rng)
 		var out bytes.Buffer
 		n, err := RelayMessages(&out, bufio.NewReader(bytes.NewReader(in)), &Checker{Client: true}, r, nil, nil)
-		var ref *Refusal
-		code := 0
-		if errors.As(err, &ref) {
-			code = ref.Code
-		} else if err != nil {
+		code, err := closeCode(err)
+		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
 		want := allowed

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"strconv"
-	"strings"
 	"testing"
 	"testing/cryptotest"
 
@@ -273,29 +271,25 @@ func TestRelayMessagesAllocs(t *testing.T) {
 }
 
 // BenchmarkRelayMessages: the proxy's own work per message of
-// BenchmarkWebSocketMessages (pkg/proxy), without the network: 512
-// subscribe messages of 54-71 bytes (62 on average; eight channels, ids
-// of 1-16 digits) in masked frames through RelayMessages with a json
+// BenchmarkWebSocketMessages (pkg/proxy), without the network: the 64
+// subscribe messages of benchMessages (54-71 bytes, 62 on average),
+// 512 in turn, in masked frames through RelayMessages with a json
 // matcher ("rules") and a prefix matcher ("prefix"), from a buffer into
 // io.Discard. "rules-reordered" is rules on the same messages with
 // their keys in one of six orders, a different one from each message
 // to the next: every message a miss for the relay's shape (jsonShape),
 // the shape set aside as shapeCache does.
 func BenchmarkRelayMessages(b *testing.B) {
-	channels := []string{"btc-usd", "eth-usd", "sol-usdt", "ada-eur", "xrp-usd", "doge-usdt", "ltc-btc", "dot-eur"}
 	orders := [][3]int{{0, 1, 2}, {1, 2, 0}, {2, 0, 1}, {0, 2, 1}, {1, 0, 2}, {2, 1, 0}}
+	msgs := benchMessages()
 	rng := rand.New(rand.NewPCG(1, 2))
 	var in, reordered []byte
 	size := 0
 	for i := range 512 {
-		id := strconv.FormatUint(uint64(i+1)*1234567890123457%10_000_000_000_000_000, 10)
-		id = id[:1+(i*7)%len(id)]
-		kv := []string{`"type":"subscribe"`, `"channel":"ticker.` + channels[(i*5)%len(channels)] + `"`, `"id":` + id}
-		msg := "{" + strings.Join(kv, ",") + "}"
-		o := orders[i%len(orders)]
-		in = appendTestFrame(in, true, OpText, []byte(msg), rng)
+		kv, o := benchFields(i), orders[i%len(orders)]
+		in = appendTestFrame(in, true, OpText, msgs[i%64], rng)
 		reordered = appendTestFrame(reordered, true, OpText, []byte("{"+kv[o[0]]+","+kv[o[1]]+","+kv[o[2]]+"}"), rng)
-		size += len(msg)
+		size += len(msgs[i%64])
 	}
 	rules := policy.MessageMatch{JSON: map[string]string{"type": "subscribe", "channel": "ticker.*"}}
 	for _, c := range []struct {

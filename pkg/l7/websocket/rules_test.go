@@ -95,11 +95,8 @@ func TestRelayMessages(t *testing.T) {
 	} {
 		var out bytes.Buffer
 		n, err := RelayMessages(&out, bufio.NewReader(bytes.NewReader(c.in)), &Checker{Client: true}, r, nil, nil)
-		var ref *Refusal
-		code := 0
-		if errors.As(err, &ref) {
-			code = ref.Code
-		} else if err != nil {
+		code, err := closeCode(err)
+		if err != nil {
 			t.Errorf("%s: %v", c.name, err)
 		}
 		if code != c.code || !bytes.Equal(out.Bytes(), c.out) || n != int64(out.Len()) {
@@ -113,6 +110,16 @@ func TestRelayMessages(t *testing.T) {
 	if _, err := RelayMessages(&out, bufio.NewReader(bytes.NewReader(in)), &Checker{Client: true}, r, func(d l7.Decision) { audited = append(audited, d.Reason) }, nil); err != nil || !bytes.Equal(out.Bytes(), in) || len(audited) != 1 {
 		t.Errorf("audit: %v %q %v", err, out.Bytes(), audited)
 	}
+}
+
+// closeCode is the close code of err, a RelayMessages refusal (0 for
+// nil); any other error is returned as it is.
+func closeCode(err error) (int, error) {
+	var ref *Refusal
+	if errors.As(err, &ref) {
+		return ref.Code, nil
+	}
+	return 0, err
 }
 
 // With a Rewrite, an allowed text message is judged by the rules as sent
@@ -158,11 +165,8 @@ func TestRelayMessagesRewrite(t *testing.T) {
 		seen = nil
 		var out bytes.Buffer
 		_, err := RelayMessages(&out, bufio.NewReader(bytes.NewReader(c.in)), &Checker{Client: true}, r, nil, rw)
-		code := 0
-		var ref *Refusal
-		if errors.As(err, &ref) {
-			code = ref.Code
-		} else if err != nil {
+		code, err := closeCode(err)
+		if err != nil {
 			t.Errorf("%s: %v", c.name, err)
 		}
 		var got []string
