@@ -195,17 +195,9 @@ value: // a value, after ':', '[' or ','
 		}
 		i += len(lit)
 	case c == '-' || c >= '0' && c <= '9':
-		// An integer not starting with 0 is read here; numberEnd reads
-		// the rest (and what this leaves again from its start).
-		end := i
-		if c != '-' && c != '0' {
-			end = digitsEnd(d, i+1)
-		}
-		if end == i || end < n && (d[end] == '.' || d[end]|0x20 == 'e') {
-			var ok bool
-			if end, ok = numberEnd(d, i); !ok {
-				return errNotJSON, true
-			}
+		end, ok := numberAt(d, i)
+		if !ok {
+			return errNotJSON, true
 		}
 		if j >= 0 {
 			dup = dup || values[j].set
@@ -292,4 +284,19 @@ func plainMask(w uint64) uint64 {
 	const ones, highs = 0x0101010101010101, 0x8080808080808080
 	q, b := w^(ones*'"'), w^(ones*'\\')
 	return ((q-ones)&^q | (b-ones)&^b | (w-ones*0x20)&^w) & highs
+}
+
+// numberAt is numberEnd for the number at d[i:] (flatScan's and
+// jsonShape.scan's): an integer not starting with 0, the usual number,
+// is read here; numberEnd reads the rest (and what this leaves again
+// from its start).
+func numberAt(d []byte, i int) (int, bool) {
+	end := i
+	if i < len(d) && d[i]-'1' < 9 {
+		end = digitsEnd(d, i+1)
+	}
+	if end == i || end < len(d) && (d[end] == '.' || d[end]|0x20 == 'e') {
+		return numberEnd(d, i)
+	}
+	return end, true
 }

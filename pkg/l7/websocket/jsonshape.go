@@ -112,19 +112,10 @@ func (s *jsonShape) scan(d []byte, values []jsonValue) bool {
 				i += 8
 			}
 		case slotNumber:
-			// An integer not starting with 0 is read here, as in
-			// flatScan; numberEnd reads the rest.
-			end := i
-			if i < len(d) && d[i]-'1' < 9 {
-				end = digitsEnd(d, i+1)
+			var ok bool
+			if i, ok = numberAt(d, i); !ok {
+				return false
 			}
-			if end == i || end < len(d) && (d[end] == '.' || d[end]|0x20 == 'e') {
-				var ok bool
-				if end, ok = numberEnd(d, i); !ok {
-					return false
-				}
-			}
-			i = end
 		case slotWord:
 			switch rest := d[i:]; {
 			case len(rest) >= 4 && (string(rest[:4]) == "true" || string(rest[:4]) == "null"):
